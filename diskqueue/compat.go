@@ -1,0 +1,262 @@
+package diskqueue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	godiskqueue "github.com/nsqio/go-diskqueue"
+)
+
+// NewCompat opens a queue with exactly the signature and behaviour of
+// github.com/nsqio/go-diskqueue's New, so code written for nsqd's disk queue
+// switches with one line. The queue lives in dataPath/name.spillq/, so many
+// queues can share one data path as they do in nsqd.
+//
+// Reading from ReadChan acknowledges the record, as in go-diskqueue. Unlike
+// go-diskqueue, records are checksummed, a damaged record costs only itself
+// rather than the rest of its file, and with syncEvery 1 Put returns only
+// once the record is fsynced. syncEvery <= 0 means every record, as it does
+// in go-diskqueue; syncTimeout <= 0 means the default of 2 seconds;
+// maxMsgSize <= 0 means the default of 1 MiB.
+//
+// go-diskqueue's New cannot fail, so neither can this: if the queue cannot
+// be opened (another process holds it, say), the error is logged through
+// logf and returned by every method.
+func NewCompat(name string, dataPath string, maxBytesPerFile int64,
+	minMsgSize int32, maxMsgSize int32,
+	syncEvery int64, syncTimeout time.Duration, logf godiskqueue.AppLogFunc) godiskqueue.Interface {
+	if logf == nil {
+		logf = func(godiskqueue.LogLevel, string, ...interface{}) {}
+	}
+	c := &compatQueue{
+		name:     name,
+		dir:      filepath.Join(dataPath, name+".spillq"),
+		readChan: make(chan []byte),
+		depthCh:  make(chan chan int64),
+		emptyCh:  make(chan chan error),
+		exitCh:   make(chan struct{}),
+		pumpDone: make(chan struct{}),
+		logf:     logf,
+	}
+	if syncEvery <= 0 {
+		syncEvery = 1
+	}
+	if syncTimeout <= 0 {
+		syncTimeout = DefaultSyncInterval
+	}
+	opts := Options{
+		MaxSegmentBytes: max(maxBytesPerFile, minSegmentBytes),
+		MinRecordBytes:  int(max(minMsgSize, 0)),
+		MaxRecordBytes:  int(max(maxMsgSize, 0)),
+		SyncEvery:       int(min(syncEvery, int64(^uint(0)>>1))),
+		SyncInterval:    syncTimeout,
+		Logger:          slog.New(&logfHandler{logf: logf, prefix: fmt.Sprintf("DISKQUEUE(%s): ", name)}),
+	}
+	q, err := Open(c.dir, opts)
+	if err != nil {
+		logf(godiskqueue.ERROR, "DISKQUEUE(%s) failed to open - %s", name, err)
+		c.err = err
+		close(c.pumpDone)
+		return c
+	}
+	c.q = q
+	go c.pump()
+	return c
+}
+
+type compatQueue struct {
+	name     string
+	dir      string
+	q        *Queue
+	err      error // why the queue could not be opened
+	readChan chan []byte
+	depthCh  chan chan int64
+	emptyCh  chan chan error
+	exitCh   chan struct{}
+	pumpDone chan struct{}
+	logf     godiskqueue.AppLogFunc
+
+	// mu guards exited.
+	mu     sync.Mutex
+	exited bool
+}
+
+// pump is the one goroutine that hands records to ReadChan, in the shape
+// of go-diskqueue's ioLoop: Depth and Empty go through the same select as
+// the hand-off, so a receiver that calls Depth right after taking a record
+// sees it gone, and Empty never lets an already-read record out afterwards.
+// A record counts as read once a receiver takes it; one taken by nobody
+// before Close stays in the queue.
+func (c *compatQueue) pump() {
+	defer close(c.pumpDone)
+	var (
+		rec     Record
+		holding bool
+		retry   <-chan time.Time
+	)
+	for {
+		var wait <-chan struct{}
+		if !holding && retry == nil {
+			r, err := c.q.tryRead()
+			if err == errNoData {
+				wait = c.q.written.wait()
+				// Look again now that we are registered for the next write.
+				r, err = c.q.tryRead()
+			}
+			switch {
+			case err == nil:
+				rec, holding, wait = r, true, nil
+			case err == errNoData:
+			case errors.Is(err, ErrClosed):
+				return
+			default:
+				c.logf(godiskqueue.ERROR, "DISKQUEUE(%s) reading - %s", c.name, err)
+				retry = time.After(100 * time.Millisecond)
+			}
+		}
+		var out chan<- []byte
+		if holding {
+			out = c.readChan
+		}
+		select {
+		case out <- rec.Body:
+			holding = false
+			if err := c.q.Ack(rec.Seq); err != nil {
+				c.logf(godiskqueue.ERROR, "DISKQUEUE(%s) ack %d - %s", c.name, rec.Seq, err)
+			}
+		case reply := <-c.depthCh:
+			reply <- c.q.Depth()
+		case reply := <-c.emptyCh:
+			holding = false
+			reply <- c.q.Empty()
+		case <-wait:
+		case <-retry:
+			retry = nil
+		case <-c.exitCh:
+			return
+		}
+	}
+}
+
+func (c *compatQueue) Put(data []byte) error {
+	if c.err != nil {
+		return c.err
+	}
+	return c.q.Put(context.Background(), data)
+}
+
+// ReadChan returns the unbuffered channel records are delivered on.
+func (c *compatQueue) ReadChan() <-chan []byte { return c.readChan }
+
+// Depth counts records not yet taken from ReadChan.
+func (c *compatQueue) Depth() int64 {
+	if c.err != nil {
+		return 0
+	}
+	reply := make(chan int64, 1)
+	select {
+	case c.depthCh <- reply:
+		return <-reply
+	case <-c.pumpDone:
+		return c.q.Depth()
+	}
+}
+
+// Empty discards every record.
+func (c *compatQueue) Empty() error {
+	if c.err != nil {
+		return c.err
+	}
+	c.logf(godiskqueue.INFO, "DISKQUEUE(%s): emptying", c.name)
+	reply := make(chan error, 1)
+	select {
+	case c.emptyCh <- reply:
+		return <-reply
+	case <-c.pumpDone:
+		return ErrClosed
+	}
+}
+
+// Close persists every record put and the read position.
+func (c *compatQueue) Close() error {
+	return c.exit(false)
+}
+
+// Delete closes the queue and removes its files.
+func (c *compatQueue) Delete() error {
+	return c.exit(true)
+}
+
+func (c *compatQueue) exit(remove bool) error {
+	c.mu.Lock()
+	if c.exited {
+		c.mu.Unlock()
+		return ErrClosed
+	}
+	c.exited = true
+	c.mu.Unlock()
+	if c.err != nil {
+		return c.err
+	}
+	if remove {
+		c.logf(godiskqueue.INFO, "DISKQUEUE(%s): deleting", c.name)
+	} else {
+		c.logf(godiskqueue.INFO, "DISKQUEUE(%s): closing", c.name)
+	}
+	close(c.exitCh)
+	<-c.pumpDone
+	err := c.q.Close()
+	if remove {
+		if rerr := os.RemoveAll(c.dir); rerr != nil && err == nil {
+			err = rerr
+		}
+	}
+	return err
+}
+
+// logfHandler turns slog records into go-diskqueue AppLogFunc calls.
+type logfHandler struct {
+	logf   godiskqueue.AppLogFunc
+	prefix string
+	attrs  []slog.Attr
+}
+
+func (h *logfHandler) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h *logfHandler) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	b.WriteString(h.prefix)
+	b.WriteString(r.Message)
+	write := func(a slog.Attr) bool {
+		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+		return true
+	}
+	for _, a := range h.attrs {
+		write(a)
+	}
+	r.Attrs(write)
+	lvl := godiskqueue.INFO
+	switch {
+	case r.Level >= slog.LevelError:
+		lvl = godiskqueue.ERROR
+	case r.Level >= slog.LevelWarn:
+		lvl = godiskqueue.WARN
+	case r.Level < slog.LevelInfo:
+		lvl = godiskqueue.DEBUG
+	}
+	h.logf(lvl, "%s", b.String())
+	return nil
+}
+
+func (h *logfHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return &logfHandler{logf: h.logf, prefix: h.prefix, attrs: append(append([]slog.Attr(nil), h.attrs...), attrs...)}
+}
+
+func (h *logfHandler) WithGroup(string) slog.Handler { return h }

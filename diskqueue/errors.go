@@ -1,0 +1,60 @@
+package diskqueue
+
+import "errors"
+
+// Errors returned when opening a queue.
+var (
+	// ErrLocked is returned by [Open] when another Queue, in this process or
+	// another, has the directory open.
+	ErrLocked = errors.New("diskqueue: directory is locked by another open queue")
+
+	// ErrUnsupportedVersion is returned by [Open] and the read methods when a
+	// file was written in a format version this build does not read.
+	ErrUnsupportedVersion = errors.New("diskqueue: unsupported format version")
+
+	// ErrInvalidOptions is returned by [Open] when an [Options] field is out of
+	// range; the wrapped message names the field.
+	ErrInvalidOptions = errors.New("diskqueue: invalid options")
+)
+
+// Errors returned when putting records.
+var (
+	// ErrRecordTooLarge is returned by [Queue.Put] when a body is longer than
+	// Options.MaxRecordBytes.
+	ErrRecordTooLarge = errors.New("diskqueue: record too large")
+
+	// ErrRecordTooSmall is returned by [Queue.Put] when a body is shorter than
+	// Options.MinRecordBytes.
+	ErrRecordTooSmall = errors.New("diskqueue: record too small")
+
+	// ErrDiskFull is returned by [Queue.Put] when the queue holds
+	// Options.MaxDiskBytes, or when the file system reported ENOSPC; in the
+	// second case the error also wraps syscall.ENOSPC. Put works again once
+	// consumers have freed space.
+	ErrDiskFull = errors.New("diskqueue: disk full")
+)
+
+// Errors returned by any method.
+var (
+	// ErrClosed is returned by every method called after [Queue.Close], and by
+	// calls that were blocked when Close ran.
+	ErrClosed = errors.New("diskqueue: closed")
+
+	// ErrCorrupt reports bytes on disk that fail their checksum or framing.
+	// Read methods never return a body that failed its check; [Queue.Read]
+	// skips such records (and counts them in [Stats]), while [Queue.ReadAt]
+	// returns ErrCorrupt for them.
+	ErrCorrupt = errors.New("diskqueue: corrupt data")
+
+	// ErrNotFound is returned by [Queue.ReadAt] and [Queue.SeekTime] for a
+	// sequence number that was never written or is no longer retained.
+	ErrNotFound = errors.New("diskqueue: record not found")
+
+	// ErrNotInFlight is returned by [Queue.Ack] for a sequence number that was
+	// not handed out by [Queue.Read], or was already acknowledged.
+	ErrNotInFlight = errors.New("diskqueue: record is not in flight")
+)
+
+// errShortFrame is internal: a frame runs past the bytes available. At the
+// tail of the log it means a torn write; anywhere else it is corruption.
+var errShortFrame = errors.New("diskqueue: short frame")

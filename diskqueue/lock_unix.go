@@ -1,0 +1,35 @@
+//go:build unix
+
+package diskqueue
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"syscall"
+)
+
+// lockFile takes an flock on name. flock locks belong to the open file
+// description, so a second Open in the same process conflicts as well as one
+// in another process, and the kernel drops the lock when a process dies.
+func lockFile(name string) (io.Closer, error) {
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if !errors.Is(err, syscall.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w: %s", ErrLocked, name)
+		}
+		return nil, &os.PathError{Op: "flock", Path: name, Err: err}
+	}
+	return f, nil
+}

@@ -1,0 +1,28 @@
+//go:build windows
+
+package diskqueue
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"syscall"
+)
+
+// lockFile opens name without sharing, which Windows enforces across
+// processes and handles.
+func lockFile(name string) (io.Closer, error) {
+	p, err := syscall.UTF16PtrFromString(name)
+	if err != nil {
+		return nil, err
+	}
+	h, err := syscall.CreateFile(p, syscall.GENERIC_READ|syscall.GENERIC_WRITE, 0, nil, syscall.OPEN_ALWAYS, syscall.FILE_ATTRIBUTE_NORMAL, 0)
+	if err != nil {
+		if errors.Is(err, syscall.ERROR_SHARING_VIOLATION) {
+			return nil, fmt.Errorf("%w: %s", ErrLocked, name)
+		}
+		return nil, &os.PathError{Op: "lock", Path: name, Err: err}
+	}
+	return os.NewFile(uintptr(h), name), nil
+}

@@ -1,0 +1,137 @@
+package diskqueue
+
+import (
+	"fmt"
+	"log/slog"
+	"math"
+	"time"
+)
+
+// Options configures a [Queue]. The zero value is valid and means "all
+// defaults"; [Open] works on a copy and never writes to the caller's struct.
+type Options struct {
+	// MaxSegmentBytes is the size at which the log rotates to a new segment
+	// file. A single record larger than this gets a segment of its own.
+	// Zero means 100 MiB (nsqd's default). Range: 41 bytes (a header and one
+	// empty record) to 4 GiB-1, because index entries are uint32 offsets.
+	MaxSegmentBytes int64
+
+	// MaxRecordBytes is the largest body Put accepts. Zero means 1 MiB
+	// (nsqd's max-msg-size). Range: up to 2 GiB-22 so every frame length fits
+	// in the int32 prefix.
+	MaxRecordBytes int
+
+	// MinRecordBytes is the smallest body Put accepts. Zero allows empty
+	// bodies.
+	MinRecordBytes int
+
+	// SyncEvery is how many records may be written between fsyncs. 1 makes
+	// every Put wait until its record is on stable storage; Puts running at
+	// the same moment share one fsync (group commit). Larger values let Put
+	// return as soon as the record is queued for writing, and the writer
+	// fsyncs once that many records have been written or SyncInterval has
+	// passed, whichever comes first. Zero means 2500 (nsqd's default). To
+	// sync on the interval alone, set math.MaxInt.
+	SyncEvery int
+
+	// SyncInterval is the longest time written records wait for an fsync
+	// when SyncEvery has not been reached. The read cursor is persisted on
+	// the same tick. Zero means 2 seconds (nsqd's default).
+	SyncInterval time.Duration
+
+	// NoSync turns every fsync off: records reach the OS but nothing forces
+	// them to stable storage. THIS IS UNSAFE: a power cut or kernel crash
+	// loses recent records, acknowledged or not. It survives a process crash.
+	NoSync bool
+
+	// MaxDiskBytes caps the bytes the queue keeps on disk (log, index and
+	// time-index files). At the cap Put returns ErrDiskFull, or waits if
+	// BlockWhenFull is set, until consumers free space. Zero means no cap.
+	MaxDiskBytes int64
+
+	// BlockWhenFull makes Put wait (honouring its context) instead of
+	// returning ErrDiskFull when the disk is full.
+	BlockWhenFull bool
+
+	// RetainBytes keeps fully acknowledged segments on disk for replay by
+	// ReadAt, Scan and SeekTime, oldest deleted first, while they total at
+	// most this many bytes. Zero deletes a segment as soon as every record in
+	// it is acknowledged (nsqd's behaviour), unless RetainAge keeps it.
+	RetainBytes int64
+
+	// RetainAge keeps acknowledged segments whose newest record is younger
+	// than this. Zero means age keeps nothing. With both RetainBytes and
+	// RetainAge set, a segment is kept only while both allow it.
+	RetainAge time.Duration
+
+	// Compress stores bodies snappy-compressed when that makes them smaller.
+	// Each record is flagged, so logs written with and without it read back
+	// the same. Default off.
+	Compress bool
+
+	// Logger receives warnings about recovery and damaged data (with
+	// segment and offset attributes) and nothing on the hot path. Nil
+	// discards.
+	Logger *slog.Logger
+
+	// fsForTesting replaces the operating system's file system; tests use it
+	// to inject faults.
+	fsForTesting fileSystem
+}
+
+// Defaults documented on the Options fields.
+const (
+	DefaultMaxSegmentBytes = 100 << 20
+	DefaultMaxRecordBytes  = 1 << 20
+	DefaultSyncEvery       = 2500
+	DefaultSyncInterval    = 2 * time.Second
+)
+
+// minSegmentBytes fits a segment header and one empty record.
+const minSegmentBytes = fileHeaderSize + recordHeaderSize
+
+// withDefaults returns a copy of o with defaults filled in, or an error
+// naming the first field out of range.
+func (o Options) withDefaults() (Options, error) {
+	if o.MaxSegmentBytes == 0 {
+		o.MaxSegmentBytes = DefaultMaxSegmentBytes
+	}
+	if o.MaxRecordBytes == 0 {
+		o.MaxRecordBytes = DefaultMaxRecordBytes
+	}
+	if o.SyncEvery == 0 {
+		o.SyncEvery = DefaultSyncEvery
+	}
+	if o.SyncInterval == 0 {
+		o.SyncInterval = DefaultSyncInterval
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.fsForTesting == nil {
+		o.fsForTesting = osFS{}
+	}
+	switch {
+	case o.MaxSegmentBytes < minSegmentBytes || o.MaxSegmentBytes > math.MaxUint32:
+		return o, fmt.Errorf("%w: MaxSegmentBytes %d is outside [%d, %d]", ErrInvalidOptions, o.MaxSegmentBytes, minSegmentBytes, uint64(math.MaxUint32))
+	case o.MaxRecordBytes < 0 || o.MaxRecordBytes > maxBodyLimit:
+		return o, fmt.Errorf("%w: MaxRecordBytes %d is outside [0, %d]", ErrInvalidOptions, o.MaxRecordBytes, maxBodyLimit)
+	case int64(o.MaxRecordBytes)+recordHeaderSize+fileHeaderSize > math.MaxUint32:
+		return o, fmt.Errorf("%w: MaxRecordBytes %d does not fit a segment", ErrInvalidOptions, o.MaxRecordBytes)
+	case o.MinRecordBytes < 0 || o.MinRecordBytes > o.MaxRecordBytes:
+		return o, fmt.Errorf("%w: MinRecordBytes %d is outside [0, MaxRecordBytes=%d]", ErrInvalidOptions, o.MinRecordBytes, o.MaxRecordBytes)
+	case o.SyncEvery < 0:
+		return o, fmt.Errorf("%w: SyncEvery %d is negative", ErrInvalidOptions, o.SyncEvery)
+	case o.SyncInterval < 0:
+		return o, fmt.Errorf("%w: SyncInterval %v is negative", ErrInvalidOptions, o.SyncInterval)
+	case o.MaxDiskBytes < 0:
+		return o, fmt.Errorf("%w: MaxDiskBytes %d is negative", ErrInvalidOptions, o.MaxDiskBytes)
+	case o.MaxDiskBytes > 0 && o.MaxDiskBytes < 3*fileHeaderSize+int64(frameSize(o.MinRecordBytes)):
+		return o, fmt.Errorf("%w: MaxDiskBytes %d cannot hold a single record", ErrInvalidOptions, o.MaxDiskBytes)
+	case o.RetainBytes < 0:
+		return o, fmt.Errorf("%w: RetainBytes %d is negative", ErrInvalidOptions, o.RetainBytes)
+	case o.RetainAge < 0:
+		return o, fmt.Errorf("%w: RetainAge %v is negative", ErrInvalidOptions, o.RetainAge)
+	}
+	return o, nil
+}

@@ -1,0 +1,463 @@
+package diskqueue
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/golang/snappy"
+)
+
+// pendingLimit bounds the bytes Put may buffer ahead of the writer; past it
+// Put waits for the writer to take the buffer (backpressure). A single
+// record larger than this is still accepted on its own.
+const pendingLimit = 1 << 20
+
+// Queue is a durable FIFO of records on disk. It is safe for concurrent use
+// by any number of producers and consumers.
+//
+// Producers call [Queue.Put]; consumers call [Queue.Read] and then
+// [Queue.Ack]. Any stored record can be looked up with [Queue.ReadAt], read
+// in ranges with [Queue.Scan], or found by time with [Queue.SeekTime].
+type Queue struct {
+	dir  string
+	opts Options
+	fs   fileSystem
+	log  *slog.Logger
+	lock io.Closer
+
+	// syncAlways is true when every Put waits for its record to be written
+	// and (unless NoSync) fsynced: SyncEvery == 1.
+	syncAlways bool
+
+	// mu guards the fields below: the producer side.
+	mu       sync.Mutex
+	pending  *batch // records put but not yet taken by the writer
+	nextSeq  uint64 // seq the next Put gets
+	closed   bool
+	writeErr error // first failed write or fsync; sticky
+	// fullErr is set while the writer cannot write for lack of space (ENOSPC)
+	// and cleared when a write succeeds again.
+	fullErr error
+
+	wakeCh   chan struct{} // capacity 1: there is work for the writer
+	emptyCh  chan chan error // Empty's requests to the writer
+	closeCh  chan struct{} // closed by Close: tells every wait to give up
+	writerCh chan struct{} // closed when the writer goroutine has returned
+
+	taken   broadcast // the writer took the pending batch
+	written broadcast // new records are readable
+	freed   broadcast // disk space was freed, or a stalled write went through
+
+	// segMu guards segs. The writer is the only one that changes it.
+	segMu sync.RWMutex
+	segs  []*segment // sorted by base; the last one is being written
+
+	// readMu guards the fields below: the consumer side.
+	readMu   sync.Mutex
+	rd       reader              // the next record Read hands out
+	ackFloor uint64              // oldest record not yet acknowledged
+	acked    map[uint64]struct{} // acknowledged seqs above ackFloor
+	inFlight int64               // handed out by Read, not yet acknowledged
+
+	// w is the writer goroutine's state; nothing else touches it once Open
+	// returns.
+	w writer
+
+	// Gauges and counters for Stats, readable without a lock.
+	nextSeqGauge   atomic.Uint64
+	ackFloorGauge  atomic.Uint64
+	inFlightGauge  atomic.Int64
+	bufferedBytes  atomic.Int64 // bytes put and not yet written
+	diskBytes      atomic.Int64 // bytes of every segment's three files
+	deleteHint     atomic.Uint64
+	rollRequested  atomic.Bool
+	corruptRecords atomic.Int64
+	badFiles       atomic.Int64
+	indexRebuilds  atomic.Int64
+	readErrors     atomic.Int64
+	syncs          atomic.Int64
+	puts           atomic.Int64
+	acks           atomic.Int64
+	retriedWrites  atomic.Int64
+}
+
+// Record is one record read from the queue. Body belongs to the caller.
+type Record struct {
+	Seq  uint64    // position in the log; consecutive, starting where the queue started
+	Time time.Time // when Put stored it (wall clock of the producer's machine)
+	Body []byte
+}
+
+// batch is a run of encoded records that the writer writes with one write
+// call. Producers fill the pending batch under q.mu; the writer then owns it.
+type batch struct {
+	buf    []byte
+	n      int     // records in buf
+	off    int     // bytes of buf already written; a stalled batch resumes here
+	commit *commit // nil unless someone waits for the batch to be written
+	sync   bool    // a waiter needs the batch fsynced, not just written
+}
+
+// commit reports the outcome of a batch to the Puts and Syncs that wait
+// for it. err is written before done is closed.
+type commit struct {
+	done chan struct{}
+	err  error
+}
+
+func (b *batch) waiter() *commit {
+	if b.commit == nil {
+		b.commit = &commit{done: make(chan struct{})}
+	}
+	return b.commit
+}
+
+// broadcast wakes every goroutine waiting for an event: wait returns a
+// channel that the next notify closes.
+type broadcast struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func (b *broadcast) wait() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ch == nil {
+		b.ch = make(chan struct{})
+	}
+	return b.ch
+}
+
+func (b *broadcast) notify() {
+	b.mu.Lock()
+	if b.ch != nil {
+		close(b.ch)
+		b.ch = nil
+	}
+	b.mu.Unlock()
+}
+
+// Open opens the queue in dir, creating the directory if needed, and
+// recovers from whatever state a crash left it in (see FORMAT.md). Only one
+// Queue may have a directory open at a time; a second Open returns
+// [ErrLocked].
+func Open(dir string, opts Options) (*Queue, error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	q := &Queue{
+		dir:        dir,
+		opts:       o,
+		fs:         o.fsForTesting,
+		log:        o.Logger.With("queue", dir),
+		syncAlways: o.SyncEvery == 1,
+		pending:    &batch{},
+		wakeCh:     make(chan struct{}, 1),
+		emptyCh:    make(chan chan error),
+		closeCh:    make(chan struct{}),
+		writerCh:   make(chan struct{}),
+		acked:      make(map[uint64]struct{}),
+	}
+	if err := q.fs.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("diskqueue: open: %w", err)
+	}
+	lock, err := q.fs.Lock(filepath.Join(dir, lockName))
+	if err != nil {
+		return nil, fmt.Errorf("diskqueue: open %s: %w", dir, err)
+	}
+	q.lock = lock
+	if err := q.recover(); err != nil {
+		q.closeFiles()
+		lock.Close()
+		return nil, err
+	}
+	go q.run()
+	return q, nil
+}
+
+// Put appends a copy of body to the queue. Put does not keep body.
+//
+// With SyncEvery 1, Put returns once the record is on stable storage, and
+// concurrent Puts share one fsync. Otherwise Put returns once the record is
+// queued for the writer, which writes it within moments and fsyncs it by the
+// SyncEvery/SyncInterval policy; [Queue.Sync] waits for everything put so far.
+//
+// Put blocks only while the writer is behind by more than a megabyte, while
+// waiting for its fsync, or (with BlockWhenFull) while the disk is full; ctx
+// bounds the wait. If ctx ends while Put waits for an fsync the record may
+// still be stored.
+func (q *Queue) Put(ctx context.Context, body []byte) error {
+	if len(body) > q.opts.MaxRecordBytes {
+		return fmt.Errorf("%w: %d bytes, limit %d", ErrRecordTooLarge, len(body), q.opts.MaxRecordBytes)
+	}
+	if len(body) < q.opts.MinRecordBytes {
+		return fmt.Errorf("%w: %d bytes, minimum %d", ErrRecordTooSmall, len(body), q.opts.MinRecordBytes)
+	}
+	var flags byte
+	stored := body
+	if q.opts.Compress {
+		if c := snappy.Encode(nil, body); len(c) < len(body) {
+			stored, flags = c, flagSnappy
+		}
+	}
+	frame := int64(frameSize(len(stored)))
+	for {
+		q.mu.Lock()
+		if q.closed {
+			q.mu.Unlock()
+			return ErrClosed
+		}
+		if q.writeErr != nil {
+			err := q.writeErr
+			q.mu.Unlock()
+			return err
+		}
+		if err := q.fullLocked(frame); err != nil {
+			wait := q.freed.wait()
+			q.mu.Unlock()
+			if !q.opts.BlockWhenFull {
+				return err
+			}
+			if err := q.waitFor(ctx, wait); err != nil {
+				return err
+			}
+			continue
+		}
+		if len(q.pending.buf) >= pendingLimit {
+			wait := q.taken.wait()
+			q.mu.Unlock()
+			if err := q.waitFor(ctx, wait); err != nil {
+				return err
+			}
+			continue
+		}
+		b := q.pending
+		b.buf = appendRecord(b.buf, flags, q.nextSeq, time.Now().UnixNano(), stored)
+		b.n++
+		q.nextSeq++
+		q.nextSeqGauge.Store(q.nextSeq)
+		q.bufferedBytes.Add(frame)
+		first := b.n == 1
+		var c *commit
+		if q.syncAlways {
+			b.sync = true
+			c = b.waiter()
+		}
+		q.mu.Unlock()
+		q.puts.Add(1)
+		if first {
+			q.wake()
+		}
+		if c == nil {
+			return nil
+		}
+		select {
+		case <-c.done:
+			return c.err
+		case <-ctx.Done():
+			return fmt.Errorf("diskqueue: put: waiting for fsync: %w", ctx.Err())
+		}
+	}
+}
+
+// fullLocked reports ErrDiskFull if a frame of n more bytes would break the
+// disk budget or the writer is stalled on ENOSPC. When everything is
+// acknowledged but the active segment still holds records, it asks the
+// writer to roll so the old segment can go, since no consumer will ever free
+// that space otherwise.
+func (q *Queue) fullLocked(n int64) error {
+	if q.fullErr != nil {
+		return q.fullErr
+	}
+	max := q.opts.MaxDiskBytes
+	if max == 0 {
+		return nil
+	}
+	used := q.diskBytes.Load() + q.bufferedBytes.Load() + indexEntrySize
+	if used+n <= max {
+		return nil
+	}
+	if q.ackFloorGauge.Load() == q.nextSeq && !q.rollRequested.Load() {
+		q.rollRequested.Store(true)
+		q.wake()
+	}
+	return fmt.Errorf("%w: %d bytes used, %d more would pass MaxDiskBytes %d", ErrDiskFull, used, n, max)
+}
+
+// waitFor blocks until ch is closed, ctx ends or the queue closes.
+func (q *Queue) waitFor(ctx context.Context, ch <-chan struct{}) error {
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-q.closeCh:
+		return ErrClosed
+	}
+}
+
+// wake tells the writer there is work, without blocking.
+func (q *Queue) wake() {
+	select {
+	case q.wakeCh <- struct{}{}:
+	default:
+	}
+}
+
+// Sync waits until every record put before the call is written and, unless
+// NoSync is set, on stable storage.
+func (q *Queue) Sync(ctx context.Context) error {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return ErrClosed
+	}
+	if q.writeErr != nil {
+		err := q.writeErr
+		q.mu.Unlock()
+		return err
+	}
+	q.pending.sync = true
+	c := q.pending.waiter()
+	q.mu.Unlock()
+	q.wake()
+	select {
+	case <-c.done:
+		return c.err
+	case <-ctx.Done():
+		return fmt.Errorf("diskqueue: sync: %w", ctx.Err())
+	}
+}
+
+// Depth returns the number of records put and not yet acknowledged,
+// including those handed out by Read and still in flight. It is derived from
+// the cursors, so it cannot drift.
+func (q *Queue) Depth() int64 {
+	return int64(q.nextSeqGauge.Load() - q.ackFloorGauge.Load())
+}
+
+// Close writes every record put so far, fsyncs it (unless NoSync), persists
+// the read cursor and releases the directory. Reads and Puts blocked in
+// other goroutines return [ErrClosed]. Records handed out by Read and not
+// acknowledged are delivered again after the next Open. A second Close
+// returns ErrClosed.
+func (q *Queue) Close() error {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return ErrClosed
+	}
+	q.closed = true
+	q.mu.Unlock()
+	close(q.closeCh)
+	<-q.writerCh
+
+	q.readMu.Lock()
+	defer q.readMu.Unlock()
+	q.segMu.Lock()
+	defer q.segMu.Unlock()
+	q.closeFiles()
+	err := q.w.closeErr
+	if lerr := q.lock.Close(); err == nil && lerr != nil {
+		err = fmt.Errorf("diskqueue: close lock: %w", lerr)
+	}
+	return err
+}
+
+// closeFiles releases every file handle; the caller holds every lock or runs
+// before any goroutine starts.
+func (q *Queue) closeFiles() {
+	for _, s := range q.segs {
+		s.closeFiles()
+	}
+	q.w.closeFiles()
+}
+
+// Stats is a snapshot of a queue's cursors, sizes and counters.
+type Stats struct {
+	// Depth is WriteSeq - ReadSeq: records not yet acknowledged.
+	Depth int64
+	// InFlight is the records handed out by Read and not yet acknowledged.
+	InFlight int64
+
+	// FirstSeq is the oldest record still on disk (retained for replay or
+	// not yet consumed); ReadAt of anything older returns ErrNotFound.
+	FirstSeq uint64
+	// ReadSeq is the read cursor: the oldest record not yet acknowledged.
+	ReadSeq uint64
+	// WriteSeq is the write cursor: the seq the next Put gets.
+	WriteSeq uint64
+	// ReadPos and WritePos are the cursors as segment and byte offset.
+	// WritePos counts only written bytes, not records still buffered.
+	ReadPos, WritePos Position
+
+	Segments  int   // segment files on disk
+	DiskBytes int64 // bytes of log, index and time-index files
+
+	Puts  int64 // records accepted by Put since Open
+	Acks  int64 // records acknowledged since Open
+	Syncs int64 // fsyncs of the log since Open
+
+	// CorruptRecords counts records skipped because their bytes failed a
+	// check; BadFiles counts the .bad files made for them since Open.
+	CorruptRecords int64
+	BadFiles       int64
+	// IndexRebuilds counts index and time-index files rebuilt from their log.
+	IndexRebuilds int64
+	// ReadErrors counts I/O errors returned by reads (not corruption).
+	ReadErrors int64
+	// RetriedWrites counts batches written again after ENOSPC.
+	RetriedWrites int64
+}
+
+// Position is a place in the log: the segment (named by its base seq) and a
+// byte offset in it.
+type Position struct {
+	Segment uint64
+	Offset  int64
+}
+
+// Stats returns a snapshot of the queue's state. It takes no lock on the
+// write path.
+func (q *Queue) Stats() Stats {
+	st := Stats{
+		InFlight:       q.inFlightGauge.Load(),
+		ReadSeq:        q.ackFloorGauge.Load(),
+		WriteSeq:       q.nextSeqGauge.Load(),
+		DiskBytes:      q.diskBytes.Load(),
+		Puts:           q.puts.Load(),
+		Acks:           q.acks.Load(),
+		Syncs:          q.syncs.Load(),
+		CorruptRecords: q.corruptRecords.Load(),
+		BadFiles:       q.badFiles.Load(),
+		IndexRebuilds:  q.indexRebuilds.Load(),
+		ReadErrors:     q.readErrors.Load(),
+		RetriedWrites:  q.retriedWrites.Load(),
+	}
+	st.Depth = int64(st.WriteSeq - st.ReadSeq)
+	q.segMu.RLock()
+	st.Segments = len(q.segs)
+	if len(q.segs) > 0 {
+		st.FirstSeq = q.segs[0].base
+		last := q.segs[len(q.segs)-1]
+		st.WritePos = Position{Segment: last.base, Offset: last.size.Load()}
+	}
+	q.segMu.RUnlock()
+	if pos, err := q.position(st.ReadSeq); err == nil {
+		st.ReadPos = pos
+	} else {
+		st.ReadPos = st.WritePos
+	}
+	return st
+}
+
+// maxSeq is used where "no bound" is meant.
+const maxSeq = math.MaxUint64

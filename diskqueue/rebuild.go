@@ -1,0 +1,401 @@
+package diskqueue
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+)
+
+// indexBuilder derives index and time-index entries from records in log
+// order, with the same rules the writer follows.
+type indexBuilder struct {
+	idx, tidx   []byte
+	maxTime     int64
+	lastTimeOff int64
+	lastTimeSeq uint64 // maxSeq until the segment has an entry
+}
+
+func (b *indexBuilder) add(off int64, h recordHeader) {
+	b.idx = binary.BigEndian.AppendUint32(b.idx, uint32(off))
+	b.maxTime = max(b.maxTime, h.ts)
+	if b.lastTimeSeq == maxSeq || off-b.lastTimeOff >= timeIndexIntervalBytes {
+		b.tidx = appendTimeEntry(b.tidx, b.maxTime, h.seq)
+		b.lastTimeOff, b.lastTimeSeq = off, h.seq
+	}
+}
+
+// damaged gives index entries to records that cannot be decoded, all
+// pointing at the damage, so the index keeps one entry per seq and readers
+// find the damage (and skip it) rather than a wrong record.
+func (b *indexBuilder) damaged(off int64, count uint64) {
+	for ; count > 0; count-- {
+		b.idx = binary.BigEndian.AppendUint32(b.idx, uint32(off))
+	}
+}
+
+// resync looks for the next frame that checks out after damage at off,
+// trying every byte offset, for a seq in (after, before). A cheap test of
+// the seq field comes before the checksum, so this costs little more than a
+// read of the bytes. It is used only where no index can say where the next
+// record starts.
+func resync(w *window, off, limit int64, after, before uint64, maxBody int) (int64, uint64, bool) {
+	for p := off + 1; p+recordHeaderSize <= limit; p++ {
+		head, err := w.bytesAt(p, recordHeaderSize, limit)
+		if err != nil {
+			return 0, 0, false
+		}
+		seq := binary.BigEndian.Uint64(head[9:17])
+		if seq <= after || seq >= before {
+			continue
+		}
+		if h, _, _, err := w.frameAt(p, limit, maxBody); err == nil && h.seq == seq {
+			return p, seq, true
+		}
+	}
+	return 0, 0, false
+}
+
+// rebuildIndexes rewrites a sealed segment's index and time index from its
+// log, atomically (temporary file, fsync, rename). Damaged records keep an
+// entry pointing at the damage.
+func (q *Queue) rebuildIndexes(seg *segment) error {
+	maxBody := maxBodyForRead(q.opts.MaxRecordBytes)
+	end, size := seg.end.Load(), seg.size.Load()
+	b := indexBuilder{maxTime: q.w.maxTime, lastTimeSeq: maxSeq}
+	sc := newScanner(seg.log, fileHeaderSize, seg.base, size, maxBody)
+	for {
+		for sc.Next() {
+			off, h, _ := sc.Record()
+			b.add(off, h)
+		}
+		if sc.Err() == nil || sc.seq >= end {
+			break
+		}
+		if !errors.Is(sc.Err(), ErrCorrupt) && !errors.Is(sc.Err(), errShortFrame) {
+			return fmt.Errorf("diskqueue: open: rebuild index of %s: %w", seg.path(logSuffix), sc.Err())
+		}
+		off, seq, ok := resync(&sc.win, sc.off, size, sc.seq, end, maxBody)
+		if !ok {
+			b.damaged(sc.off, end-sc.seq)
+			break
+		}
+		b.damaged(sc.off, seq-sc.seq)
+		sc = newScanner(seg.log, off, seq, size, maxBody)
+	}
+	if n := uint64(len(b.idx) / indexEntrySize); n != end-seg.base {
+		// The log holds more records than its neighbour's base allows, or
+		// fewer were found: keep exactly the segment's count.
+		want := int((end - seg.base) * indexEntrySize)
+		if len(b.idx) > want {
+			b.idx = b.idx[:want]
+		} else {
+			b.damaged(size, (end-seg.base)-n)
+		}
+	}
+	if b.lastTimeSeq != end-1 && end > seg.base {
+		b.tidx = appendTimeEntry(b.tidx, b.maxTime, end-1)
+	}
+	if err := q.writeAtomically(seg.path(indexSuffix), appendFileHeader(nil, magicIndex, seg.base), b.idx); err != nil {
+		return err
+	}
+	if err := q.writeAtomically(seg.path(timeIndexSuffix), appendFileHeader(nil, magicTimeIndex, seg.base), b.tidx); err != nil {
+		return err
+	}
+	seg.indexBytes.Store(int64(fileHeaderSize + len(b.idx)))
+	seg.timeIndexBytes.Store(int64(fileHeaderSize + len(b.tidx)))
+	seg.maxTime.Store(b.maxTime)
+	q.w.maxTime = b.maxTime
+	q.indexRebuilds.Add(1)
+	q.log.Warn("diskqueue: rebuilt the indexes of a sealed segment from its log", "segment", seg.base)
+	return nil
+}
+
+// writeAtomically replaces path with header+body: temporary file, fsync,
+// rename, directory fsync.
+func (q *Queue) writeAtomically(path string, header, body []byte) error {
+	tmp := path + tmpSuffix
+	f, err := q.fs.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return fmt.Errorf("diskqueue: open: %w", err)
+	}
+	_, err = f.WriteAt(append(header, body...), 0)
+	if err == nil && !q.opts.NoSync {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = q.fs.Rename(tmp, path)
+	}
+	if err == nil && !q.opts.NoSync {
+		err = q.fs.SyncDir(q.dir)
+	}
+	if err != nil {
+		q.fs.Remove(tmp)
+		return fmt.Errorf("diskqueue: open: write %s: %w", path, err)
+	}
+	return nil
+}
+
+// recoverTail repairs the last segment, the only one that can hold bytes
+// that were never synced, and readies the writer to append to it.
+//
+// The sequence index says where the last records start, so only the records
+// after its last entry that checks out are scanned; a missing index costs a
+// scan of this one segment, never of the whole log. A torn final record
+// (cut short, zeros, or a bad checksum with nothing valid after it) is cut
+// off: with SyncEvery 1 no Put of it returned, and with any other policy it
+// was never promised to survive a crash. A bad record with valid records
+// after it is damage, not a torn write: it stays, and readers skip it.
+func (q *Queue) recoverTail(seg *segment, size int64) error {
+	w := &q.w
+	maxBody := maxBodyForRead(q.opts.MaxRecordBytes)
+	var err error
+	open := func(suffix string) (file, error) {
+		return q.fs.OpenFile(seg.path(suffix), os.O_RDWR|os.O_CREATE, 0o644)
+	}
+	if w.log, err = open(logSuffix); err != nil {
+		return fmt.Errorf("diskqueue: open: %w", err)
+	}
+	if w.index, err = open(indexSuffix); err != nil {
+		return fmt.Errorf("diskqueue: open: %w", err)
+	}
+	if w.timeIndex, err = open(timeIndexSuffix); err != nil {
+		return fmt.Errorf("diskqueue: open: %w", err)
+	}
+	if seg.index, err = q.fs.OpenFile(seg.path(indexSuffix), os.O_RDONLY, 0); err != nil {
+		return fmt.Errorf("diskqueue: open: %w", err)
+	}
+
+	// Index entries, and the last one that points at its record.
+	indexSize := fileSize(w.index)
+	entries := int64(0)
+	indexDamaged := false
+	if q.headerOK(w.index, magicIndex, seg.base) {
+		entries = (indexSize - fileHeaderSize) / indexEntrySize
+	} else if indexSize > 0 {
+		indexDamaged = true
+	}
+	entry := func(j int64) (int64, bool) {
+		var e [indexEntrySize]byte
+		if _, err := w.index.ReadAt(e[:], fileHeaderSize+j*indexEntrySize); err != nil {
+			return 0, false
+		}
+		off := int64(binary.BigEndian.Uint32(e[:]))
+		h, _, _, err := q.readFrameAt(seg, off, size)
+		return off, err == nil && h.seq == seg.base+uint64(j)
+	}
+	trusted := int64(-1) // entries [0, trusted] are believed
+	if entries > 0 {
+		if _, ok := entry(entries - 1); ok {
+			trusted = entries - 1
+		} else {
+			// Entries are written in order, so the good ones form a prefix.
+			lo, hi := int64(-1), entries-1
+			for hi-lo > 1 {
+				mid := (lo + hi) / 2
+				if _, ok := entry(mid); ok {
+					lo = mid
+				} else {
+					hi = mid
+				}
+			}
+			trusted = lo
+			indexDamaged = true
+		}
+	}
+
+	// Time-index entries kept: those for records the index vouches for.
+	tbuf := make([]byte, max(fileSize(w.timeIndex), 0))
+	if _, err := w.timeIndex.ReadAt(tbuf, 0); err != nil && err != io.EOF {
+		return fmt.Errorf("diskqueue: open: read %s: %w", seg.path(timeIndexSuffix), err)
+	}
+	tEntries, terr := decodeTimeIndex(tbuf, seg.base)
+	if terr != nil {
+		tEntries = nil
+		indexDamaged = indexDamaged || len(tbuf) > 0
+	}
+	for len(tEntries) > 0 && tEntries[len(tEntries)-1].seq > seg.base+uint64(max(trusted, -1)) || (trusted < 0 && len(tEntries) > 0) {
+		tEntries = tEntries[:len(tEntries)-1]
+	}
+
+	// Scan from the earlier of the last trusted index entry and the last
+	// kept time entry: the time index needs the offsets after its entry.
+	b := indexBuilder{maxTime: w.maxTime, lastTimeSeq: maxSeq}
+	startSeq, startOff := seg.base, int64(fileHeaderSize)
+	if trusted >= 0 {
+		startSeq = seg.base + uint64(trusted)
+		if n := len(tEntries); n > 0 {
+			startSeq = tEntries[n-1].seq
+			b.maxTime = max(b.maxTime, tEntries[n-1].maxTime)
+			b.lastTimeSeq = tEntries[n-1].seq
+		}
+		startOff, _ = entry(int64(startSeq - seg.base))
+		b.lastTimeOff = startOff
+	}
+	keepIndex := int64(startSeq - seg.base) // index entries before startSeq are kept
+	sc := newScanner(seg.log, startOff, startSeq, size, maxBody)
+	goodEnd := startOff
+	for {
+		for sc.Next() {
+			off, h, _ := sc.Record()
+			b.add(off, h)
+		}
+		goodEnd = sc.Offset()
+		if sc.Err() == nil {
+			break
+		}
+		if !errors.Is(sc.Err(), ErrCorrupt) && !errors.Is(sc.Err(), errShortFrame) {
+			return fmt.Errorf("diskqueue: open: recover %s: %w", seg.path(logSuffix), sc.Err())
+		}
+		off, seq, ok := q.validAfter(seg, w.index, sc, entries, size)
+		if !ok {
+			break
+		}
+		q.log.Warn("diskqueue: damaged records in the last segment; keeping them for readers to skip", "segment", seg.base, "offset", sc.Offset(), "first_seq", sc.seq, "records", seq-sc.seq)
+		b.damaged(sc.Offset(), seq-sc.seq)
+		sc = newScanner(seg.log, off, seq, size, maxBody)
+	}
+	end := sc.seq
+	if goodEnd < size {
+		if err := q.cutTail(seg, w.log, goodEnd, size); err != nil {
+			return err
+		}
+	}
+
+	// Rewrite the index tail and the time-index tail.
+	gotEntries := keepIndex + int64(len(b.idx)/indexEntrySize)
+	if indexDamaged || gotEntries != entries {
+		if indexDamaged || gotEntries > entries {
+			q.indexRebuilds.Add(1)
+			q.log.Warn("diskqueue: rebuilt index entries from the log", "segment", seg.base, "entries_found", entries, "records", gotEntries)
+		}
+	}
+	idx := b.idx
+	if keepIndex == 0 {
+		idx = append(appendFileHeader(nil, magicIndex, seg.base), idx...)
+	}
+	idxAt := fileHeaderSize + keepIndex*indexEntrySize
+	if keepIndex == 0 {
+		idxAt = 0
+	}
+	if err := rewriteTail(w.index, idxAt, idx); err != nil {
+		return fmt.Errorf("diskqueue: open: rewrite %s: %w", seg.path(indexSuffix), err)
+	}
+	tidx := appendFileHeader(nil, magicTimeIndex, seg.base)
+	for _, e := range tEntries {
+		tidx = appendTimeEntry(tidx, e.maxTime, e.seq)
+	}
+	// The scan re-derived the entry at startSeq; keep the stored one.
+	if len(tEntries) > 0 && len(b.tidx) >= timeIndexEntrySize && binary.BigEndian.Uint64(b.tidx[8:]) == tEntries[len(tEntries)-1].seq {
+		b.tidx = b.tidx[timeIndexEntrySize:]
+	}
+	tidx = append(tidx, b.tidx...)
+	if err := rewriteTail(w.timeIndex, 0, tidx); err != nil {
+		return fmt.Errorf("diskqueue: open: rewrite %s: %w", seg.path(timeIndexSuffix), err)
+	}
+
+	w.seg = seg
+	w.size, w.end = goodEnd, end
+	w.indexSize = fileHeaderSize + gotEntries*indexEntrySize
+	w.timeIndexSize = int64(len(tidx))
+	w.maxTime = b.maxTime
+	w.lastTimeOff, w.lastTimeSeq = b.lastTimeOff, b.lastTimeSeq
+	seg.size.Store(goodEnd)
+	seg.end.Store(end)
+	seg.maxTime.Store(b.maxTime)
+	seg.indexBytes.Store(w.indexSize)
+	seg.timeIndexBytes.Store(w.timeIndexSize)
+	return nil
+}
+
+// validAfter decides whether the record the scanner stopped at is damage
+// inside the log (valid records follow it) or a torn tail. It follows the
+// frame's own length, then the index entries just after, and returns where
+// valid records resume.
+func (q *Queue) validAfter(seg *segment, index file, sc *scanner, entries, size int64) (int64, uint64, bool) {
+	bad, seq := sc.Offset(), sc.seq
+	var head [lengthSize]byte
+	if _, err := seg.log.ReadAt(head[:], bad); err == nil {
+		if n, err := frameLength(head[:], maxBodyForRead(q.opts.MaxRecordBytes)); err == nil {
+			if h, _, _, err := q.readFrameAt(seg, bad+int64(n), size); err == nil && h.seq == seq+1 {
+				return bad + int64(n), seq + 1, true
+			}
+		}
+	}
+	const lookahead = 64
+	for j := int64(seq-seg.base) + 1; j < entries && j <= int64(seq-seg.base)+lookahead; j++ {
+		var e [indexEntrySize]byte
+		if _, err := index.ReadAt(e[:], fileHeaderSize+j*indexEntrySize); err != nil {
+			break
+		}
+		off := int64(binary.BigEndian.Uint32(e[:]))
+		if off <= bad {
+			continue
+		}
+		if h, _, _, err := q.readFrameAt(seg, off, size); err == nil && h.seq == seg.base+uint64(j) {
+			return off, h.seq, true
+		}
+	}
+	return 0, 0, false
+}
+
+// cutTail truncates a torn tail, first copying it to a .bad file unless it
+// is all zeros (space the file system allocated but nothing wrote).
+func (q *Queue) cutTail(seg *segment, log file, from, size int64) error {
+	tail := make([]byte, size-from)
+	if _, err := log.ReadAt(tail, from); err != nil && err != io.EOF {
+		return fmt.Errorf("diskqueue: open: read tail of %s: %w", seg.path(logSuffix), err)
+	}
+	attrs := []any{"segment", seg.base, "offset", from, "bytes", len(tail)}
+	if !allZero(tail) {
+		name := fmt.Sprintf("%s.%d%s", seg.path(logSuffix), from, badSuffix)
+		if err := q.copyBytes(name, tail); err != nil {
+			return fmt.Errorf("diskqueue: open: save torn tail: %w", err)
+		}
+		q.badFiles.Add(1)
+		attrs = append(attrs, "bad_file", name)
+	}
+	if err := log.Truncate(from); err != nil {
+		return fmt.Errorf("diskqueue: open: truncate %s: %w", seg.path(logSuffix), err)
+	}
+	if !q.opts.NoSync {
+		if err := log.Sync(); err != nil {
+			return fmt.Errorf("diskqueue: open: fsync %s: %w", seg.path(logSuffix), err)
+		}
+	}
+	q.log.Warn("diskqueue: cut a torn write off the end of the log", attrs...)
+	return nil
+}
+
+func allZero(b []byte) bool {
+	return len(bytes.Trim(b, "\x00")) == 0
+}
+
+// copyBytes writes b to a new file name.
+func (q *Queue) copyBytes(name string, b []byte) error {
+	f, err := q.fs.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteAt(b, 0)
+	if err == nil && !q.opts.NoSync {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// rewriteTail writes b at off and cuts the file there.
+func rewriteTail(f file, off int64, b []byte) error {
+	if _, err := f.WriteAt(b, off); err != nil {
+		return err
+	}
+	return f.Truncate(off + int64(len(b)))
+}

@@ -1,0 +1,345 @@
+package diskqueue
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// scanner decodes consecutive frames from an io.ReaderAt, in the shape of
+// bufio.Scanner. It stops at the first frame that does not check out and
+// reports the offset up to which everything was good, so recovery (and its
+// fuzz test) can run over any bytes, with or without files.
+type scanner struct {
+	win     window
+	off     int64  // offset of the next frame: the end of the good prefix
+	seq     uint64 // seq the next frame must carry
+	limit   int64
+	maxBody int
+
+	recOff int64
+	hdr    recordHeader
+	n      int
+	err    error
+}
+
+func newScanner(r io.ReaderAt, off int64, seq uint64, limit int64, maxBody int) *scanner {
+	s := &scanner{off: off, seq: seq, limit: limit, maxBody: maxBody}
+	s.win.reset(r)
+	return s
+}
+
+// Next decodes the next frame. It returns false at the end of the data
+// (Err is nil) or at a frame that fails (Err says why: errShortFrame for one
+// cut short, ErrCorrupt for bad bytes, or an I/O error).
+func (s *scanner) Next() bool {
+	if s.err != nil || s.off >= s.limit {
+		return false
+	}
+	h, _, n, err := s.win.frameAt(s.off, s.limit, s.maxBody)
+	if err == nil && h.seq != s.seq {
+		err = fmt.Errorf("%w: record at offset %d has seq %d, want %d", ErrCorrupt, s.off, h.seq, s.seq)
+	}
+	if err != nil {
+		s.err = err
+		return false
+	}
+	s.recOff, s.hdr, s.n = s.off, h, n
+	s.off += int64(n)
+	s.seq++
+	return true
+}
+
+// Record returns the offset, header and frame size of the last good frame.
+func (s *scanner) Record() (int64, recordHeader, int) { return s.recOff, s.hdr, s.n }
+
+// Err returns what stopped the scan, nil for a clean end.
+func (s *scanner) Err() error { return s.err }
+
+// Offset is the end of the good prefix.
+func (s *scanner) Offset() int64 { return s.off }
+
+// recover runs in Open before the writer starts: it reads the directory,
+// checks every segment's header, repairs the tail of the last segment and
+// its indexes, loads the read cursor and prepares the writer. It reads only
+// the part of the log that may not have been synced: sealed segments were
+// fsynced whole at rotation.
+func (q *Queue) recover() error {
+	entries, err := q.fs.ReadDir(q.dir)
+	if err != nil {
+		return fmt.Errorf("diskqueue: open: %w", err)
+	}
+	var bases []uint64
+	var unknown []string
+	bad := 0
+	for _, e := range entries {
+		name := e.Name()
+		if base, ok := parseSegmentName(name, logSuffix); ok {
+			bases = append(bases, base)
+			continue
+		}
+		switch {
+		case name == cursorName || name == lockName:
+		case strings.HasSuffix(name, tmpSuffix):
+			// An atomic write that never finished; nothing refers to it.
+			if err := q.fs.Remove(filepath.Join(q.dir, name)); err != nil {
+				q.log.Warn("diskqueue: cannot remove temporary file", "file", name, "err", err)
+			}
+		case strings.HasSuffix(name, badSuffix):
+			bad++
+		case strings.HasSuffix(name, indexSuffix), strings.HasSuffix(name, timeIndexSuffix):
+			// Paired with a log below; orphans are removed after.
+		default:
+			unknown = append(unknown, name)
+		}
+	}
+	if len(unknown) > 0 {
+		q.log.Warn("diskqueue: leaving unknown files alone", "files", unknown)
+	}
+	if bad > 0 {
+		q.log.Warn("diskqueue: directory holds quarantined .bad files; inspect and delete them by hand", "count", bad)
+	}
+	slices.Sort(bases)
+	q.removeOrphanIndexes(entries, bases)
+
+	cur, haveCursor, cerr := loadCursor(q.fs, filepath.Join(q.dir, cursorName), q.opts.NoSync)
+	if cur == nil {
+		return fmt.Errorf("diskqueue: open cursor: %w", cerr)
+	}
+	q.w.cursor = cur
+	if cerr != nil {
+		if errors.Is(cerr, ErrUnsupportedVersion) {
+			return cerr
+		}
+		q.log.Warn("diskqueue: cursor file is damaged; rebuilding it from the segments, so acknowledged records may be delivered again", "err", cerr)
+	}
+
+	for i, base := range bases {
+		last := i == len(bases)-1
+		next := uint64(maxSeq)
+		if !last {
+			next = bases[i+1]
+		}
+		seg, err := q.openSegment(base, next, last)
+		if err != nil {
+			return err
+		}
+		if seg != nil {
+			q.segs = append(q.segs, seg)
+		}
+	}
+	if len(q.segs) == 0 || q.segs[len(q.segs)-1].sealed.Load() {
+		// No segments yet, or the last one was unusable: start a new one
+		// where the log left off, so seqs never go backwards.
+		base := cur.state.readSeq
+		if n := len(bases); n > 0 {
+			base = bases[n-1]
+			if len(q.segs) > 0 {
+				base = max(base, q.segs[len(q.segs)-1].end.Load())
+			}
+		}
+		seg, files, err := q.createSegment(base)
+		if err != nil {
+			return err
+		}
+		q.segs = append(q.segs, seg)
+		q.w.seg = seg
+		q.w.log, q.w.index, q.w.timeIndex = files[0], files[1], files[2]
+		q.w.size, q.w.indexSize, q.w.timeIndexSize = fileHeaderSize, fileHeaderSize, fileHeaderSize
+		q.w.end, q.w.lastTimeSeq = base, maxSeq
+	}
+	for _, s := range q.segs {
+		q.diskBytes.Add(s.diskBytes())
+	}
+	q.nextSeq = q.w.end
+	q.nextSeqGauge.Store(q.nextSeq)
+
+	// The cursor: the oldest record not acknowledged. Clamp it into the log:
+	// below the first segment its records were deleted after being
+	// acknowledged; past the end, a crash lost records the cursor had passed.
+	readSeq := cur.state.readSeq
+	first := q.segs[0].base
+	switch {
+	case !haveCursor && len(bases) > 0:
+		readSeq = first
+		q.log.Warn("diskqueue: no valid cursor; delivering every record on disk again", "from_seq", first)
+	case readSeq < first:
+		readSeq = first
+	case readSeq > q.nextSeq:
+		q.log.Warn("diskqueue: cursor is past the end of the log; records were lost in a crash", "cursor", readSeq, "end", q.nextSeq)
+		readSeq = q.nextSeq
+	}
+	q.ackFloor = readSeq
+	q.ackFloorGauge.Store(readSeq)
+	q.rd = reader{q: q, seq: readSeq}
+	if !haveCursor || readSeq != cur.state.readSeq {
+		if err := cur.store(readSeq); err != nil {
+			return err
+		}
+		if !haveCursor && !q.opts.NoSync {
+			if err := q.fs.SyncDir(q.dir); err != nil {
+				return fmt.Errorf("diskqueue: open: sync directory: %w", err)
+			}
+		}
+	}
+	q.w.persisted = readSeq
+	q.updateDeleteHint()
+	return nil
+}
+
+// removeOrphanIndexes deletes index files whose log is gone (a crash between
+// the removals of a consumed segment's files).
+func (q *Queue) removeOrphanIndexes(entries []os.DirEntry, bases []uint64) {
+	for _, e := range entries {
+		for _, suffix := range []string{indexSuffix, timeIndexSuffix} {
+			base, ok := parseSegmentName(e.Name(), suffix)
+			if !ok {
+				continue
+			}
+			if _, found := slices.BinarySearch(bases, base); !found {
+				if err := q.fs.Remove(filepath.Join(q.dir, e.Name())); err != nil {
+					q.log.Warn("diskqueue: cannot remove orphan index", "file", e.Name(), "err", err)
+				}
+			}
+		}
+	}
+}
+
+// openSegment opens one segment found on disk. next is the base of the
+// segment after it (which bounds its records) or maxSeq for the last. A
+// segment whose header is damaged is set aside as .bad and nil is returned;
+// for the last one the caller then starts a fresh segment at its base.
+func (q *Queue) openSegment(base, next uint64, last bool) (*segment, error) {
+	seg := &segment{dir: q.dir, base: base}
+	name := seg.path(logSuffix)
+	f, err := q.fs.OpenFile(name, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("diskqueue: open: %w", err)
+	}
+	seg.log = f
+	info, err := f.Stat()
+	if err != nil {
+		seg.closeFiles()
+		return nil, fmt.Errorf("diskqueue: open: %w", err)
+	}
+	size := info.Size()
+	head := make([]byte, fileHeaderSize)
+	if _, err := f.ReadAt(head, 0); err != nil && err != io.EOF {
+		seg.closeFiles()
+		return nil, fmt.Errorf("diskqueue: open: read %s: %w", name, err)
+	}
+	got, herr := decodeFileHeader(head, magicLog)
+	if herr == nil && got != base {
+		seg.closeFiles()
+		return nil, fmt.Errorf("%w: %s has base %d in its header", ErrCorrupt, name, got)
+	}
+	if errors.Is(herr, ErrUnsupportedVersion) {
+		seg.closeFiles()
+		return nil, fmt.Errorf("%s: %w", name, herr)
+	}
+	if herr != nil {
+		seg.closeFiles()
+		return nil, q.setAside(seg, size, herr, last)
+	}
+	if last {
+		return seg, q.recoverTail(seg, size)
+	}
+	seg.size.Store(size)
+	seg.end.Store(next)
+	seg.sealed.Store(true)
+	if err := q.checkSealedIndexes(seg); err != nil {
+		seg.closeFiles()
+		return nil, err
+	}
+	return seg, nil
+}
+
+// setAside quarantines a segment whose header is unreadable. A last
+// segment shorter than a header is a crash during its creation, before any
+// record in it could be acknowledged; anything else is damage.
+func (q *Queue) setAside(seg *segment, size int64, cause error, last bool) error {
+	name := seg.path(logSuffix)
+	for _, suffix := range []string{indexSuffix, timeIndexSuffix} {
+		if err := q.fs.Remove(seg.path(suffix)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("diskqueue: open: %w", err)
+		}
+	}
+	if last && size < fileHeaderSize {
+		q.log.Warn("diskqueue: removing a segment cut short while it was created", "segment", seg.base, "err", cause)
+		if err := q.fs.Remove(name); err != nil {
+			return fmt.Errorf("diskqueue: open: %w", err)
+		}
+		return nil
+	}
+	if err := q.fs.Rename(name, name+badSuffix); err != nil {
+		return fmt.Errorf("diskqueue: open: quarantine %s: %w", name, err)
+	}
+	q.badFiles.Add(1)
+	q.log.Warn("diskqueue: segment header is damaged; moved aside, its records are skipped", "segment", seg.base, "bad_file", name+badSuffix, "err", cause)
+	return nil
+}
+
+// checkSealedIndexes opens a sealed segment's index and checks that both
+// index files have the size the segment's record count implies, rebuilding
+// them from the log if not. Sizes, not contents, are checked here, so Open
+// stays cheap; ReadAt checks every entry it uses against the log.
+func (q *Queue) checkSealedIndexes(seg *segment) error {
+	count := int64(seg.end.Load() - seg.base)
+	idx, err := q.fs.OpenFile(seg.path(indexSuffix), os.O_RDONLY, 0)
+	indexOK := err == nil && q.headerOK(idx, magicIndex, seg.base) && fileSize(idx) == fileHeaderSize+count*indexEntrySize
+	if idx != nil {
+		idx.Close()
+	}
+	tidx, err := q.fs.OpenFile(seg.path(timeIndexSuffix), os.O_RDONLY, 0)
+	var lastTime, n int64
+	timeOK := false
+	if err == nil {
+		n = fileSize(tidx)
+		if q.headerOK(tidx, magicTimeIndex, seg.base) && n >= fileHeaderSize+timeIndexEntrySize && (n-fileHeaderSize)%timeIndexEntrySize == 0 {
+			var e [timeIndexEntrySize]byte
+			if _, err := tidx.ReadAt(e[:], n-timeIndexEntrySize); err == nil && binary.BigEndian.Uint64(e[8:]) == seg.end.Load()-1 {
+				lastTime = int64(binary.BigEndian.Uint64(e[:]))
+				timeOK = lastTime >= q.w.maxTime
+			}
+		}
+		tidx.Close()
+	}
+	if !indexOK || !timeOK {
+		if err := q.rebuildIndexes(seg); err != nil {
+			return err
+		}
+	} else {
+		seg.maxTime.Store(lastTime)
+		q.w.maxTime = lastTime
+		seg.indexBytes.Store(fileHeaderSize + count*indexEntrySize)
+		seg.timeIndexBytes.Store(n)
+	}
+	seg.index, err = q.fs.OpenFile(seg.path(indexSuffix), os.O_RDONLY, 0)
+	if err != nil {
+		return fmt.Errorf("diskqueue: open: %w", err)
+	}
+	return nil
+}
+
+func (q *Queue) headerOK(f file, magic [4]byte, base uint64) bool {
+	head := make([]byte, fileHeaderSize)
+	if _, err := f.ReadAt(head, 0); err != nil {
+		return false
+	}
+	got, err := decodeFileHeader(head, magic)
+	return err == nil && got == base
+}
+
+func fileSize(f file) int64 {
+	info, err := f.Stat()
+	if err != nil {
+		return -1
+	}
+	return info.Size()
+}
+

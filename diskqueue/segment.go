@@ -1,0 +1,91 @@
+package diskqueue
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+)
+
+// File name suffixes. A segment is three files sharing one base name: the
+// base seq as 20 zero-padded digits, so `ls` lists them in log order.
+const (
+	logSuffix       = ".log"
+	indexSuffix     = ".index"
+	timeIndexSuffix = ".timeindex"
+	badSuffix       = ".bad"
+	tmpSuffix       = ".tmp"
+	cursorName      = "cursor"
+	lockName        = "LOCK"
+	segmentDigits   = 20
+)
+
+// segmentName returns the file name of the segment whose first record is
+// base, with the given suffix.
+func segmentName(base uint64, suffix string) string {
+	return fmt.Sprintf("%0*d%s", segmentDigits, base, suffix)
+}
+
+// parseSegmentName is the inverse of segmentName for names ending in suffix.
+func parseSegmentName(name, suffix string) (uint64, bool) {
+	digits, ok := strings.CutSuffix(name, suffix)
+	if !ok || len(digits) != segmentDigits {
+		return 0, false
+	}
+	base, err := strconv.ParseUint(digits, 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	return base, true
+}
+
+// segment is one log file with its index and time index.
+//
+// The fields set at creation never change. The atomics are written only by
+// the writer goroutine (or by Open before any goroutine starts) and read by
+// anyone holding the segment: they publish how much of the log is readable.
+type segment struct {
+	dir  string
+	base uint64 // seq of the first record; also the file name
+
+	log   file // read-only handle shared by Read, ReadAt and Scan (pread)
+	index file // read-only handle for ReadAt lookups
+
+	// size is the number of log bytes, header included, that are written and
+	// may be read. end is the seq after the last readable record, so the
+	// segment holds [base, end). Both grow only, and size is stored before
+	// end, so a reader that sees end also sees the bytes behind it.
+	size atomic.Int64
+	end  atomic.Uint64
+	// sealed is set once the writer has moved on; size and end are final.
+	sealed atomic.Bool
+	// maxTime is the newest record timestamp (running maximum) seen up to
+	// end, in Unix nanoseconds; retention by age uses it.
+	maxTime atomic.Int64
+	// indexBytes and timeIndexBytes are the sizes of the two index files,
+	// for Stats and the disk budget.
+	indexBytes     atomic.Int64
+	timeIndexBytes atomic.Int64
+}
+
+func (s *segment) path(suffix string) string {
+	return filepath.Join(s.dir, segmentName(s.base, suffix))
+}
+
+// diskBytes is what the segment's three files take on disk.
+func (s *segment) diskBytes() int64 {
+	return s.size.Load() + s.indexBytes.Load() + s.timeIndexBytes.Load()
+}
+
+// closeFiles releases the read handles. A pread running concurrently keeps
+// the descriptor alive until it returns (os.File counts references) and the
+// next one fails with os.ErrClosed, which callers turn into ErrNotFound.
+func (s *segment) closeFiles() {
+	if s.log != nil {
+		s.log.Close()
+	}
+	if s.index != nil {
+		s.index.Close()
+	}
+}
