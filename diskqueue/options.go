@@ -77,6 +77,9 @@ type Options struct {
 	// fsForTesting replaces the operating system's file system; tests use it
 	// to inject faults.
 	fsForTesting fileSystem
+	// clockForTesting replaces time.Now for record timestamps, so golden
+	// files are reproducible and clocks can step backwards on cue.
+	clockForTesting func() time.Time
 }
 
 // Defaults documented on the Options fields.
@@ -107,6 +110,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.clockForTesting == nil {
+		o.clockForTesting = time.Now
 	}
 	if o.fsForTesting == nil {
 		o.fsForTesting = osFS{}

@@ -240,7 +240,7 @@ func (q *Queue) Put(ctx context.Context, body []byte) error {
 			continue
 		}
 		b := q.pending
-		b.buf = appendRecord(b.buf, flags, q.nextSeq, time.Now().UnixNano(), stored)
+		b.buf = appendRecord(b.buf, flags, q.nextSeq, q.opts.clockForTesting().UnixNano(), stored)
 		b.n++
 		q.nextSeq++
 		q.nextSeqGauge.Store(q.nextSeq)

@@ -346,6 +346,9 @@ func (q *Queue) position(seq uint64) (Position, error) {
 // [Queue.Ack] acknowledges it; records never acknowledged are delivered
 // again after the queue is reopened, so delivery is at-least-once.
 //
+// With a ctx that is already done, Read does not wait: it returns a record
+// that is ready, or ctx.Err().
+//
 // Records whose bytes fail their checks are never returned: Read skips
 // them, copies their bytes to a .bad file, logs a warning and counts them in
 // [Stats].CorruptRecords. An I/O error is returned as is and the same
@@ -601,6 +604,11 @@ func (q *Queue) SeekTime(t time.Time) (uint64, error) {
 	seg := segs[i]
 	start := seg.base
 	entries, err := q.timeEntries(seg)
+	if errors.Is(err, ErrCorrupt) {
+		// The time index is derived data: scan the segment instead.
+		q.log.Warn("diskqueue: time index is damaged; scanning the segment", "segment", seg.base, "err", err)
+		entries, err = nil, nil
+	}
 	if err != nil {
 		return 0, err
 	}

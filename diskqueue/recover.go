@@ -235,16 +235,24 @@ func (q *Queue) openSegment(base, next uint64, last bool) (*segment, error) {
 	}
 	got, herr := decodeFileHeader(head, magicLog)
 	if herr == nil && got != base {
-		seg.closeFiles()
-		return nil, fmt.Errorf("%w: %s has base %d in its header", ErrCorrupt, name, got)
+		herr = fmt.Errorf("%w: header has base %d, file name says %d", ErrCorrupt, got, base)
 	}
 	if errors.Is(herr, ErrUnsupportedVersion) {
 		seg.closeFiles()
 		return nil, fmt.Errorf("%s: %w", name, herr)
 	}
 	if herr != nil {
-		seg.closeFiles()
-		return nil, q.setAside(seg, size, herr, last)
+		// The header carries nothing the name does not; if the records after
+		// it check out under the name's base, only the header is damaged.
+		h, _, _, err := q.readFrameAt(seg, fileHeaderSize, size)
+		if size < fileHeaderSize || err != nil || h.seq != base {
+			seg.closeFiles()
+			return nil, q.setAside(seg, size, herr, last)
+		}
+		q.log.Warn("diskqueue: segment header is damaged but its records are intact; using the base in its name", "segment", base, "err", herr)
+		if last {
+			defer q.rewriteHeader(seg)
+		}
 	}
 	if last {
 		return seg, q.recoverTail(seg, size)
@@ -257,6 +265,16 @@ func (q *Queue) openSegment(base, next uint64, last bool) (*segment, error) {
 		return nil, err
 	}
 	return seg, nil
+}
+
+// rewriteHeader repairs the header of the segment the writer appends to.
+func (q *Queue) rewriteHeader(seg *segment) {
+	if q.w.log == nil {
+		return
+	}
+	if _, err := q.w.log.WriteAt(appendFileHeader(nil, magicLog, seg.base), 0); err != nil {
+		q.log.Warn("diskqueue: cannot repair segment header", "segment", seg.base, "err", err)
+	}
 }
 
 // setAside quarantines a segment whose header is unreadable. A last

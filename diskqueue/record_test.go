@@ -1,0 +1,165 @@
+package diskqueue
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"math"
+	"testing"
+)
+
+func TestRecordRoundTrip(t *testing.T) {
+	for _, body := range [][]byte{nil, {}, []byte("x"), bytes.Repeat([]byte("ab"), 5000)} {
+		frame := appendRecord(nil, flagSnappy, 42, -7, body)
+		if len(frame) != frameSize(len(body)) {
+			t.Fatalf("frame size: got %d, want %d", len(frame), frameSize(len(body)))
+		}
+		if got := int(binary.BigEndian.Uint32(frame)); got != len(frame)-lengthSize {
+			t.Fatalf("length prefix: got %d, want %d (bytes after itself)", got, len(frame)-lengthSize)
+		}
+		h, got, n, err := decodeRecord(frame, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != len(frame) || h.seq != 42 || h.ts != -7 || h.flags != flagSnappy || !bytes.Equal(got, body) {
+			t.Fatalf("decode: got %+v %q n=%d", h, got, n)
+		}
+	}
+}
+
+func TestDecodeRecordDamage(t *testing.T) {
+	good := appendRecord(nil, 0, 7, 1000, []byte("hello, world"))
+	tests := []struct {
+		name   string
+		damage func([]byte) []byte
+		want   error
+	}{
+		{"empty", func(b []byte) []byte { return nil }, errShortFrame},
+		{"short length", func(b []byte) []byte { return b[:3] }, errShortFrame},
+		{"short body", func(b []byte) []byte { return b[:len(b)-1] }, errShortFrame},
+		{"zeros", func(b []byte) []byte { return make([]byte, len(b)) }, ErrCorrupt},
+		{"length too small", func(b []byte) []byte { binary.BigEndian.PutUint32(b, 3); return b }, ErrCorrupt},
+		{"length negative", func(b []byte) []byte { binary.BigEndian.PutUint32(b, math.MaxUint32); return b }, ErrCorrupt},
+		{"length over limit", func(b []byte) []byte { binary.BigEndian.PutUint32(b, 1<<30); return b }, ErrCorrupt},
+		{"length changed", func(b []byte) []byte { b[3]--; return b }, ErrCorrupt},
+		{"crc flipped", func(b []byte) []byte { b[5] ^= 1; return b }, ErrCorrupt},
+		{"flags flipped", func(b []byte) []byte { b[8] ^= 1; return b }, ErrCorrupt},
+		{"seq flipped", func(b []byte) []byte { b[16] ^= 1; return b }, ErrCorrupt},
+		{"time flipped", func(b []byte) []byte { b[20] ^= 0x80; return b }, ErrCorrupt},
+		{"body flipped", func(b []byte) []byte { b[len(b)-1] ^= 0x10; return b }, ErrCorrupt},
+		{"unknown flag with good crc", func(b []byte) []byte {
+			return appendRecord(nil, 0x80, 7, 1000, []byte("hello, world"))
+		}, ErrCorrupt},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := tt.damage(append([]byte(nil), good...))
+			_, body, _, err := decodeRecord(b, 1<<20)
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("got %v, want %v", err, tt.want)
+			}
+			if body != nil {
+				t.Fatalf("got body %q with an error", body)
+			}
+		})
+	}
+}
+
+func TestZeroHeaderNeverValid(t *testing.T) {
+	// Zeros mark the end of written data; the CRC of a zero length is not
+	// zero, so a zeroed frame of any size is rejected.
+	for n := 0; n < 64; n++ {
+		if _, _, _, err := decodeRecord(make([]byte, n), 1<<20); err == nil {
+			t.Fatalf("%d zero bytes decoded as a record", n)
+		}
+	}
+}
+
+func TestFileHeader(t *testing.T) {
+	h := appendFileHeader(nil, magicLog, 12345)
+	if len(h) != fileHeaderSize {
+		t.Fatalf("header size %d", len(h))
+	}
+	if base, err := decodeFileHeader(h, magicLog); err != nil || base != 12345 {
+		t.Fatalf("got %d, %v", base, err)
+	}
+	if _, err := decodeFileHeader(h, magicIndex); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("wrong magic: got %v, want ErrCorrupt", err)
+	}
+	v := append([]byte(nil), h...)
+	v[4] = formatVersion + 1
+	if _, err := decodeFileHeader(v, magicLog); !errors.Is(err, ErrUnsupportedVersion) {
+		t.Fatalf("new version: got %v, want ErrUnsupportedVersion", err)
+	}
+	r := append([]byte(nil), h...)
+	r[6] = 1
+	if _, err := decodeFileHeader(r, magicLog); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("reserved byte: got %v, want ErrCorrupt", err)
+	}
+	if _, err := decodeFileHeader(h[:10], magicLog); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("short header: got %v, want ErrCorrupt", err)
+	}
+}
+
+func TestSegmentNameRoundTrip(t *testing.T) {
+	for _, base := range []uint64{0, 1, 99, 1 << 40, math.MaxUint64} {
+		for _, suffix := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
+			name := segmentName(base, suffix)
+			if len(name) != segmentDigits+len(suffix) {
+				t.Fatalf("%q: not %d digits", name, segmentDigits)
+			}
+			got, ok := parseSegmentName(name, suffix)
+			if !ok || got != base {
+				t.Fatalf("parse(%q) = %d, %v", name, got, ok)
+			}
+		}
+	}
+	for _, bad := range []string{"1.log", "0000000000000000000x.log", "00000000000000000000.index", "00000000000000000000.log.bad", "99999999999999999999.log"} {
+		if _, ok := parseSegmentName(bad, logSuffix); ok {
+			t.Fatalf("parse(%q) accepted", bad)
+		}
+	}
+}
+
+func TestCursorSlots(t *testing.T) {
+	a := encodeCursorSlot(cursorState{gen: 1, readSeq: 10})
+	b := encodeCursorSlot(cursorState{gen: 2, readSeq: 20})
+	file := append(append([]byte(nil), a...), b...)
+	if st, err := decodeCursorFile(file); err != nil || st.readSeq != 20 {
+		t.Fatalf("newest slot: got %+v, %v", st, err)
+	}
+	// A torn write of the newer slot leaves the older one.
+	torn := append([]byte(nil), file...)
+	torn[cursorSlotSize+18] ^= 0xff
+	if st, err := decodeCursorFile(torn); err != nil || st.readSeq != 10 {
+		t.Fatalf("torn newer slot: got %+v, %v", st, err)
+	}
+	// Only the first slot written so far.
+	if st, err := decodeCursorFile(a); err != nil || st.readSeq != 10 {
+		t.Fatalf("one slot: got %+v, %v", st, err)
+	}
+	both := append([]byte(nil), file...)
+	both[3] ^= 1
+	both[cursorSlotSize+3] ^= 1
+	if _, err := decodeCursorFile(both); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("both slots bad: got %v, want ErrCorrupt", err)
+	}
+}
+
+func TestDecodeTimeIndex(t *testing.T) {
+	b := appendFileHeader(nil, magicTimeIndex, 100)
+	b = appendTimeEntry(b, 5, 100)
+	b = appendTimeEntry(b, 5, 104)
+	b = appendTimeEntry(b, 9, 110)
+	got, err := decodeTimeIndex(b, 100)
+	if err != nil || len(got) != 3 || got[2] != (timeEntry{9, 110}) {
+		t.Fatalf("got %v, %v", got, err)
+	}
+	bad := appendTimeEntry(append([]byte(nil), b...), 8, 111) // running max went down
+	if _, err := decodeTimeIndex(bad, 100); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("decreasing max: got %v, want ErrCorrupt", err)
+	}
+	if _, err := decodeTimeIndex(b, 101); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("wrong base: got %v, want ErrCorrupt", err)
+	}
+}
