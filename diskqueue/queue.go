@@ -46,10 +46,10 @@ type Queue struct {
 	// and cleared when a write succeeds again.
 	fullErr error
 
-	wakeCh   chan struct{} // capacity 1: there is work for the writer
+	wakeCh   chan struct{}   // capacity 1: there is work for the writer
 	emptyCh  chan chan error // Empty's requests to the writer
-	closeCh  chan struct{} // closed by Close: tells every wait to give up
-	writerCh chan struct{} // closed when the writer goroutine has returned
+	closeCh  chan struct{}   // closed by Close: tells every wait to give up
+	writerCh chan struct{}   // closed when the writer goroutine has returned
 
 	taken   broadcast // the writer took the pending batch
 	written broadcast // new records are readable

@@ -360,4 +360,3 @@ func fileSize(f file) int64 {
 	}
 	return info.Size()
 }
-

@@ -35,7 +35,7 @@ type writer struct {
 	lastTimeSeq   uint64 // its seq; maxSeq when the segment has no entry yet
 	maxTime       int64  // running maximum of record timestamps, across segments
 
-	unsynced  int   // records written since the last fsync
+	unsynced  int    // records written since the last fsync
 	persisted uint64 // readSeq last stored in the cursor file
 
 	stalled  *batch // batch that hit ENOSPC, written again before anything new
