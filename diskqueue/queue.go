@@ -244,7 +244,7 @@ func (q *Queue) Put(ctx context.Context, body []byte) error {
 		b.n++
 		q.nextSeq++
 		q.nextSeqGauge.Store(q.nextSeq)
-		q.bufferedBytes.Add(frame)
+		q.bufferedBytes.Add(frame + indexEntrySize)
 		first := b.n == 1
 		var c *commit
 		if q.syncAlways {
@@ -281,8 +281,14 @@ func (q *Queue) fullLocked(n int64) error {
 	if max == 0 {
 		return nil
 	}
-	used := q.diskBytes.Load() + q.bufferedBytes.Load() + indexEntrySize
-	if used+n <= max {
+	// Besides the frame and its index entry, writing what is buffered may
+	// add time-index entries and, at each rotation it causes, three file
+	// headers, a final time entry and a first one.
+	buffered := q.bufferedBytes.Load()
+	rotations := (buffered+n)/q.opts.MaxSegmentBytes + 1
+	reserve := rotations*(3*fileHeaderSize+2*timeIndexEntrySize) + (buffered/timeIndexIntervalBytes+1)*timeIndexEntrySize
+	used := q.diskBytes.Load() + buffered
+	if used+n+indexEntrySize+reserve <= max {
 		return nil
 	}
 	if q.ackFloorGauge.Load() == q.nextSeq && !q.rollRequested.Load() {

@@ -132,7 +132,6 @@ func (q *Queue) writeBatch(b *batch) bool {
 		return false
 	}
 	if err == nil {
-		q.w.unsynced += b.n
 		if b.sync || q.w.unsynced >= q.opts.SyncEvery {
 			err = q.syncLog()
 			if err == nil && !b.sync {
@@ -144,7 +143,7 @@ func (q *Queue) writeBatch(b *batch) bool {
 	if err != nil {
 		q.fail(err)
 	}
-	q.bufferedBytes.Add(-int64(len(b.buf)))
+	q.bufferedBytes.Add(-int64(len(b.buf) + b.n*indexEntrySize))
 	q.written.notify()
 	if b.sync && err == nil {
 		// Sync is a barrier: segments consumed before it are gone after it.
@@ -157,14 +156,68 @@ func (q *Queue) writeBatch(b *batch) bool {
 	return err == nil
 }
 
-// stall keeps b to be written again once space returns, and makes new Puts
-// fail with ErrDiskFull until then. Nothing accepted is dropped.
+// stall handles a batch that hit ENOSPC. Without SyncEvery 1 its Puts have
+// returned, so the batch is kept and written again once space returns, and
+// new Puts fail with ErrDiskFull until then: nothing accepted is dropped.
+// With SyncEvery 1 every record in it still has a Put waiting, so the
+// unwritten part is dropped and those Puts get the error instead.
 func (q *Queue) stall(b *batch, err error) {
+	if q.syncAlways {
+		q.dropUnwritten(b, err)
+		return
+	}
 	q.w.stalled = b
 	q.mu.Lock()
 	q.fullErr = fmt.Errorf("%w: %w", ErrDiskFull, err)
 	q.mu.Unlock()
+	// Puts waiting for the writer to take a full buffer would wait for
+	// ever; wake them to see the error.
+	q.taken.notify()
 	q.log.Warn("diskqueue: disk full; holding records until space is freed", "segment", q.w.seg.base, "offset", q.w.size, "err", err)
+}
+
+// dropUnwritten fails the waiters of b's unwritten records and renumbers
+// the records put after them, so the log keeps consecutive seqs.
+func (q *Queue) dropUnwritten(b *batch, err error) {
+	rest := b.buf[b.off:]
+	dropped := uint64(countRecords(rest))
+	q.mu.Lock()
+	resequence(q.pending.buf, dropped)
+	q.nextSeq -= dropped
+	q.nextSeqGauge.Store(q.nextSeq)
+	more := q.pending.n > 0
+	q.mu.Unlock()
+	if more {
+		q.wake()
+	}
+	q.bufferedBytes.Add(-int64(len(b.buf) + b.n*indexEntrySize))
+	q.written.notify()
+	if b.commit != nil {
+		b.commit.err = fmt.Errorf("%w: %w", ErrDiskFull, err)
+		close(b.commit.done)
+	}
+	q.log.Warn("diskqueue: disk full; failed the Puts waiting for it", "records", dropped, "err", err)
+}
+
+// countRecords counts the frames in an encoded batch.
+func countRecords(buf []byte) int {
+	n := 0
+	for off := 0; off < len(buf); n++ {
+		off += int(binary.BigEndian.Uint32(buf[off:])) + lengthSize
+	}
+	return n
+}
+
+// resequence lowers the seq of every frame in buf by d and recomputes its
+// checksum. Only records no Put has returned for are renumbered.
+func resequence(buf []byte, d uint64) {
+	for off := 0; off < len(buf); {
+		n := int(binary.BigEndian.Uint32(buf[off:])) + lengthSize
+		frame := buf[off : off+n]
+		binary.BigEndian.PutUint64(frame[9:17], binary.BigEndian.Uint64(frame[9:17])-d)
+		binary.BigEndian.PutUint32(frame[4:8], frameCRC(frame))
+		off += n
+	}
 }
 
 // retryStalled writes the stalled batch again. It returns true once the
@@ -256,6 +309,7 @@ func (q *Queue) appendBatch(b *batch) error {
 		w.lastTimeOff, w.lastTimeSeq = lastTimeOff, lastTimeSeq
 		w.indexSize += int64(len(idx))
 		w.timeIndexSize += int64(len(tidx))
+		w.unsynced += len(idx) / indexEntrySize
 		b.off = off
 		q.publish()
 	}
@@ -585,7 +639,7 @@ func (q *Queue) empty() error {
 	if b := w.stalled; b != nil {
 		// Held for lack of space; Empty discards it like everything else.
 		w.stalled = nil
-		q.bufferedBytes.Add(-int64(len(b.buf) - b.off))
+		q.bufferedBytes.Add(-int64(len(b.buf) + b.n*indexEntrySize))
 		if b.commit != nil {
 			b.commit.err = fmt.Errorf("diskqueue: record discarded by Empty before it could be written: %w", ErrDiskFull)
 			close(b.commit.done)

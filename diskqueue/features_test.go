@@ -1,0 +1,519 @@
+package diskqueue
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func mustOpen(t testing.TB, dir string, opts Options) *Queue {
+	t.Helper()
+	q, err := Open(dir, opts)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return q
+}
+
+func TestDirectoryLock(t *testing.T) {
+	dir := t.TempDir()
+	q := mustOpen(t, dir, Options{})
+	if _, err := Open(dir, Options{}); !errors.Is(err, ErrLocked) {
+		t.Fatalf("second Open: got %v, want ErrLocked", err)
+	}
+	q.Close()
+	q = mustOpen(t, dir, Options{})
+	q.Close()
+}
+
+func TestOptionsValidation(t *testing.T) {
+	bad := []Options{
+		{MaxSegmentBytes: 10},
+		{MaxSegmentBytes: 1 << 33},
+		{MaxRecordBytes: -1},
+		{MinRecordBytes: 100, MaxRecordBytes: 10},
+		{SyncEvery: -1},
+		{SyncInterval: -time.Second},
+		{MaxDiskBytes: -1},
+		{MaxDiskBytes: 10},
+		{RetainBytes: -1},
+		{RetainAge: -time.Hour},
+	}
+	for _, o := range bad {
+		if _, err := Open(t.TempDir(), o); !errors.Is(err, ErrInvalidOptions) {
+			t.Errorf("Open(%+v): got %v, want ErrInvalidOptions", o, err)
+		}
+	}
+	o := Options{SyncEvery: 7}
+	q := mustOpen(t, t.TempDir(), o)
+	defer q.Close()
+	if o.MaxSegmentBytes != 0 {
+		t.Fatal("Open wrote into the caller's Options")
+	}
+}
+
+func TestOpenOnAFile(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "file")
+	os.WriteFile(f, []byte("x"), 0o644)
+	if _, err := Open(f, Options{}); err == nil {
+		t.Fatal("Open on a regular file succeeded")
+	}
+}
+
+func TestRecordLimits(t *testing.T) {
+	q := mustOpen(t, t.TempDir(), Options{MinRecordBytes: 2, MaxRecordBytes: 10})
+	defer q.Close()
+	ctx := context.Background()
+	if err := q.Put(ctx, make([]byte, 11)); !errors.Is(err, ErrRecordTooLarge) {
+		t.Fatalf("got %v, want ErrRecordTooLarge", err)
+	}
+	if err := q.Put(ctx, []byte("x")); !errors.Is(err, ErrRecordTooSmall) {
+		t.Fatalf("got %v, want ErrRecordTooSmall", err)
+	}
+	if err := q.Put(ctx, make([]byte, 10)); err != nil {
+		t.Fatal(err)
+	}
+	if q.Depth() != 1 {
+		t.Fatalf("rejected records counted: Depth %d", q.Depth())
+	}
+}
+
+func TestEmptyBodies(t *testing.T) {
+	q := mustOpen(t, t.TempDir(), Options{})
+	defer q.Close()
+	for _, b := range [][]byte{nil, {}} {
+		if err := q.Put(context.Background(), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := readAll(t, q)
+	if len(got) != 2 || len(got[0]) != 0 || len(got[1]) != 0 {
+		t.Fatalf("got %q", got)
+	}
+}
+
+func TestUseAfterClose(t *testing.T) {
+	q := mustOpen(t, t.TempDir(), Options{})
+	var wg sync.WaitGroup
+	readErr := make(chan error, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_, err := q.Read(context.Background())
+		readErr <- err
+	}()
+	// Close twice, concurrently: one wins, the other says ErrClosed.
+	errs := make(chan error, 2)
+	for i := 0; i < 2; i++ {
+		go func() { errs <- q.Close() }()
+	}
+	e1, e2 := <-errs, <-errs
+	if (e1 == nil) == (e2 == nil) || !(errors.Is(e1, ErrClosed) || errors.Is(e2, ErrClosed)) {
+		t.Fatalf("concurrent Close: got %v and %v, want nil and ErrClosed", e1, e2)
+	}
+	wg.Wait()
+	if err := <-readErr; !errors.Is(err, ErrClosed) {
+		t.Fatalf("blocked Read: got %v, want ErrClosed", err)
+	}
+	ctx := context.Background()
+	if err := q.Put(ctx, []byte("x")); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Put: got %v", err)
+	}
+	if _, err := q.Read(ctx); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Read: got %v", err)
+	}
+	if err := q.Sync(ctx); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Sync: got %v", err)
+	}
+	if err := q.Empty(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Empty: got %v", err)
+	}
+	if _, err := q.ReadAt(0); err == nil {
+		t.Fatal("ReadAt after Close succeeded")
+	}
+}
+
+// TestDiskBudget: at MaxDiskBytes Put fails with ErrDiskFull, and works
+// again as soon as a consumer frees space, with no reset.
+func TestDiskBudget(t *testing.T) {
+	q := mustOpen(t, t.TempDir(), Options{MaxDiskBytes: 8 << 10, MaxSegmentBytes: 2 << 10})
+	defer q.Close()
+	ctx := context.Background()
+	n := 0
+	var err error
+	for ; n < 10000; n++ {
+		if err = q.Put(ctx, faultBody(n)); err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, ErrDiskFull) {
+		t.Fatalf("Put past the budget: got %v after %d records, want ErrDiskFull", err, n)
+	}
+	if err := q.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if used := q.Stats().DiskBytes; used > 8<<10 {
+		t.Fatalf("DiskBytes %d over the budget", used)
+	}
+	got := readAll(t, q) // consumes everything: segments go
+	if len(got) != n {
+		t.Fatalf("read %d, put %d", len(got), n)
+	}
+	if err := q.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The active segment keeps its consumed records until it rotates, so
+	// not all of the first fill fits again at once; half does.
+	for i := 0; i < n/2; i++ {
+		if err := q.Put(ctx, faultBody(i)); err != nil {
+			t.Fatalf("Put %d after consumers freed space: %v", i, err)
+		}
+	}
+}
+
+// TestDiskBudgetBlocks: with BlockWhenFull, Put waits until a consumer
+// frees space, or until its context ends.
+func TestDiskBudgetBlocks(t *testing.T) {
+	q := mustOpen(t, t.TempDir(), Options{MaxDiskBytes: 4 << 10, MaxSegmentBytes: 1 << 10, BlockWhenFull: true})
+	defer q.Close()
+	ctx := context.Background()
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	n := 0
+	var err error
+	for ; n < 10000; n++ {
+		if err = q.Put(short, faultBody(n)); err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("blocked Put: got %v, want its context's error", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- q.Put(ctx, []byte("waits for space")) }()
+	readAll(t, q)
+	if err := <-done; err != nil {
+		t.Fatalf("Put after space freed: %v", err)
+	}
+}
+
+// TestRealDiskFull fills a 1 MiB tmpfs: Put fails with ErrDiskFull wrapping
+// ENOSPC, nothing accepted is lost, and Put works again once space is
+// freed. It needs mount(2), so it runs as root, as CI does.
+func TestRealDiskFull(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs needs root; the injected-ENOSPC tests cover the same paths")
+	}
+	mnt := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mnt).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount tmpfs here (%v: %s); the injected-ENOSPC tests cover the same paths", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", mnt).Run() })
+	q := mustOpen(t, filepath.Join(mnt, "q"), Options{MaxSegmentBytes: 64 << 10, SyncEvery: 1})
+	defer q.Close()
+	ctx := context.Background()
+	body := bytes.Repeat([]byte("x"), 1000)
+	accepted := 0
+	var err error
+	for ; accepted < 5000; accepted++ {
+		if err = q.Put(ctx, body); err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, ErrDiskFull) || !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("Put on a full tmpfs: got %v after %d records, want ErrDiskFull wrapping ENOSPC", err, accepted)
+	}
+	// Consume everything accepted: segments are deleted, space returns.
+	got := 0
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for got < accepted {
+		rec, err := q.Read(rctx)
+		if err != nil {
+			t.Fatalf("Read %d of %d: %v", got, accepted, err)
+		}
+		q.Ack(rec.Seq)
+		got++
+	}
+	if err := q.Sync(ctx); err != nil {
+		t.Fatalf("Sync after freeing space: %v", err)
+	}
+	for i := 0; i < 100; i++ {
+		if err := q.Put(ctx, body); err != nil {
+			t.Fatalf("Put %d after space was freed: %v", i, err)
+		}
+	}
+}
+
+// TestRetentionAndReplay keeps consumed segments for replay by seq and by
+// time, bounded by bytes; the live cursor is not disturbed.
+func TestRetentionAndReplay(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{MaxSegmentBytes: 1 << 10, RetainBytes: 6 << 10}
+	q := mustOpen(t, dir, opts)
+	defer q.Close()
+	ctx := context.Background()
+	for i := 0; i < 500; i++ {
+		if err := q.Put(ctx, faultBody(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := q.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	readAll(t, q)
+	if err := q.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := q.Stats()
+	if st.FirstSeq == 0 || st.FirstSeq >= 500 {
+		t.Fatalf("FirstSeq %d: retention kept nothing or everything", st.FirstSeq)
+	}
+	if st.DiskBytes > 6<<10+2<<10 {
+		t.Fatalf("DiskBytes %d well over RetainBytes", st.DiskBytes)
+	}
+	if _, err := q.ReadAt(st.FirstSeq - 1); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("ReadAt before the retained range: got %v, want ErrNotFound", err)
+	}
+	n := 0
+	for rec, err := range q.Scan(st.FirstSeq, 500) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := faultBody(int(st.FirstSeq) + n); !bytes.Equal(rec.Body, want) {
+			t.Fatalf("Scan: got %q, want %q", rec.Body, want)
+		}
+		n++
+	}
+	if n != int(500-st.FirstSeq) {
+		t.Fatalf("Scan returned %d records, want %d", n, 500-st.FirstSeq)
+	}
+	for _, err := range q.Scan(0, 10) {
+		if !errors.Is(err, ErrNotFound) {
+			t.Fatalf("Scan from a deleted seq: got %v, want ErrNotFound", err)
+		}
+	}
+	if q.Depth() != 0 || q.Stats().ReadSeq != 500 {
+		t.Fatalf("replay moved the live cursor: %+v", q.Stats())
+	}
+	// Reopen: the retained range survives.
+	q.Close()
+	q = mustOpen(t, dir, opts)
+	if got := q.Stats().FirstSeq; got != st.FirstSeq {
+		t.Fatalf("FirstSeq after reopen: got %d, want %d", got, st.FirstSeq)
+	}
+}
+
+func TestRetentionByAge(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	q := mustOpen(t, t.TempDir(), Options{MaxSegmentBytes: 1 << 10, RetainAge: time.Hour, clockForTesting: clock})
+	defer q.Close()
+	ctx := context.Background()
+	for i := 0; i < 200; i++ {
+		q.Put(ctx, faultBody(i))
+	}
+	q.Sync(ctx)
+	readAll(t, q)
+	q.Sync(ctx)
+	// The records are stamped 2023; the writer's wall clock is now, so
+	// every consumed segment is older than an hour and goes.
+	if st := q.Stats(); st.Segments != 1 {
+		t.Fatalf("Segments %d: age retention kept old segments", st.Segments)
+	}
+}
+
+// TestSeekTime covers equal timestamps, a clock stepping backwards, and
+// seeks before the first and after the last record.
+func TestSeekTime(t *testing.T) {
+	var mu sync.Mutex
+	var stamps []int64
+	i := 0
+	clock := func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		ts := stamps[i]
+		i++
+		return time.Unix(0, ts)
+	}
+	// 0..99: ten per second from t=1000s; then the clock steps back 5 s
+	// for 50 records; then it goes forward again.
+	for k := 0; k < 100; k++ {
+		stamps = append(stamps, int64(1000+k/10)*1e9)
+	}
+	for k := 0; k < 50; k++ {
+		stamps = append(stamps, int64(1005)*1e9-int64(k))
+	}
+	for k := 0; k < 100; k++ {
+		stamps = append(stamps, int64(1010+k/10)*1e9)
+	}
+	q := mustOpen(t, t.TempDir(), Options{MaxSegmentBytes: 2 << 10, clockForTesting: clock})
+	defer q.Close()
+	ctx := context.Background()
+	for k := range stamps {
+		if err := q.Put(ctx, faultBody(k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q.Sync(ctx)
+	if q.Stats().Segments < 3 {
+		t.Fatal("test wants several segments")
+	}
+	// The answer is the first seq whose timestamp is >= target and all of
+	// whose predecessors are older (Kafka's rule with a running maximum).
+	want := func(target int64) (uint64, bool) {
+		for k := range stamps {
+			if stamps[k] >= target {
+				return uint64(k), true
+			}
+		}
+		return 0, false
+	}
+	targets := []int64{0, 999e9, 1000e9, 1000e9 + 1, 1003e9, 1004.5e9, 1005e9, 1009e9, 1010e9, 1019e9, 1020e9, 2000e9}
+	for _, target := range targets {
+		got, err := q.SeekTime(time.Unix(0, target))
+		w, ok := want(target)
+		if !ok {
+			if !errors.Is(err, ErrNotFound) {
+				t.Fatalf("SeekTime(%d): got %d, %v; want ErrNotFound", target, got, err)
+			}
+			continue
+		}
+		if err != nil || got != w {
+			t.Fatalf("SeekTime(%d): got %d, %v; want %d", target, got, err, w)
+		}
+	}
+	// Equal timestamps: the first of the ten records stamped 1003 s.
+	if got, _ := q.SeekTime(time.Unix(1003, 0)); got != 30 {
+		t.Fatalf("equal timestamps: got %d, want 30", got)
+	}
+}
+
+func TestCompression(t *testing.T) {
+	dir := t.TempDir()
+	q := mustOpen(t, dir, Options{Compress: true})
+	ctx := context.Background()
+	compressible := bytes.Repeat([]byte("spillq "), 1000)
+	random := make([]byte, 1000)
+	for i := range random {
+		random[i] = byte(rand.IntN(256))
+	}
+	q.Put(ctx, compressible)
+	q.Put(ctx, random)
+	q.Close()
+	// Reopen without compression: old compressed records read back, new
+	// ones are stored plain.
+	q = mustOpen(t, dir, Options{})
+	defer q.Close()
+	q.Put(ctx, compressible)
+	q.Sync(ctx)
+	got := readAll(t, q)
+	if len(got) != 3 || !bytes.Equal(got[0], compressible) || !bytes.Equal(got[1], random) || !bytes.Equal(got[2], compressible) {
+		t.Fatal("bodies differ after a mixed compressed/plain log")
+	}
+	if st := q.Stats(); st.DiskBytes > 3*16+2*1000+7000+500 {
+		t.Fatalf("compressible record was not compressed: %d bytes on disk", st.DiskBytes)
+	}
+}
+
+func TestEmpty(t *testing.T) {
+	dir := t.TempDir()
+	q := mustOpen(t, dir, Options{MaxSegmentBytes: 512})
+	defer q.Close()
+	ctx := context.Background()
+	for i := 0; i < 100; i++ {
+		q.Put(ctx, faultBody(i))
+	}
+	q.Sync(ctx)
+	rec, _ := q.Read(ctx)
+	if err := q.Empty(); err != nil {
+		t.Fatal(err)
+	}
+	if q.Depth() != 0 {
+		t.Fatalf("Depth after Empty: %d", q.Depth())
+	}
+	if err := q.Ack(rec.Seq); !errors.Is(err, ErrNotInFlight) {
+		t.Fatalf("Ack after Empty: got %v, want ErrNotInFlight", err)
+	}
+	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	if len(logs) != 1 {
+		t.Fatalf("files after Empty: %v", logs)
+	}
+	q.Put(ctx, []byte("new"))
+	q.Sync(ctx)
+	if got := readAll(t, q); len(got) != 1 || string(got[0]) != "new" {
+		t.Fatalf("after Empty got %q", got)
+	}
+}
+
+// TestPropertyRandomOps runs random puts, reads, acks, reopenings and
+// rotations with retention, then checks every retained seq reads back
+// what was put and every deleted one says ErrNotFound.
+func TestPropertyRandomOps(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 1))
+	t.Logf("seed %d", seed)
+	dir := t.TempDir()
+	opts := Options{MaxSegmentBytes: 700, RetainBytes: 3000, NoSync: true}
+	q := mustOpen(t, dir, opts)
+	ctx := context.Background()
+	var bodies [][]byte
+	var inflight []uint64
+	for step := 0; step < 3000; step++ {
+		switch op := rng.IntN(10); {
+		case op < 5:
+			b := []byte(fmt.Sprintf("p%d-%s", len(bodies), bytes.Repeat([]byte{'z'}, rng.IntN(60))))
+			if err := q.Put(ctx, b); err != nil {
+				t.Fatal(err)
+			}
+			bodies = append(bodies, b)
+		case op < 7:
+			done, cancel := context.WithCancel(ctx)
+			cancel()
+			q.Sync(ctx)
+			if rec, err := q.Read(done); err == nil {
+				if !bytes.Equal(rec.Body, bodies[rec.Seq]) {
+					t.Fatalf("Read seq %d: %q, want %q", rec.Seq, rec.Body, bodies[rec.Seq])
+				}
+				inflight = append(inflight, rec.Seq)
+			}
+		case op < 9 && len(inflight) > 0:
+			k := rng.IntN(len(inflight))
+			if err := q.Ack(inflight[k]); err != nil {
+				t.Fatal(err)
+			}
+			inflight = append(inflight[:k], inflight[k+1:]...)
+		case op == 9 && rng.IntN(20) == 0:
+			if err := q.Close(); err != nil {
+				t.Fatal(err)
+			}
+			q = mustOpen(t, dir, opts)
+			inflight = nil
+		}
+	}
+	q.Sync(ctx)
+	first := q.Stats().FirstSeq
+	for seq := range uint64(len(bodies)) {
+		rec, err := q.ReadAt(seq)
+		if seq < first {
+			if !errors.Is(err, ErrNotFound) {
+				t.Fatalf("deleted seq %d: got %v, want ErrNotFound", seq, err)
+			}
+			continue
+		}
+		if err != nil || !bytes.Equal(rec.Body, bodies[seq]) {
+			t.Fatalf("retained seq %d: got %q, %v; want %q", seq, rec.Body, err, bodies[seq])
+		}
+	}
+	q.Close()
+}
