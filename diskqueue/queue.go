@@ -19,6 +19,11 @@ import (
 // record larger than this is still accepted on its own.
 const pendingLimit = 1 << 20
 
+// batchCap is the capacity batch buffers start with: room for the limit
+// plus one large frame, so appends rarely grow them. Two such buffers live
+// for the queue's life: one filling, one being written.
+const batchCap = pendingLimit + 64<<10
+
 // Queue is a durable FIFO of records on disk. It is safe for concurrent use
 // by any number of producers and consumers.
 //
@@ -39,6 +44,7 @@ type Queue struct {
 	// mu guards the fields below: the producer side.
 	mu       sync.Mutex
 	pending  *batch // records put but not yet taken by the writer
+	spare    []byte // the writer's last buffer, handed back for reuse
 	nextSeq  uint64 // seq the next Put gets
 	closed   bool
 	writeErr error // first failed write or fsync; sticky
@@ -49,6 +55,7 @@ type Queue struct {
 	wakeCh   chan struct{}   // capacity 1: there is work for the writer
 	emptyCh  chan chan error // Empty's requests to the writer
 	closeCh  chan struct{}   // closed by Close: tells every wait to give up
+	isClosed atomic.Bool     // set with closeCh, for checks on hot paths
 	writerCh chan struct{}   // closed when the writer goroutine has returned
 
 	taken   broadcast // the writer took the pending batch
@@ -159,7 +166,7 @@ func Open(dir string, opts Options) (*Queue, error) {
 		fs:         o.fsForTesting,
 		log:        o.Logger.With("queue", dir),
 		syncAlways: o.SyncEvery == 1,
-		pending:    &batch{},
+		pending:    &batch{buf: make([]byte, 0, batchCap)},
 		wakeCh:     make(chan struct{}, 1),
 		emptyCh:    make(chan chan error),
 		closeCh:    make(chan struct{}),
@@ -363,6 +370,7 @@ func (q *Queue) Close() error {
 	}
 	q.closed = true
 	q.mu.Unlock()
+	q.isClosed.Store(true)
 	close(q.closeCh)
 	<-q.writerCh
 

@@ -39,11 +39,12 @@ func (d *damageError) Unwrap() error { return ErrCorrupt }
 // reader walks the log in order. The Queue's own reader (q.rd) is guarded by
 // q.readMu; a Scan owns its reader alone.
 type reader struct {
-	q   *Queue
-	seg *segment // nil until located
-	off int64    // offset of the next record in seg
-	seq uint64   // seq of the next record
-	win window
+	q    *Queue
+	seg  *segment // nil until located
+	off  int64    // offset of the next record in seg
+	seq  uint64   // seq of the next record
+	win  window
+	slab slab // where small bodies handed out are copied
 }
 
 // reset points the reader at seq, which starts at off in seg.
@@ -181,7 +182,7 @@ func (r *reader) decodeAt(off, limit int64) (Record, int, error) {
 	if h.seq != r.seq {
 		return Record{}, 0, fmt.Errorf("%w: record at offset %d has seq %d, want %d", ErrCorrupt, off, h.seq, r.seq)
 	}
-	rec, err := makeRecord(h, body)
+	rec, err := makeRecord(h, body, &r.slab)
 	return rec, n, err
 }
 
@@ -192,9 +193,33 @@ func maxBodyForRead(configured int) int {
 	return max(configured, DefaultMaxRecordBytes)
 }
 
+// slabSize is the size of the blocks small bodies are carved from, so a
+// drain allocates once per block rather than once per record.
+const (
+	slabSize    = 32 << 10
+	slabMaxBody = 1 << 10
+)
+
+// slab hands out small body buffers from one allocation. Each buffer is
+// capped with a full slice expression, so a caller appending to its body
+// reallocates instead of writing into its neighbour's.
+type slab struct{ buf []byte }
+
+func (s *slab) copy(b []byte) []byte {
+	if len(b) > slabMaxBody {
+		return append(make([]byte, 0, len(b)), b...)
+	}
+	if cap(s.buf)-len(s.buf) < len(b) {
+		s.buf = make([]byte, 0, slabSize)
+	}
+	start := len(s.buf)
+	s.buf = append(s.buf, b...)
+	return s.buf[start:len(s.buf):len(s.buf)]
+}
+
 // makeRecord copies (or decompresses) a checked body into a Record the
-// caller owns.
-func makeRecord(h recordHeader, stored []byte) (Record, error) {
+// caller owns. A nil slab allocates the body on its own.
+func makeRecord(h recordHeader, stored []byte, sl *slab) (Record, error) {
 	rec := Record{Seq: h.seq, Time: time.Unix(0, h.ts)}
 	if h.flags&flagSnappy != 0 {
 		body, err := snappy.Decode(nil, stored)
@@ -204,7 +229,11 @@ func makeRecord(h recordHeader, stored []byte) (Record, error) {
 		rec.Body = body
 		return rec, nil
 	}
-	rec.Body = append(make([]byte, 0, len(stored)), stored...)
+	if sl == nil {
+		rec.Body = append(make([]byte, 0, len(stored)), stored...)
+	} else {
+		rec.Body = sl.copy(stored)
+	}
 	return rec, nil
 }
 
@@ -380,26 +409,26 @@ func (q *Queue) tryRead() (Record, error) {
 	q.readMu.Lock()
 	defer q.readMu.Unlock()
 	for {
-		select {
-		case <-q.closeCh:
+		if q.isClosed.Load() {
 			return Record{}, ErrClosed
-		default:
 		}
 		rec, err := q.rd.next()
-		var d *damageError
-		switch {
-		case err == nil:
+		if err == nil {
 			q.inFlight++
 			q.inFlightGauge.Store(q.inFlight)
 			return rec, nil
-		case errors.As(err, &d):
-			q.quarantine(d)
-		case err == errNoData:
-			return Record{}, err
-		default:
-			q.readErrors.Add(1)
+		}
+		if err == errNoData {
 			return Record{}, err
 		}
+		// next returns damage unwrapped; a type switch, unlike errors.As,
+		// costs no allocation on this hot path.
+		if d, ok := err.(*damageError); ok {
+			q.quarantine(d)
+			continue
+		}
+		q.readErrors.Add(1)
+		return Record{}, err
 	}
 }
 
@@ -513,7 +542,7 @@ func (q *Queue) ReadAt(seq uint64) (Record, error) {
 	}
 	h, body, _, err := decodeRecord(buf, maxBodyForRead(q.opts.MaxRecordBytes))
 	if err == nil && h.seq == seq {
-		return makeRecord(h, body)
+		return makeRecord(h, body, nil)
 	}
 	if err == nil {
 		err = fmt.Errorf("record at the indexed offset has seq %d", h.seq)

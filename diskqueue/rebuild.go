@@ -286,23 +286,25 @@ func (q *Queue) recoverTail(seg *segment, size int64) error {
 	if err := rewriteTail(w.index, idxAt, idx); err != nil {
 		return fmt.Errorf("diskqueue: open: rewrite %s: %w", seg.path(indexSuffix), err)
 	}
-	tidx := appendFileHeader(nil, magicTimeIndex, seg.base)
-	for _, e := range tEntries {
-		tidx = appendTimeEntry(tidx, e.maxTime, e.seq)
-	}
-	// The scan re-derived the entry at startSeq; keep the stored one.
+	// The scan re-derived the entry at startSeq; keep the stored one, and
+	// write only what follows the entries kept.
 	if len(tEntries) > 0 && len(b.tidx) >= timeIndexEntrySize && binary.BigEndian.Uint64(b.tidx[8:]) == tEntries[len(tEntries)-1].seq {
 		b.tidx = b.tidx[timeIndexEntrySize:]
 	}
-	tidx = append(tidx, b.tidx...)
-	if err := rewriteTail(w.timeIndex, 0, tidx); err != nil {
+	tidxAt := int64(fileHeaderSize + len(tEntries)*timeIndexEntrySize)
+	tidx := b.tidx
+	if terr != nil {
+		tidxAt, tidx = 0, append(appendFileHeader(nil, magicTimeIndex, seg.base), b.tidx...)
+	}
+	if err := rewriteTail(w.timeIndex, tidxAt, tidx); err != nil {
 		return fmt.Errorf("diskqueue: open: rewrite %s: %w", seg.path(timeIndexSuffix), err)
 	}
+	timeIndexSize := tidxAt + int64(len(tidx))
 
 	w.seg = seg
 	w.size, w.end = goodEnd, end
 	w.indexSize = fileHeaderSize + gotEntries*indexEntrySize
-	w.timeIndexSize = int64(len(tidx))
+	w.timeIndexSize = timeIndexSize
 	w.maxTime = b.maxTime
 	w.lastTimeOff, w.lastTimeSeq = b.lastTimeOff, b.lastTimeSeq
 	seg.size.Store(goodEnd)

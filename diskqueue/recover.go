@@ -310,15 +310,15 @@ func (q *Queue) checkSealedIndexes(seg *segment) error {
 	count := int64(seg.end.Load() - seg.base)
 	idx, err := q.fs.OpenFile(seg.path(indexSuffix), os.O_RDONLY, 0)
 	indexOK := err == nil && q.headerOK(idx, magicIndex, seg.base) && fileSize(idx) == fileHeaderSize+count*indexEntrySize
-	if idx != nil {
-		idx.Close()
-	}
+	// The time index is checked by its size and last entry only: that entry
+	// gives the segment's newest timestamp. SeekTime checks the rest when
+	// it reads the file, and scans the log if it is damaged.
 	tidx, err := q.fs.OpenFile(seg.path(timeIndexSuffix), os.O_RDONLY, 0)
 	var lastTime, n int64
 	timeOK := false
 	if err == nil {
 		n = fileSize(tidx)
-		if q.headerOK(tidx, magicTimeIndex, seg.base) && n >= fileHeaderSize+timeIndexEntrySize && (n-fileHeaderSize)%timeIndexEntrySize == 0 {
+		if n >= fileHeaderSize+timeIndexEntrySize && (n-fileHeaderSize)%timeIndexEntrySize == 0 {
 			var e [timeIndexEntrySize]byte
 			if _, err := tidx.ReadAt(e[:], n-timeIndexEntrySize); err == nil && binary.BigEndian.Uint64(e[8:]) == seg.end.Load()-1 {
 				lastTime = int64(binary.BigEndian.Uint64(e[:]))
@@ -327,15 +327,19 @@ func (q *Queue) checkSealedIndexes(seg *segment) error {
 		}
 		tidx.Close()
 	}
-	if !indexOK || !timeOK {
-		if err := q.rebuildIndexes(seg); err != nil {
-			return err
-		}
-	} else {
+	if indexOK && timeOK {
+		seg.index = idx
 		seg.maxTime.Store(lastTime)
 		q.w.maxTime = lastTime
 		seg.indexBytes.Store(fileHeaderSize + count*indexEntrySize)
 		seg.timeIndexBytes.Store(n)
+		return nil
+	}
+	if idx != nil {
+		idx.Close()
+	}
+	if err := q.rebuildIndexes(seg); err != nil {
+		return err
 	}
 	seg.index, err = q.fs.OpenFile(seg.path(indexSuffix), os.O_RDONLY, 0)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"syscall"
 	"time"
 )
@@ -105,18 +106,30 @@ func (q *Queue) run() {
 // writePending takes the pending batch and writes it, until none is left.
 func (q *Queue) writePending() {
 	for {
+		if q.syncAlways {
+			// The Puts just released by the last fsync are about to put
+			// again; let them, so the next fsync serves them all rather
+			// than the first to wake (group commit's convoy).
+			runtime.Gosched()
+		}
 		q.mu.Lock()
 		b := q.pending
 		if b.n == 0 && !b.sync {
 			q.mu.Unlock()
 			return
 		}
-		q.pending = &batch{buf: make([]byte, 0, min(cap(b.buf), pendingLimit))}
+		buf := q.spare
+		q.spare = nil
+		if buf == nil {
+			buf = make([]byte, 0, batchCap)
+		}
+		q.pending = &batch{buf: buf}
 		q.mu.Unlock()
 		q.taken.notify()
 		if !q.writeBatch(b) {
 			return
 		}
+		q.recycle(b)
 	}
 }
 
@@ -154,6 +167,17 @@ func (q *Queue) writeBatch(b *batch) bool {
 		close(b.commit.done)
 	}
 	return err == nil
+}
+
+// recycle hands a written batch's buffer back for the next swap. Buffers
+// that grew for a huge record are dropped rather than kept.
+func (q *Queue) recycle(b *batch) {
+	if cap(b.buf) > 2*batchCap {
+		return
+	}
+	q.mu.Lock()
+	q.spare = b.buf[:0]
+	q.mu.Unlock()
 }
 
 // stall handles a batch that hit ENOSPC. Without SyncEvery 1 its Puts have

@@ -1,0 +1,300 @@
+package diskqueue_test
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	godiskqueue "github.com/nsqio/go-diskqueue"
+
+	"github.com/spillq/spillq/diskqueue"
+)
+
+// The benchmarks run spillq and github.com/nsqio/go-diskqueue side by side
+// in the same process, plus the floors the hardware sets (a raw sequential
+// file write, a raw write+fsync loop). Compare with benchstat; the README
+// table comes from
+//
+//	go test ./diskqueue -run '^$' -bench . -count 6 | tee bench.txt
+//
+// Both queues use nsqd's defaults unless a benchmark says otherwise:
+// 100 MiB segments, fsync every 2500 records or 2 s.
+
+var benchSizes = []int{16, 100, 1024, 65536}
+
+func nopLog(godiskqueue.LogLevel, string, ...interface{}) {}
+
+func newPeer(b *testing.B, syncEvery int64) godiskqueue.Interface {
+	b.Helper()
+	return godiskqueue.New("bench", b.TempDir(), 100<<20, 0, 1<<20, syncEvery, 2*time.Second, nopLog)
+}
+
+func newSpillq(b *testing.B, opts diskqueue.Options) *diskqueue.Queue {
+	b.Helper()
+	q, err := diskqueue.Open(b.TempDir(), opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return q
+}
+
+// BenchmarkPut measures Put of one body size. The spillq figure includes a
+// final Sync, so every record is written and fsynced inside the timing.
+func BenchmarkPut(b *testing.B) {
+	for _, size := range benchSizes {
+		body := make([]byte, size)
+		b.Run(fmt.Sprintf("size=%d/impl=spillq", size), func(b *testing.B) {
+			q := newSpillq(b, diskqueue.Options{})
+			defer q.Close()
+			ctx := context.Background()
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := q.Put(ctx, body); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := q.Sync(ctx); err != nil {
+				b.Fatal(err)
+			}
+		})
+		b.Run(fmt.Sprintf("size=%d/impl=godiskqueue", size), func(b *testing.B) {
+			q := newPeer(b, 2500)
+			defer q.Close()
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := q.Put(body); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("size=%d/impl=rawfile", size), func(b *testing.B) {
+			benchRawWrite(b, size, false)
+		})
+	}
+}
+
+// benchRawWrite is the physical floor: length-prefixed frames appended to a
+// file in 1 MiB writes, fsynced at the end (or after every frame).
+func benchRawWrite(b *testing.B, size int, syncEach bool) {
+	f, err := os.Create(filepath.Join(b.TempDir(), "raw"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	frame := make([]byte, 4+size)
+	binary.BigEndian.PutUint32(frame, uint32(size))
+	buf := make([]byte, 0, 1<<20)
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = append(buf, frame...)
+		if syncEach || len(buf) >= 1<<20 {
+			if _, err := f.Write(buf); err != nil {
+				b.Fatal(err)
+			}
+			buf = buf[:0]
+			if syncEach {
+				if err := f.Sync(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	}
+	if _, err := f.Write(buf); err != nil {
+		b.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkDrain measures reading (and acknowledging) records that are
+// already on disk, page cache warm.
+func BenchmarkDrain(b *testing.B) {
+	const size = 100
+	body := make([]byte, size)
+	b.Run("size=100/impl=spillq", func(b *testing.B) {
+		q := newSpillq(b, diskqueue.Options{NoSync: true})
+		defer q.Close()
+		ctx := context.Background()
+		for i := 0; i < b.N; i++ {
+			if err := q.Put(ctx, body); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := q.Sync(ctx); err != nil {
+			b.Fatal(err)
+		}
+		b.SetBytes(size)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			rec, err := q.Read(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := q.Ack(rec.Seq); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("size=100/impl=godiskqueue", func(b *testing.B) {
+		q := newPeer(b, 2500)
+		defer q.Close()
+		for i := 0; i < b.N; i++ {
+			if err := q.Put(body); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.SetBytes(size)
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			<-q.ReadChan()
+		}
+	})
+}
+
+// BenchmarkPutGet runs one producer and one consumer at once; each
+// iteration is one record through the queue.
+func BenchmarkPutGet(b *testing.B) {
+	const size = 100
+	body := make([]byte, size)
+	b.Run("size=100/impl=spillq", func(b *testing.B) {
+		q := newSpillq(b, diskqueue.Options{})
+		defer q.Close()
+		ctx := context.Background()
+		b.SetBytes(size)
+		b.ReportAllocs()
+		b.ResetTimer()
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < b.N; i++ {
+				rec, err := q.Read(ctx)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				q.Ack(rec.Seq)
+			}
+		}()
+		for i := 0; i < b.N; i++ {
+			if err := q.Put(ctx, body); err != nil {
+				b.Fatal(err)
+			}
+		}
+		wg.Wait()
+	})
+	b.Run("size=100/impl=godiskqueue", func(b *testing.B) {
+		q := newPeer(b, 2500)
+		defer q.Close()
+		b.SetBytes(size)
+		b.ReportAllocs()
+		b.ResetTimer()
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < b.N; i++ {
+				<-q.ReadChan()
+			}
+		}()
+		for i := 0; i < b.N; i++ {
+			if err := q.Put(body); err != nil {
+				b.Fatal(err)
+			}
+		}
+		wg.Wait()
+	})
+}
+
+// BenchmarkSyncEveryRecord puts 100-byte records with an fsync per record
+// from 1 and from 16 producers. spillq's Put returns after its fsync and
+// concurrent Puts share one (group commit); go-diskqueue with syncEvery 1
+// fsyncs once per record on its loop after answering Put. rawfsync is a
+// single writer's write+fsync loop.
+func BenchmarkSyncEveryRecord(b *testing.B) {
+	body := make([]byte, 100)
+	for _, producers := range []int{1, 16} {
+		b.Run(fmt.Sprintf("producers=%d/impl=spillq", producers), func(b *testing.B) {
+			q := newSpillq(b, diskqueue.Options{SyncEvery: 1})
+			defer q.Close()
+			ctx := context.Background()
+			runProducers(b, producers, func() error { return q.Put(ctx, body) })
+		})
+		b.Run(fmt.Sprintf("producers=%d/impl=godiskqueue", producers), func(b *testing.B) {
+			q := newPeer(b, 1)
+			defer q.Close()
+			runProducers(b, producers, func() error { return q.Put(body) })
+		})
+	}
+	b.Run("producers=1/impl=rawfsync", func(b *testing.B) { benchRawWrite(b, 100, true) })
+}
+
+// runProducers splits b.N puts across n goroutines.
+func runProducers(b *testing.B, n int, put func() error) {
+	b.SetBytes(100)
+	b.ReportAllocs()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	for p := 0; p < n; p++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(b.N) {
+				if err := put(); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// BenchmarkOpen measures Open (recovery included) of a queue holding 10
+// thousand and 10 million 100-byte records: Open reads only the tail of
+// the last segment, so the two should cost about the same.
+func BenchmarkOpen(b *testing.B) {
+	for _, n := range []int{10_000, 10_000_000} {
+		b.Run(fmt.Sprintf("records=%d", n), func(b *testing.B) {
+			dir := b.TempDir()
+			q, err := diskqueue.Open(dir, diskqueue.Options{NoSync: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			body := make([]byte, 100)
+			for i := 0; i < n; i++ {
+				if err := q.Put(ctx, body); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := q.Close(); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				q, err := diskqueue.Open(dir, diskqueue.Options{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if q.Depth() != int64(n) {
+					b.Fatalf("Depth %d, want %d", q.Depth(), n)
+				}
+				q.Close()
+			}
+		})
+	}
+}
