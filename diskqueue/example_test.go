@@ -1,0 +1,90 @@
+package diskqueue_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+
+	"github.com/spillq/spillq/diskqueue"
+)
+
+func ExampleOpen() {
+	dir, _ := os.MkdirTemp("", "spillq-example")
+	defer os.RemoveAll(dir)
+
+	// SyncEvery 1: Put returns once the record is on stable storage.
+	q, err := diskqueue.Open(dir, diskqueue.Options{SyncEvery: 1})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer q.Close()
+
+	ctx := context.Background()
+	for _, job := range []string{"resize image 1", "resize image 2"} {
+		if err := q.Put(ctx, []byte(job)); err != nil {
+			log.Fatal(err)
+		}
+	}
+	for q.Depth() > 0 {
+		rec, err := q.Read(ctx)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("seq %d: %s\n", rec.Seq, rec.Body)
+		// Until Ack, the record would be delivered again after a restart.
+		if err := q.Ack(rec.Seq); err != nil {
+			log.Fatal(err)
+		}
+	}
+	// Output:
+	// seq 0: resize image 1
+	// seq 1: resize image 2
+}
+
+func ExampleQueue_ReadAt() {
+	dir, _ := os.MkdirTemp("", "spillq-example")
+	defer os.RemoveAll(dir)
+	// Keep up to 1 GiB of consumed segments for lookups and replay.
+	q, err := diskqueue.Open(dir, diskqueue.Options{RetainBytes: 1 << 30})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer q.Close()
+	ctx := context.Background()
+	for i := 0; i < 1000; i++ {
+		q.Put(ctx, []byte(fmt.Sprintf("order %d", i)))
+	}
+	q.Sync(ctx) // ReadAt sees written records
+
+	// One index read and one log read, whatever the queue's size.
+	rec, err := q.ReadAt(742)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%s\n", rec.Body)
+
+	// Replay a range without touching the consumers' cursor.
+	for rec, err := range q.Scan(998, 1000) {
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("replay %d: %s\n", rec.Seq, rec.Body)
+	}
+	// Output:
+	// order 742
+	// replay 998: order 998
+	// replay 999: order 999
+}
+
+func ExampleNewCompat() {
+	dir, _ := os.MkdirTemp("", "spillq-example")
+	defer os.RemoveAll(dir)
+
+	// The one-line switch from github.com/nsqio/go-diskqueue's New.
+	dq := diskqueue.NewCompat("topic", dir, 100<<20, 0, 1<<20, 2500, 0, nil)
+	defer dq.Close()
+	dq.Put([]byte("hello"))
+	fmt.Printf("%s, depth now %d\n", <-dq.ReadChan(), dq.Depth())
+	// Output: hello, depth now 0
+}

@@ -1,0 +1,104 @@
+package diskqueue
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/v1 from the current encoder")
+
+// goldenRecords is what testdata/v1 holds: two segments, a compressed and a
+// plain record, an empty body, a clock that steps backwards, and one record
+// acknowledged (so the cursor is past it).
+var goldenRecords = []struct {
+	body []byte
+	ts   int64
+}{
+	{[]byte("first"), 1_700_000_000_000_000_000},
+	{bytes.Repeat([]byte("compress me "), 8), 1_700_000_001_000_000_000},
+	{nil, 1_700_000_002_000_000_000},
+	{[]byte("clock stepped back"), 1_700_000_000_500_000_000},
+	{[]byte("last"), 1_700_000_003_000_000_000},
+}
+
+func writeGolden(t *testing.T, dir string) {
+	t.Helper()
+	i := 0
+	clock := func() time.Time { ts := goldenRecords[i].ts; i++; return time.Unix(0, ts) }
+	q, err := Open(dir, Options{MaxSegmentBytes: 160, Compress: true, clockForTesting: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range goldenRecords {
+		if err := q.Put(context.Background(), r.body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec, err := q.Read(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Ack(rec.Seq); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(filepath.Join(dir, lockName))
+}
+
+// TestGoldenV1 pins the on-disk format: today's encoder must write exactly
+// the committed bytes, and today's decoder must read them. A change to
+// either fails here and calls for a new format version.
+func TestGoldenV1(t *testing.T) {
+	golden := filepath.Join("testdata", "v1")
+	fresh := t.TempDir()
+	writeGolden(t, fresh)
+	if *update {
+		os.RemoveAll(golden)
+		if err := os.CopyFS(golden, os.DirFS(fresh)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entries, err := os.ReadDir(golden)
+	if err != nil {
+		t.Fatalf("%v (run go test ./diskqueue -run TestGoldenV1 -update to create)", err)
+	}
+	for _, e := range entries {
+		want, _ := os.ReadFile(filepath.Join(golden, e.Name()))
+		got, err := os.ReadFile(filepath.Join(fresh, e.Name()))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s: the encoder no longer writes the v1 bytes", e.Name())
+		}
+	}
+	// Decode a copy of the committed files.
+	dir := t.TempDir()
+	if err := os.CopyFS(dir, os.DirFS(golden)); err != nil {
+		t.Fatal(err)
+	}
+	q, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if st := q.Stats(); st.ReadSeq != 1 || st.WriteSeq != 5 || st.Segments < 2 {
+		t.Fatalf("golden stats: %+v", st)
+	}
+	for seq, want := range goldenRecords {
+		rec, err := q.ReadAt(uint64(seq))
+		if err != nil {
+			t.Fatalf("ReadAt(%d): %v", seq, err)
+		}
+		if !bytes.Equal(rec.Body, want.body) || rec.Time.UnixNano() != want.ts {
+			t.Fatalf("seq %d: got %q at %d, want %q at %d", seq, rec.Body, rec.Time.UnixNano(), want.body, want.ts)
+		}
+	}
+	if seq, err := q.SeekTime(time.Unix(0, 1_700_000_000_600_000_000)); err != nil || seq != 1 {
+		t.Fatalf("SeekTime: got %d, %v; want 1", seq, err)
+	}
+}
