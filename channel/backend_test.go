@@ -1,0 +1,119 @@
+package channel_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/spillq/spillq/channel"
+)
+
+// memBackend is an in-memory Backend with the real Read/Ack contract:
+// records stay until acknowledged, and reopen() makes the unacknowledged
+// ones readable again, as a restart would.
+type memBackend struct {
+	mu      sync.Mutex
+	records [][]byte
+	acked   map[uint64]bool
+	next    uint64 // next record Read hands out
+	closed  bool
+	wake    chan struct{}
+}
+
+func newMemBackend() *memBackend {
+	return &memBackend{acked: map[uint64]bool{}, wake: make(chan struct{})}
+}
+
+func (b *memBackend) Put(_ context.Context, body []byte) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return channel.ErrClosed
+	}
+	b.records = append(b.records, append([]byte(nil), body...))
+	close(b.wake)
+	b.wake = make(chan struct{})
+	return nil
+}
+
+func (b *memBackend) Read(ctx context.Context) (uint64, []byte, error) {
+	for {
+		b.mu.Lock()
+		if b.closed {
+			b.mu.Unlock()
+			return 0, nil, channel.ErrClosed
+		}
+		for b.next < uint64(len(b.records)) && b.acked[b.next] {
+			b.next++
+		}
+		if b.next < uint64(len(b.records)) {
+			seq := b.next
+			b.next++
+			body := b.records[seq]
+			b.mu.Unlock()
+			return seq, body, nil
+		}
+		wake := b.wake
+		b.mu.Unlock()
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return 0, nil, ctx.Err()
+		}
+	}
+}
+
+func (b *memBackend) Ack(seq uint64) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if seq >= uint64(len(b.records)) || b.acked[seq] {
+		return errors.New("memBackend: ack of unknown or acknowledged record")
+	}
+	b.acked[seq] = true
+	return nil
+}
+
+func (b *memBackend) Depth() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return int64(len(b.records) - len(b.acked))
+}
+
+func (b *memBackend) Empty() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i := range b.records {
+		b.acked[uint64(i)] = true
+	}
+	return nil
+}
+
+func (b *memBackend) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closed = true
+	return nil
+}
+
+// reopen makes the backend usable again after Close, from the oldest
+// unacknowledged record, like a disk queue opened after a restart.
+func (b *memBackend) reopen() *memBackend {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return &memBackend{records: b.records, acked: b.acked, wake: make(chan struct{})}
+}
+
+// errorBackend fails every call, like nsq's errorBackendQueue.
+type errorBackend struct{}
+
+var errBackend = errors.New("backend is broken")
+
+func (errorBackend) Put(context.Context, []byte) error { return errBackend }
+func (errorBackend) Read(ctx context.Context) (uint64, []byte, error) {
+	<-ctx.Done()
+	return 0, nil, ctx.Err()
+}
+func (errorBackend) Ack(uint64) error { return errBackend }
+func (errorBackend) Depth() int64     { return 0 }
+func (errorBackend) Empty() error     { return errBackend }
+func (errorBackend) Close() error     { return nil }

@@ -1,0 +1,725 @@
+package channel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Channel is an NSQ-style channel: a bounded memory buffer that spills to
+// a Backend, with acknowledged, at-least-once delivery. It is safe for
+// concurrent use by any number of producers and consumers.
+type Channel struct {
+	opts    Options
+	backend Backend // nil: memory only
+	log     *slog.Logger
+
+	memCh   chan *Message // the memory buffer; nil with a Backend and MemQueueSize 0
+	diskCh  chan *Message // the pump's hand-off of backend records; nil without a Backend
+	readyCh chan *Message // the clock's hand-off of requeued, timed-out and due messages
+
+	closeCh   chan struct{}   // closed by Close
+	closeCtx  context.Context // cancelled by Close, for blocking backend calls
+	cancel    context.CancelFunc
+	clockWake chan struct{} // capacity 1: the ready list or deferred heap changed
+	wg        sync.WaitGroup
+
+	// putMu is held shared by every Put while it hands a message over, so
+	// Close can wait for Puts in progress before it flushes memory.
+	putMu    sync.RWMutex
+	isClosed atomic.Bool
+
+	// diskPending counts messages stored in the backend and not yet handed
+	// to a consumer (or to the deferred heap). While it is above zero, Put
+	// sends new messages to the backend too, so they stay behind the older
+	// ones there: that is what keeps put order across the spill.
+	diskPending atomic.Int64
+	nextID      atomic.Uint64
+	// gen is bumped by Empty; a message handed over with an older gen was
+	// discarded and is dropped on receipt.
+	gen atomic.Uint64
+
+	// mu guards the fields below, and every message's state, deadline and
+	// list links while it is in flight, ready or deferred.
+	mu           sync.Mutex
+	flightHead   *Message // in-flight messages, oldest deadline first
+	flightTail   *Message
+	inFlight     int
+	ready        []*Message // requeued, timed out or due: delivered before the memory buffer
+	deferred     deferHeap
+	paused       bool
+	unpausedCh   chan struct{} // closed by Unpause
+	messagesOnce sync.Once
+	messagesCh   chan *Message
+
+	puts, spills, requeues, timeouts, finishes atomic.Int64
+	deadLetters, expired, badRecords, dropped  atomic.Int64
+	latency                                    latencyHistogram
+}
+
+// New makes a channel. With opts.Backend set, the channel takes ownership
+// of it and picks up the records already stored there (a restart).
+func New(opts Options) (*Channel, error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	c := &Channel{
+		opts:      o,
+		backend:   o.Backend,
+		log:       o.Logger,
+		readyCh:   make(chan *Message),
+		closeCh:   make(chan struct{}),
+		clockWake: make(chan struct{}, 1),
+	}
+	c.closeCtx, c.cancel = context.WithCancel(context.Background())
+	c.nextID.Store(uint64(time.Now().UnixNano()))
+	if c.backend == nil || o.MemQueueSize > 0 {
+		c.memCh = make(chan *Message, o.MemQueueSize)
+	}
+	if c.backend != nil {
+		c.diskCh = make(chan *Message)
+		c.diskPending.Store(c.backend.Depth())
+		c.wg.Add(1)
+		go c.pump()
+	}
+	c.wg.Add(1)
+	go c.clock()
+	return c, nil
+}
+
+// PutOptions are the per-message settings of [Channel.PutWith].
+type PutOptions struct {
+	// Delay defers delivery: the message is delivered no earlier than Delay
+	// after Put. The due time is stored with the message, so it survives
+	// Close and a restart.
+	Delay time.Duration
+	// Expires, if not zero, is when an undelivered message stops being
+	// worth delivering: it goes to the dead-letter handler instead.
+	Expires time.Time
+}
+
+// Put queues body for delivery. The channel takes ownership of body: do not
+// change it after Put returns.
+//
+// While the memory buffer has room and nothing is waiting in the backend,
+// the message goes to memory; otherwise it goes to the backend, so that
+// consumers see messages in put order. Put blocks, honouring ctx, only when
+// there is no room anywhere: the memory buffer is full with no backend
+// (unless FailWhenFull), or the backend blocks.
+func (c *Channel) Put(ctx context.Context, body []byte) error {
+	return c.PutWith(ctx, body, PutOptions{})
+}
+
+// PutWith is Put with a delay or an expiry.
+func (c *Channel) PutWith(ctx context.Context, body []byte, po PutOptions) error {
+	m := &Message{
+		ID:        ID(c.nextID.Add(1)),
+		Body:      body,
+		Timestamp: time.Now(),
+		ch:        c,
+		gen:       c.gen.Load(),
+	}
+	if po.Delay > 0 {
+		m.due = m.Timestamp.Add(po.Delay).UnixNano()
+	}
+	if !po.Expires.IsZero() {
+		m.expires = po.Expires.UnixNano()
+	}
+	c.putMu.RLock()
+	defer c.putMu.RUnlock()
+	if c.isClosed.Load() {
+		return ErrClosed
+	}
+	c.puts.Add(1)
+	if m.due != 0 {
+		return c.putDeferred(ctx, m)
+	}
+	if c.memCh != nil && c.diskPending.Load() == 0 {
+		select {
+		case c.memCh <- m:
+			return nil
+		default:
+		}
+	}
+	if c.backend != nil {
+		return c.putBackend(ctx, m)
+	}
+	if c.opts.FailWhenFull {
+		c.puts.Add(-1)
+		return ErrFull
+	}
+	select {
+	case c.memCh <- m:
+		return nil
+	case <-ctx.Done():
+		c.puts.Add(-1)
+		return ctx.Err()
+	case <-c.closeCh:
+		c.puts.Add(-1)
+		return ErrClosed
+	}
+}
+
+// putDeferred stores a delayed message in the backend when there is one, so
+// its due time is durable, and in the memory heap otherwise.
+func (c *Channel) putDeferred(ctx context.Context, m *Message) error {
+	if c.backend != nil {
+		return c.putBackend(ctx, m)
+	}
+	c.mu.Lock()
+	c.deferred.push(m)
+	c.mu.Unlock()
+	c.wakeClock()
+	return nil
+}
+
+func (c *Channel) putBackend(ctx context.Context, m *Message) error {
+	c.diskPending.Add(1)
+	err := c.backend.Put(c.bound(ctx), appendEnvelope(nil, m))
+	if err != nil {
+		c.delivered()
+		c.puts.Add(-1)
+		if c.isClosed.Load() && errors.Is(err, context.Canceled) {
+			return ErrClosed
+		}
+		return fmt.Errorf("channel: put to backend: %w", err)
+	}
+	c.spills.Add(1)
+	return nil
+}
+
+// delivered lowers diskPending by one, never below zero: an Empty racing a
+// Put can leave a record the count no longer includes.
+func (c *Channel) delivered() {
+	for {
+		n := c.diskPending.Load()
+		if n <= 0 || c.diskPending.CompareAndSwap(n, n-1) {
+			return
+		}
+	}
+}
+
+// bound returns a context that also ends when the channel closes. Most
+// callers pass context.Background, which costs nothing to replace.
+func (c *Channel) bound(ctx context.Context) context.Context {
+	if ctx.Done() == nil {
+		return c.closeCtx
+	}
+	merged, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(c.closeCtx, cancel)
+	context.AfterFunc(merged, func() { stop() })
+	return merged
+}
+
+// Receive returns the next message, waiting until there is one, ctx ends
+// or the channel closes. The message is in flight until Finish or Requeue;
+// if neither comes within MsgTimeout, it is delivered again.
+//
+// Requeued and timed-out messages are delivered first, then the memory
+// buffer, then the backend, which holds only messages newer than any in
+// memory.
+func (c *Channel) Receive(ctx context.Context) (*Message, error) {
+	for {
+		if err := c.waitUnpaused(ctx); err != nil {
+			return nil, err
+		}
+		m, err := c.take(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if m, ok := c.deliver(m); ok {
+			return m, nil
+		}
+	}
+}
+
+// take gets the next message from any source.
+func (c *Channel) take(ctx context.Context) (*Message, error) {
+	select {
+	case m := <-c.readyCh:
+		return m, nil
+	default:
+	}
+	select {
+	case m := <-c.memCh:
+		return m, nil
+	default:
+	}
+	select {
+	case m := <-c.readyCh:
+		return m, nil
+	case m := <-c.memCh:
+		return m, nil
+	case m := <-c.diskCh:
+		return m, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-c.closeCh:
+		return nil, ErrClosed
+	}
+}
+
+// deliver puts a taken message in flight. It returns false for a message
+// that must not reach a consumer: discarded by Empty, or expired.
+func (c *Channel) deliver(m *Message) (*Message, bool) {
+	if m.gen != c.gen.Load() {
+		return nil, false
+	}
+	now := time.Now().UnixNano()
+	if m.expires != 0 && now > m.expires {
+		c.expired.Add(1)
+		c.deadLetter(m, ErrExpired)
+		return nil, false
+	}
+	c.mu.Lock()
+	m.Attempts++
+	m.deadline = now + int64(c.opts.MsgTimeout)
+	m.state = stateInFlight
+	c.linkLocked(m)
+	c.mu.Unlock()
+	return m, true
+}
+
+// ReceiveBatch waits for one message like Receive, then takes up to max-1
+// more that are ready without waiting.
+func (c *Channel) ReceiveBatch(ctx context.Context, max int) ([]*Message, error) {
+	if max < 1 {
+		return nil, fmt.Errorf("%w: ReceiveBatch max %d", ErrInvalidOptions, max)
+	}
+	first, err := c.Receive(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := []*Message{first}
+	now, cancel := context.WithCancel(ctx)
+	cancel() // take does not wait with a done context
+	for len(out) < max && !c.isPaused() {
+		m, err := c.take(now)
+		if err != nil {
+			break
+		}
+		if m, ok := c.deliver(m); ok {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+
+// Messages returns a Go channel of messages, for use in select. Each
+// message received from it is in flight, exactly as from Receive. The Go
+// channel is closed when the Channel closes.
+func (c *Channel) Messages() <-chan *Message {
+	c.messagesOnce.Do(func() {
+		c.messagesCh = make(chan *Message)
+		c.wg.Add(1)
+		go c.forward()
+	})
+	return c.messagesCh
+}
+
+// forward feeds Messages.
+func (c *Channel) forward() {
+	defer c.wg.Done()
+	defer close(c.messagesCh)
+	for {
+		m, err := c.Receive(c.closeCtx)
+		if err != nil {
+			return
+		}
+		select {
+		case c.messagesCh <- m:
+		case <-c.closeCh:
+			// m stays in flight; Close writes it to the backend.
+			return
+		}
+	}
+}
+
+// Finish acknowledges a message: it is done and will not be delivered
+// again.
+func (m *Message) Finish() error {
+	c := m.ch
+	c.mu.Lock()
+	if m.state != stateInFlight {
+		c.mu.Unlock()
+		return c.notInFlight(m)
+	}
+	c.unlinkLocked(m)
+	m.state = stateDone
+	c.mu.Unlock()
+	return c.finished(m)
+}
+
+func (c *Channel) finished(m *Message) error {
+	c.finishes.Add(1)
+	c.latency.record(time.Since(m.Timestamp))
+	if m.fromDisk {
+		if err := c.backend.Ack(m.seq); err != nil {
+			return fmt.Errorf("channel: acknowledge message %s in the backend: %w", m.ID, err)
+		}
+	}
+	return nil
+}
+
+// FinishAll finishes a batch of messages, for consumers that work in
+// batches. It returns the first error; the other messages are finished
+// regardless.
+func (c *Channel) FinishAll(msgs []*Message) error {
+	var first error
+	for _, m := range msgs {
+		if err := m.Finish(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+func (c *Channel) notInFlight(m *Message) error {
+	if c.isClosed.Load() {
+		return ErrClosed
+	}
+	return fmt.Errorf("%w: %s", ErrNotInFlight, m.ID)
+}
+
+// Requeue gives a message back for another delivery, after delay (zero
+// means at once). A message that has had Options.MaxAttempts deliveries goes
+// to the dead-letter handler instead. Requeued messages are delivered ahead
+// of the memory buffer: the one exception to put order.
+func (m *Message) Requeue(delay time.Duration) error {
+	c := m.ch
+	c.mu.Lock()
+	if m.state != stateInFlight {
+		c.mu.Unlock()
+		return c.notInFlight(m)
+	}
+	c.unlinkLocked(m)
+	m.state = stateDone
+	c.requeues.Add(1)
+	if c.exhausted(m) {
+		c.mu.Unlock()
+		c.deadLetter(m, ErrMaxAttempts)
+		return nil
+	}
+	again := m.redelivery()
+	if delay > 0 {
+		again.due = time.Now().Add(delay).UnixNano()
+		c.deferred.push(again)
+	} else {
+		c.ready = append(c.ready, again)
+	}
+	c.mu.Unlock()
+	c.wakeClock()
+	return nil
+}
+
+// Touch restarts a message's timeout, for work that takes longer than
+// MsgTimeout.
+func (m *Message) Touch() error {
+	c := m.ch
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if m.state != stateInFlight {
+		return c.notInFlight(m)
+	}
+	c.unlinkLocked(m)
+	m.deadline = time.Now().UnixNano() + int64(c.opts.MsgTimeout)
+	c.linkLocked(m)
+	return nil
+}
+
+// redelivery copies a message for its next delivery, so the consumer that
+// held it (and may still call Finish on it) has a pointer that is no longer
+// in flight.
+func (m *Message) redelivery() *Message {
+	return &Message{
+		ID: m.ID, Body: m.Body, Timestamp: m.Timestamp, Attempts: m.Attempts,
+		ch: m.ch, expires: m.expires, seq: m.seq, fromDisk: m.fromDisk, gen: m.gen,
+	}
+}
+
+func (c *Channel) exhausted(m *Message) bool {
+	return c.opts.MaxAttempts > 0 && m.Attempts >= c.opts.MaxAttempts
+}
+
+// deadLetter hands m to the dead-letter handler (or logs it), then
+// acknowledges its backend record.
+func (c *Channel) deadLetter(m *Message, reason error) {
+	c.deadLetters.Add(1)
+	if c.opts.DeadLetter != nil {
+		c.opts.DeadLetter(m, reason)
+	} else {
+		c.log.Warn("channel: dropping dead letter (set Options.DeadLetter to keep them)", "id", m.ID.String(), "attempts", m.Attempts, "reason", reason)
+	}
+	if m.fromDisk {
+		if err := c.backend.Ack(m.seq); err != nil {
+			c.log.Warn("channel: cannot acknowledge dead letter in the backend", "id", m.ID.String(), "err", err)
+		}
+	}
+}
+
+// linkLocked appends m to the in-flight list. Deadlines are now plus one
+// fixed timeout, so appending keeps the list sorted.
+func (c *Channel) linkLocked(m *Message) {
+	m.prev, m.next = c.flightTail, nil
+	if c.flightTail != nil {
+		c.flightTail.next = m
+	} else {
+		c.flightHead = m
+	}
+	c.flightTail = m
+	c.inFlight++
+}
+
+func (c *Channel) unlinkLocked(m *Message) {
+	if m.prev != nil {
+		m.prev.next = m.next
+	} else {
+		c.flightHead = m.next
+	}
+	if m.next != nil {
+		m.next.prev = m.prev
+	} else {
+		c.flightTail = m.prev
+	}
+	m.prev, m.next = nil, nil
+	c.inFlight--
+}
+
+func (c *Channel) wakeClock() {
+	select {
+	case c.clockWake <- struct{}{}:
+	default:
+	}
+}
+
+// Pause stops delivery: Receive waits until Unpause. Put goes on.
+func (c *Channel) Pause() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.paused {
+		c.paused = true
+		c.unpausedCh = make(chan struct{})
+	}
+}
+
+// Unpause resumes delivery.
+func (c *Channel) Unpause() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.paused {
+		c.paused = false
+		close(c.unpausedCh)
+	}
+}
+
+func (c *Channel) isPaused() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.paused
+}
+
+func (c *Channel) waitUnpaused(ctx context.Context) error {
+	c.mu.Lock()
+	if !c.paused {
+		c.mu.Unlock()
+		return nil
+	}
+	ch := c.unpausedCh
+	c.mu.Unlock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.closeCh:
+		return ErrClosed
+	}
+}
+
+// Empty discards every message: in memory, in the backend, deferred,
+// requeued and in flight (Finish on those returns ErrNotInFlight).
+//
+// Messages put while Empty runs may or may not be discarded.
+func (c *Channel) Empty() error {
+	if c.isClosed.Load() {
+		return ErrClosed
+	}
+	c.gen.Add(1)
+	for len(c.memCh) > 0 {
+		select {
+		case <-c.memCh:
+		default:
+		}
+	}
+	c.mu.Lock()
+	for m := c.flightHead; m != nil; m = m.next {
+		m.state = stateDone
+	}
+	c.flightHead, c.flightTail, c.inFlight = nil, nil, 0
+	c.ready = nil
+	c.deferred = nil
+	c.mu.Unlock()
+	if c.backend != nil {
+		if err := c.backend.Empty(); err != nil {
+			return fmt.Errorf("channel: empty backend: %w", err)
+		}
+		c.diskPending.Store(0)
+	}
+	return nil
+}
+
+// Depth is the number of messages waiting for delivery: in memory, in the
+// backend and requeued. It leaves out messages in flight and deferred.
+func (c *Channel) Depth() int64 {
+	c.mu.Lock()
+	ready := len(c.ready)
+	c.mu.Unlock()
+	return int64(len(c.memCh)) + c.diskPending.Load() + int64(ready)
+}
+
+// Stats is a snapshot of a channel's state and counters.
+type Stats struct {
+	MemoryDepth  int   // messages in the memory buffer
+	MemoryBound  int   // MemQueueSize
+	DiskDepth    int64 // messages in the backend waiting for delivery
+	BackendDepth int64 // records in the backend not acknowledged, including those held in flight or deferred
+	InFlight     int   // delivered, not yet finished or requeued
+	Deferred     int   // waiting for their due time
+	Ready        int   // requeued or timed out, waiting for delivery
+	Paused       bool
+
+	Puts        int64 // messages accepted by Put
+	Spills      int64 // of those, written to the backend
+	Requeues    int64
+	Timeouts    int64 // deliveries that timed out
+	Finishes    int64
+	DeadLetters int64 // handed to the dead-letter handler (attempts or expiry)
+	Expired     int64 // of those, expired before delivery
+	BadRecords  int64 // backend records that were not channel messages
+
+	// End-to-end latency, from Put to Finish, of finished messages: the
+	// upper bound of the histogram bucket (within 19%) holding each
+	// percentile.
+	LatencyP50, LatencyP99, LatencyP999 time.Duration
+}
+
+// Stats returns a snapshot of the channel's state and counters.
+func (c *Channel) Stats() Stats {
+	c.mu.Lock()
+	st := Stats{
+		InFlight: c.inFlight,
+		Deferred: len(c.deferred),
+		Ready:    len(c.ready),
+		Paused:   c.paused,
+	}
+	c.mu.Unlock()
+	st.MemoryDepth = len(c.memCh)
+	st.MemoryBound = c.opts.MemQueueSize
+	st.DiskDepth = c.diskPending.Load()
+	if c.backend != nil {
+		st.BackendDepth = c.backend.Depth()
+	}
+	st.Puts, st.Spills, st.Requeues = c.puts.Load(), c.spills.Load(), c.requeues.Load()
+	st.Timeouts, st.Finishes = c.timeouts.Load(), c.finishes.Load()
+	st.DeadLetters, st.Expired, st.BadRecords = c.deadLetters.Load(), c.expired.Load(), c.badRecords.Load()
+	p := c.latency.percentiles(0.5, 0.99, 0.999)
+	st.LatencyP50, st.LatencyP99, st.LatencyP999 = p[0], p[1], p[2]
+	return st
+}
+
+// Replay puts the records with from <= seq < to, kept by the backend's
+// retention, back into the channel as fresh messages (new IDs, no
+// attempts), for reprocessing after a bug fix. It returns how many it put.
+func (c *Channel) Replay(ctx context.Context, from, to uint64) (int, error) {
+	r, ok := c.backend.(Replayer)
+	if !ok {
+		return 0, ErrNoReplay
+	}
+	n := 0
+	var err error
+	r.Replay(from, to)(func(body []byte, rerr error) bool {
+		if rerr != nil {
+			err = fmt.Errorf("channel: replay: %w", rerr)
+			return false
+		}
+		m, derr := decodeEnvelope(body)
+		if derr != nil {
+			c.badRecords.Add(1)
+			c.log.Warn("channel: replay skipped a record that is not a message", "err", derr)
+			return true
+		}
+		if err = c.Put(ctx, m.Body); err != nil {
+			return false
+		}
+		n++
+		return true
+	})
+	return n, err
+}
+
+// Close stops delivery and writes every message the channel holds in
+// memory (buffered, requeued, deferred with their due times, and in flight)
+// to the backend, then closes the backend, so a graceful restart loses
+// nothing and delivers again what was not finished. Without a backend the
+// messages still in memory are dropped, and Close reports how many. Calls
+// blocked in Put or Receive return ErrClosed; a second Close returns
+// ErrClosed.
+func (c *Channel) Close() error {
+	if !c.isClosed.CompareAndSwap(false, true) {
+		return ErrClosed
+	}
+	close(c.closeCh)
+	c.cancel()
+	c.putMu.Lock() // wait for Puts that were handing a message over
+	c.putMu.Unlock()
+	c.wg.Wait()
+
+	var held []*Message
+	for len(c.memCh) > 0 {
+		held = append(held, <-c.memCh)
+	}
+	c.mu.Lock()
+	held = append(held, c.ready...)
+	held = append(held, c.deferred...)
+	for m := c.flightHead; m != nil; m = m.next {
+		held = append(held, m)
+		m.state = stateDone
+	}
+	c.flightHead, c.flightTail, c.inFlight = nil, nil, 0
+	c.ready, c.deferred = nil, nil
+	c.mu.Unlock()
+
+	if c.backend == nil {
+		if len(held) > 0 {
+			c.dropped.Add(int64(len(held)))
+			return fmt.Errorf("channel: closed with %d messages in memory and no backend to keep them", len(held))
+		}
+		return nil
+	}
+	var errs []error
+	for _, m := range held {
+		if m.gen != c.gen.Load() {
+			continue
+		}
+		// The record in the backend (if any) is replaced by one carrying
+		// the current attempts and due time.
+		if err := c.backend.Put(context.Background(), appendEnvelope(nil, m)); err != nil {
+			errs = append(errs, fmt.Errorf("channel: close: keep message %s: %w", m.ID, err))
+			continue
+		}
+		if m.fromDisk {
+			if err := c.backend.Ack(m.seq); err != nil {
+				errs = append(errs, fmt.Errorf("channel: close: %w", err))
+			}
+		}
+	}
+	if err := c.backend.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("channel: close backend: %w", err))
+	}
+	return errors.Join(errs...)
+}

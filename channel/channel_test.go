@@ -1,0 +1,495 @@
+package channel_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/spillq/spillq/channel"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func newChannel(t *testing.T, o channel.Options) *channel.Channel {
+	t.Helper()
+	c, err := channel.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func put(t *testing.T, c *channel.Channel, bodies ...string) {
+	t.Helper()
+	for _, b := range bodies {
+		if err := c.Put(context.Background(), []byte(b)); err != nil {
+			t.Fatalf("Put %q: %v", b, err)
+		}
+	}
+}
+
+func receive(t *testing.T, c *channel.Channel) *channel.Message {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m, err := c.Receive(ctx)
+	if err != nil {
+		t.Fatalf("Receive: %v", err)
+	}
+	return m
+}
+
+// await receives with no deadline, for synctest bubbles, where a wait that
+// can never end is reported as a deadlock instead of hanging.
+func await(t *testing.T, c *channel.Channel) *channel.Message {
+	t.Helper()
+	m, err := c.Receive(context.Background())
+	if err != nil {
+		t.Fatalf("Receive: %v", err)
+	}
+	return m
+}
+
+func seq(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("m%04d", i)
+	}
+	return out
+}
+
+func TestMemoryOnly(t *testing.T) {
+	c := newChannel(t, channel.Options{MemQueueSize: 100})
+	defer c.Close()
+	put(t, c, seq(100)...)
+	if got := c.Depth(); got != 100 {
+		t.Fatalf("Depth %d, want 100", got)
+	}
+	for _, want := range seq(100) {
+		m := receive(t, c)
+		if string(m.Body) != want || m.Attempts != 1 {
+			t.Fatalf("got %q attempt %d, want %q attempt 1", m.Body, m.Attempts, want)
+		}
+		if err := m.Finish(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := c.Stats()
+	if st.Finishes != 100 || st.InFlight != 0 || st.Spills != 0 || st.LatencyP50 == 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestSpillKeepsOrder: a producer faster than its consumer fills memory;
+// the rest spills; the consumer sees put order across the spill.
+func TestSpillKeepsOrder(t *testing.T) {
+	b := newMemBackend()
+	c := newChannel(t, channel.Options{MemQueueSize: 10, Backend: b})
+	defer c.Close()
+	const n = 2000
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < n; i++ {
+			if err := c.Put(context.Background(), []byte(fmt.Sprintf("m%04d", i))); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	for i := 0; i < n; i++ {
+		m := receive(t, c)
+		if want := fmt.Sprintf("m%04d", i); string(m.Body) != want {
+			t.Fatalf("message %d: got %q", i, m.Body)
+		}
+		m.Finish()
+	}
+	<-done
+	st := c.Stats()
+	if st.Spills == 0 {
+		t.Fatal("nothing spilled: the test did not exercise the spill")
+	}
+	if st.BackendDepth != 0 {
+		t.Fatalf("backend holds %d records after everything was finished", st.BackendDepth)
+	}
+}
+
+func TestAllThroughBackend(t *testing.T) {
+	b := newMemBackend()
+	c := newChannel(t, channel.Options{Backend: b})
+	defer c.Close()
+	put(t, c, "a", "b")
+	if st := c.Stats(); st.Spills != 2 || st.MemoryDepth != 0 {
+		t.Fatalf("MemQueueSize 0 with a backend: %+v", st)
+	}
+	m := receive(t, c)
+	if b.Depth() != 2 {
+		t.Fatal("a record was acknowledged before Finish")
+	}
+	m.Finish()
+	if b.Depth() != 1 {
+		t.Fatal("Finish did not acknowledge the backend record")
+	}
+}
+
+func TestCloseFlushesAndRestartDelivers(t *testing.T) {
+	b := newMemBackend()
+	c := newChannel(t, channel.Options{MemQueueSize: 5, Backend: b})
+	put(t, c, seq(8)...) // 5 in memory, 3 spilled
+	inflight := receive(t, c)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := inflight.Finish(); !errors.Is(err, channel.ErrClosed) {
+		t.Fatalf("Finish after Close: got %v, want ErrClosed", err)
+	}
+	c = newChannel(t, channel.Options{MemQueueSize: 5, Backend: b.reopen()})
+	defer c.Close()
+	got := map[string]int{}
+	for i := 0; i < 8; i++ {
+		m := receive(t, c)
+		got[string(m.Body)]++
+		if string(m.Body) == "m0000" && m.Attempts != 2 {
+			t.Fatalf("in-flight message came back with attempts %d, want 2", m.Attempts)
+		}
+		m.Finish()
+	}
+	for _, want := range seq(8) {
+		if got[want] != 1 {
+			t.Fatalf("after restart %q delivered %d times", want, got[want])
+		}
+	}
+}
+
+func TestTimeoutRedelivers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newChannel(t, channel.Options{MemQueueSize: 10, MsgTimeout: time.Second})
+		defer c.Close()
+		put(t, c, "job")
+		first := await(t, c)
+		// The consumer dies: no Finish. After the timeout the message is
+		// delivered again, and the old handle is no longer in flight.
+		second := await(t, c)
+		if second.ID != first.ID || second.Attempts != 2 {
+			t.Fatalf("redelivery: got %s attempt %d", second.ID, second.Attempts)
+		}
+		if err := first.Finish(); !errors.Is(err, channel.ErrNotInFlight) {
+			t.Fatalf("Finish of the timed-out handle: got %v", err)
+		}
+		if err := second.Finish(); err != nil {
+			t.Fatal(err)
+		}
+		if st := c.Stats(); st.Timeouts != 1 {
+			t.Fatalf("Timeouts %d", st.Timeouts)
+		}
+	})
+}
+
+func TestTouchExtends(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newChannel(t, channel.Options{MemQueueSize: 10, MsgTimeout: time.Second})
+		defer c.Close()
+		put(t, c, "slow job")
+		m := await(t, c)
+		for i := 0; i < 5; i++ {
+			time.Sleep(800 * time.Millisecond) // virtual time
+			if err := m.Touch(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := m.Finish(); err != nil {
+			t.Fatalf("Finish after 4 s of touches: %v", err)
+		}
+		if st := c.Stats(); st.Timeouts != 0 {
+			t.Fatalf("timed out despite Touch: %+v", st)
+		}
+	})
+}
+
+func TestRequeueWithDelay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newChannel(t, channel.Options{MemQueueSize: 10})
+		defer c.Close()
+		put(t, c, "retry me")
+		m := await(t, c)
+		start := time.Now()
+		if err := m.Requeue(5 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Requeue(0); !errors.Is(err, channel.ErrNotInFlight) {
+			t.Fatalf("second Requeue: got %v", err)
+		}
+		again := await(t, c)
+		if waited := time.Since(start); waited < 5*time.Second {
+			t.Fatalf("requeued message delivered after %v, want >= 5s", waited)
+		}
+		if again.Attempts != 2 {
+			t.Fatalf("attempts %d", again.Attempts)
+		}
+		again.Finish()
+	})
+}
+
+func TestDeferredPut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newChannel(t, channel.Options{MemQueueSize: 10})
+		defer c.Close()
+		start := time.Now()
+		c.PutWith(context.Background(), []byte("later"), channel.PutOptions{Delay: time.Minute})
+		put(t, c, "now")
+		if m := await(t, c); string(m.Body) != "now" {
+			t.Fatalf("got %q first", m.Body)
+		}
+		if st := c.Stats(); st.Deferred != 1 {
+			t.Fatalf("Deferred %d", st.Deferred)
+		}
+		m := await(t, c)
+		if string(m.Body) != "later" || time.Since(start) < time.Minute {
+			t.Fatalf("got %q after %v", m.Body, time.Since(start))
+		}
+	})
+}
+
+// TestDeferredSurvivesRestart: a deferred message in a backend keeps its
+// due time across Close and reopen.
+func TestDeferredSurvivesRestart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newMemBackend()
+		c := newChannel(t, channel.Options{Backend: b})
+		start := time.Now()
+		c.PutWith(context.Background(), []byte("due in an hour"), channel.PutOptions{Delay: time.Hour})
+		time.Sleep(time.Minute)
+		c.Close()
+		c = newChannel(t, channel.Options{Backend: b.reopen()})
+		defer c.Close()
+		m := await(t, c)
+		if elapsed := time.Since(start); elapsed < time.Hour {
+			t.Fatalf("delivered after %v, before its due time", elapsed)
+		}
+		m.Finish()
+	})
+}
+
+func TestMaxAttemptsDeadLetter(t *testing.T) {
+	var mu sync.Mutex
+	var dead []string
+	var reasons []error
+	c := newChannel(t, channel.Options{MemQueueSize: 10, MaxAttempts: 3, DeadLetter: func(m *channel.Message, reason error) {
+		mu.Lock()
+		defer mu.Unlock()
+		dead = append(dead, string(m.Body))
+		reasons = append(reasons, reason)
+	}})
+	defer c.Close()
+	put(t, c, "poison")
+	for i := 1; i <= 3; i++ {
+		m := await(t, c)
+		if m.Attempts != uint16(i) {
+			t.Fatalf("attempt %d: got %d", i, m.Attempts)
+		}
+		m.Requeue(0)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(dead) != 1 || dead[0] != "poison" || !errors.Is(reasons[0], channel.ErrMaxAttempts) {
+		t.Fatalf("dead letters %v %v", dead, reasons)
+	}
+	if c.Depth() != 0 {
+		t.Fatalf("poison message still queued: Depth %d", c.Depth())
+	}
+}
+
+func TestExpiry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var dead []error
+		c := newChannel(t, channel.Options{MemQueueSize: 10, DeadLetter: func(m *channel.Message, reason error) { dead = append(dead, reason) }})
+		defer c.Close()
+		c.PutWith(context.Background(), []byte("stale"), channel.PutOptions{Expires: time.Now().Add(time.Second)})
+		c.PutWith(context.Background(), []byte("fresh"), channel.PutOptions{Expires: time.Now().Add(time.Hour)})
+		time.Sleep(2 * time.Second)
+		m := await(t, c)
+		if string(m.Body) != "fresh" {
+			t.Fatalf("got %q", m.Body)
+		}
+		if len(dead) != 1 || !errors.Is(dead[0], channel.ErrExpired) {
+			t.Fatalf("dead letters %v", dead)
+		}
+	})
+}
+
+func TestPause(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newChannel(t, channel.Options{MemQueueSize: 10})
+		defer c.Close()
+		put(t, c, "x")
+		c.Pause()
+		got := make(chan *channel.Message)
+		go func() {
+			m, _ := c.Receive(context.Background())
+			got <- m
+		}()
+		synctest.Wait()
+		select {
+		case <-got:
+			t.Fatal("delivered while paused")
+		default:
+		}
+		if !c.Stats().Paused {
+			t.Fatal("Stats does not show the pause")
+		}
+		c.Unpause()
+		if m := <-got; string(m.Body) != "x" {
+			t.Fatalf("got %q", m.Body)
+		}
+	})
+}
+
+func TestEmpty(t *testing.T) {
+	b := newMemBackend()
+	c := newChannel(t, channel.Options{MemQueueSize: 3, Backend: b})
+	defer c.Close()
+	put(t, c, seq(10)...)
+	m := await(t, c)
+	if err := c.Empty(); err != nil {
+		t.Fatal(err)
+	}
+	if c.Depth() != 0 || b.Depth() != 0 {
+		t.Fatalf("after Empty: Depth %d backend %d", c.Depth(), b.Depth())
+	}
+	if err := m.Finish(); !errors.Is(err, channel.ErrNotInFlight) {
+		t.Fatalf("Finish after Empty: %v", err)
+	}
+	put(t, c, "after")
+	if m := await(t, c); string(m.Body) != "after" {
+		t.Fatalf("got %q after Empty", m.Body)
+	}
+}
+
+func TestReceiveBatchAndFinishAll(t *testing.T) {
+	c := newChannel(t, channel.Options{MemQueueSize: 100})
+	defer c.Close()
+	put(t, c, seq(25)...)
+	batch, err := c.ReceiveBatch(context.Background(), 10)
+	if err != nil || len(batch) != 10 {
+		t.Fatalf("batch of %d, %v", len(batch), err)
+	}
+	if err := c.FinishAll(batch); err != nil {
+		t.Fatal(err)
+	}
+	if st := c.Stats(); st.Finishes != 10 || st.InFlight != 0 {
+		t.Fatalf("%+v", st)
+	}
+}
+
+func TestMessagesChannel(t *testing.T) {
+	c := newChannel(t, channel.Options{MemQueueSize: 10})
+	put(t, c, "a", "b")
+	for _, want := range []string{"a", "b"} {
+		select {
+		case m := <-c.Messages():
+			if string(m.Body) != want {
+				t.Fatalf("got %q", m.Body)
+			}
+			m.Finish()
+		case <-time.After(10 * time.Second):
+			t.Fatal("no message")
+		}
+	}
+	c.Close()
+	if _, ok := <-c.Messages(); ok {
+		t.Fatal("Messages not closed by Close")
+	}
+}
+
+func TestFailWhenFull(t *testing.T) {
+	c := newChannel(t, channel.Options{MemQueueSize: 2, FailWhenFull: true})
+	defer func() { c.Close() }()
+	put(t, c, "a", "b")
+	if err := c.Put(context.Background(), []byte("c")); !errors.Is(err, channel.ErrFull) {
+		t.Fatalf("got %v, want ErrFull", err)
+	}
+}
+
+func TestBlockWhenFull(t *testing.T) {
+	c := newChannel(t, channel.Options{MemQueueSize: 1})
+	put(t, c, "a")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := c.Put(ctx, []byte("b")); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("got %v, want the context's error", err)
+	}
+	done := make(chan error)
+	go func() { done <- c.Put(context.Background(), []byte("c")) }()
+	await(t, c).Finish()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// Close unblocks a Put that waits for room, and reports the message
+	// it had to drop (no backend).
+	go func() { done <- c.Put(context.Background(), []byte("d")) }()
+	if err := c.Close(); err == nil {
+		t.Fatal("Close of a memory-only channel holding a message reported nothing")
+	}
+	if err := <-done; !errors.Is(err, channel.ErrClosed) {
+		t.Fatalf("blocked Put after Close: %v", err)
+	}
+}
+
+func TestBackendErrors(t *testing.T) {
+	c := newChannel(t, channel.Options{Backend: errorBackend{}})
+	defer c.Close()
+	err := c.Put(context.Background(), []byte("x"))
+	if !errors.Is(err, errBackend) {
+		t.Fatalf("got %v, want the backend's error", err)
+	}
+	if st := c.Stats(); st.Puts != 0 {
+		t.Fatalf("a failed Put was counted: %+v", st)
+	}
+}
+
+func TestUseAfterClose(t *testing.T) {
+	c := newChannel(t, channel.Options{MemQueueSize: 1})
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); !errors.Is(err, channel.ErrClosed) {
+		t.Fatalf("second Close: %v", err)
+	}
+	if err := c.Put(context.Background(), nil); !errors.Is(err, channel.ErrClosed) {
+		t.Fatalf("Put: %v", err)
+	}
+	if _, err := c.Receive(context.Background()); !errors.Is(err, channel.ErrClosed) {
+		t.Fatalf("Receive: %v", err)
+	}
+	if err := c.Empty(); !errors.Is(err, channel.ErrClosed) {
+		t.Fatalf("Empty: %v", err)
+	}
+}
+
+func TestInvalidOptions(t *testing.T) {
+	for _, o := range []channel.Options{{MemQueueSize: -1}, {MsgTimeout: -1}} {
+		if _, err := channel.New(o); !errors.Is(err, channel.ErrInvalidOptions) {
+			t.Fatalf("New(%+v): %v", o, err)
+		}
+	}
+}
+
+func TestBadRecordInBackend(t *testing.T) {
+	b := newMemBackend()
+	b.Put(context.Background(), []byte("not an envelope"))
+	c := newChannel(t, channel.Options{Backend: b})
+	defer c.Close()
+	put(t, c, "good")
+	if m := await(t, c); string(m.Body) != "good" {
+		t.Fatalf("got %q", m.Body)
+	}
+	if st := c.Stats(); st.BadRecords != 1 {
+		t.Fatalf("BadRecords %d", st.BadRecords)
+	}
+}

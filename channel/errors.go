@@ -1,0 +1,40 @@
+package channel
+
+import "errors"
+
+// Errors returned by [Channel] and [Message] methods.
+var (
+	// ErrClosed is returned by every method called after [Channel.Close],
+	// and by calls that were blocked when Close ran.
+	ErrClosed = errors.New("channel: closed")
+
+	// ErrFull is returned by [Channel.Put] when the memory buffer is full,
+	// there is no backend to spill to, and Options.FailWhenFull is set.
+	ErrFull = errors.New("channel: memory buffer full and no backend")
+
+	// ErrNotInFlight is returned by [Message.Finish], [Message.Requeue] and
+	// [Message.Touch] for a message that is not in flight: already
+	// finished or requeued, timed out and handed to another consumer, or
+	// discarded by [Channel.Empty].
+	ErrNotInFlight = errors.New("channel: message is not in flight")
+
+	// ErrExpired is passed to the dead-letter handler for a message whose
+	// Expires time passed before it was delivered.
+	ErrExpired = errors.New("channel: message expired before delivery")
+
+	// ErrMaxAttempts is passed to the dead-letter handler for a message
+	// delivered Options.MaxAttempts times without being finished.
+	ErrMaxAttempts = errors.New("channel: message exceeded its delivery attempts")
+
+	// ErrBadEnvelope reports a record from the backend that is not a
+	// message this package wrote. The record is acknowledged and dropped,
+	// logged and counted in [Stats].
+	ErrBadEnvelope = errors.New("channel: record is not a channel message")
+
+	// ErrNoReplay is returned by [Channel.Replay] when the backend keeps
+	// no records for replay.
+	ErrNoReplay = errors.New("channel: backend cannot replay")
+
+	// ErrInvalidOptions is returned by [New] for an out-of-range option.
+	ErrInvalidOptions = errors.New("channel: invalid options")
+)

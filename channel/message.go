@@ -1,0 +1,122 @@
+package channel
+
+import (
+	"encoding/binary"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// ID identifies a message for its whole life, across requeues, spills and
+// restarts.
+type ID uint64
+
+// String formats the ID as 16 hex digits.
+func (id ID) String() string {
+	s := strconv.FormatUint(uint64(id), 16)
+	return "0000000000000000"[len(s):] + s
+}
+
+// Message is one message delivered by a [Channel]. Body belongs to the
+// consumer; the other exported fields are read-only. A message is in flight
+// from delivery until [Message.Finish] or [Message.Requeue], or until its
+// timeout delivers it again.
+//
+// Message methods are safe for concurrent use.
+type Message struct {
+	ID        ID
+	Body      []byte
+	Timestamp time.Time // when the message was first Put
+	Attempts  uint16    // deliveries so far, this one included
+
+	// Owned by the channel; guarded by ch.mu once the message is in
+	// flight, and by the goroutine holding it otherwise.
+	ch       *Channel
+	due      int64 // Unix ns: not to be delivered before this (deferred)
+	expires  int64 // Unix ns: dead-lettered if not delivered by then; 0 never
+	deadline int64 // Unix ns: in-flight timeout
+	seq      uint64
+	fromDisk bool // seq is a backend record to acknowledge when done
+	state    msgState
+	prev     *Message // in-flight list, ordered by deadline
+	next     *Message
+	heapIdx  int    // position in the deferred heap
+	gen      uint64 // Channel.gen when the message was put or read; Empty makes it stale
+}
+
+type msgState uint8
+
+const (
+	stateQueued msgState = iota
+	stateInFlight
+	stateDone
+)
+
+// The envelope a message travels in when it goes to the backend. Part of
+// the on-disk format (FORMAT.md, "Channel message envelope").
+//
+//	0     1       2          10            12          20
+//	| ver | flags | id u64   | attempts u16 | ts i64    | [due i64] [expires i64] | body
+const (
+	envelopeVersion = 1
+	envFlagDue      = 1 << 0
+	envFlagExpires  = 1 << 1
+	envKnownFlags   = envFlagDue | envFlagExpires
+	envFixedSize    = 20
+)
+
+func appendEnvelope(dst []byte, m *Message) []byte {
+	var flags byte
+	if m.due != 0 {
+		flags |= envFlagDue
+	}
+	if m.expires != 0 {
+		flags |= envFlagExpires
+	}
+	dst = append(dst, envelopeVersion, flags)
+	dst = binary.BigEndian.AppendUint64(dst, uint64(m.ID))
+	dst = binary.BigEndian.AppendUint16(dst, m.Attempts)
+	dst = binary.BigEndian.AppendUint64(dst, uint64(m.Timestamp.UnixNano()))
+	if m.due != 0 {
+		dst = binary.BigEndian.AppendUint64(dst, uint64(m.due))
+	}
+	if m.expires != 0 {
+		dst = binary.BigEndian.AppendUint64(dst, uint64(m.expires))
+	}
+	return append(dst, m.Body...)
+}
+
+// decodeEnvelope parses a backend record. The body aliases b.
+func decodeEnvelope(b []byte) (*Message, error) {
+	if len(b) < envFixedSize {
+		return nil, fmt.Errorf("%w: %d bytes", ErrBadEnvelope, len(b))
+	}
+	if b[0] != envelopeVersion {
+		return nil, fmt.Errorf("%w: envelope version %d", ErrBadEnvelope, b[0])
+	}
+	flags := b[1]
+	if flags&^envKnownFlags != 0 {
+		return nil, fmt.Errorf("%w: unknown flags %#x", ErrBadEnvelope, flags)
+	}
+	m := &Message{
+		ID:        ID(binary.BigEndian.Uint64(b[2:10])),
+		Attempts:  binary.BigEndian.Uint16(b[10:12]),
+		Timestamp: time.Unix(0, int64(binary.BigEndian.Uint64(b[12:20]))),
+	}
+	rest := b[envFixedSize:]
+	for _, f := range []struct {
+		bit byte
+		dst *int64
+	}{{envFlagDue, &m.due}, {envFlagExpires, &m.expires}} {
+		if flags&f.bit == 0 {
+			continue
+		}
+		if len(rest) < 8 {
+			return nil, fmt.Errorf("%w: truncated header", ErrBadEnvelope)
+		}
+		*f.dst = int64(binary.BigEndian.Uint64(rest))
+		rest = rest[8:]
+	}
+	m.Body = rest
+	return m, nil
+}

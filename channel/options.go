@@ -1,0 +1,68 @@
+package channel
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Options configures a [Channel]. The zero value is valid: a memory-only
+// channel with no buffer, whose Put waits for a consumer.
+type Options struct {
+	// MemQueueSize is how many messages the memory buffer holds (nsqd's
+	// mem-queue-size); past it, messages go to the Backend. Messages in the
+	// memory buffer are lost if the process crashes (Close writes them to
+	// the backend), so the buffer is opt-in: zero means none, and with a
+	// Backend every message goes through it and the backend's sync policy
+	// alone decides durability. Without a Backend, zero makes Put hand each
+	// message straight to a waiting consumer. Negative is invalid.
+	MemQueueSize int
+
+	// Backend is where messages go when memory is full, and where Close
+	// writes the messages still in memory. Nil keeps the channel in memory
+	// only. [New] takes ownership: Close closes it.
+	Backend Backend
+
+	// MsgTimeout is how long a delivered message may stay unfinished before
+	// it is delivered again (nsqd's msg-timeout). Zero means 60 seconds.
+	MsgTimeout time.Duration
+
+	// MaxAttempts is how many deliveries a message gets. A message timed
+	// out or requeued after its last attempt goes to DeadLetter instead.
+	// Zero means unlimited.
+	MaxAttempts uint16
+
+	// DeadLetter receives messages that ran out of attempts or expired
+	// before delivery, with ErrMaxAttempts or ErrExpired. It runs on the
+	// channel's own goroutines and must not block for long. Nil logs the
+	// message at Warn and drops it; Stats counts it either way.
+	DeadLetter func(m *Message, reason error)
+
+	// FailWhenFull makes Put return ErrFull instead of waiting when the
+	// memory buffer is full and there is no Backend. (With a Backend, a
+	// full disk is the backend's to report or wait out.)
+	FailWhenFull bool
+
+	// Logger receives warnings (dead letters dropped, bad records, backend
+	// errors); nothing is logged on the hot path. Nil discards.
+	Logger *slog.Logger
+}
+
+// Defaults documented on the Options fields.
+const DefaultMsgTimeout = 60 * time.Second
+
+func (o Options) withDefaults() (Options, error) {
+	if o.MemQueueSize < 0 {
+		return o, fmt.Errorf("%w: MemQueueSize %d is negative", ErrInvalidOptions, o.MemQueueSize)
+	}
+	if o.MsgTimeout < 0 {
+		return o, fmt.Errorf("%w: MsgTimeout %v is negative", ErrInvalidOptions, o.MsgTimeout)
+	}
+	if o.MsgTimeout == 0 {
+		o.MsgTimeout = DefaultMsgTimeout
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o, nil
+}

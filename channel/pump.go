@@ -1,0 +1,162 @@
+package channel
+
+import (
+	"container/heap"
+	"errors"
+	"time"
+)
+
+// pump moves records from the backend to consumers, one at a time through
+// the unbuffered diskCh. It owns the record it holds: if the channel closes
+// first, the record is simply not acknowledged, and stays in the backend.
+func (c *Channel) pump() {
+	defer c.wg.Done()
+	for {
+		seq, body, err := c.backend.Read(c.closeCtx)
+		if err != nil {
+			if c.isClosed.Load() || errors.Is(err, ErrClosed) {
+				return
+			}
+			c.log.Warn("channel: backend read failed; retrying", "err", err)
+			select {
+			case <-time.After(100 * time.Millisecond):
+				continue
+			case <-c.closeCh:
+				return
+			}
+		}
+		gen := c.gen.Load()
+		m, err := decodeEnvelope(body)
+		if err != nil {
+			c.badRecords.Add(1)
+			c.delivered()
+			c.log.Warn("channel: dropping a backend record that is not a message", "seq", seq, "err", err)
+			c.backend.Ack(seq)
+			continue
+		}
+		m.ch, m.seq, m.fromDisk, m.gen = c, seq, true, gen
+		if m.due > time.Now().UnixNano() {
+			// Deferred: its record stays in the backend until it is
+			// finished, so the due time survives a crash too.
+			c.delivered()
+			c.mu.Lock()
+			c.deferred.push(m)
+			c.mu.Unlock()
+			c.wakeClock()
+			continue
+		}
+		m.due = 0
+		select {
+		case c.diskCh <- m:
+			c.delivered()
+		case <-c.closeCh:
+			return
+		}
+	}
+}
+
+// clock owns time: it times out in-flight messages, releases deferred
+// messages when due, and hands the ready list to consumers.
+func (c *Channel) clock() {
+	defer c.wg.Done()
+	// Timeouts are found by a periodic scan, as nsqd's queueScanLoop does,
+	// so the receive path never has to wake this goroutine.
+	scan := min(max(c.opts.MsgTimeout/20, time.Millisecond), time.Second)
+	ticker := time.NewTicker(scan)
+	defer ticker.Stop()
+	due := time.NewTimer(time.Hour)
+	defer due.Stop()
+	for {
+		c.mu.Lock()
+		var head *Message
+		if len(c.ready) > 0 {
+			head = c.ready[0]
+		}
+		next := int64(0)
+		if len(c.deferred) > 0 {
+			next = c.deferred[0].due
+		}
+		c.mu.Unlock()
+		if next != 0 {
+			due.Reset(time.Until(time.Unix(0, next)))
+		}
+		var out chan *Message
+		if head != nil {
+			out = c.readyCh
+		}
+		select {
+		case out <- head:
+			c.mu.Lock()
+			if len(c.ready) > 0 && c.ready[0] == head {
+				c.ready[0] = nil
+				c.ready = c.ready[1:]
+			}
+			c.mu.Unlock()
+		case <-ticker.C:
+			c.expireInFlight()
+		case <-due.C:
+			c.releaseDue()
+		case <-c.clockWake:
+		case <-c.closeCh:
+			return
+		}
+	}
+}
+
+// expireInFlight moves messages past their deadline to the ready list, or
+// to the dead-letter handler when they are out of attempts.
+func (c *Channel) expireInFlight() {
+	now := time.Now().UnixNano()
+	var dead []*Message
+	c.mu.Lock()
+	for m := c.flightHead; m != nil && m.deadline <= now; m = c.flightHead {
+		c.unlinkLocked(m)
+		m.state = stateDone
+		c.timeouts.Add(1)
+		if c.exhausted(m) {
+			dead = append(dead, m)
+			continue
+		}
+		c.ready = append(c.ready, m.redelivery())
+	}
+	c.mu.Unlock()
+	for _, m := range dead {
+		c.deadLetter(m, ErrMaxAttempts)
+	}
+}
+
+// releaseDue moves deferred messages whose time has come to the ready list.
+func (c *Channel) releaseDue() {
+	now := time.Now().UnixNano()
+	c.mu.Lock()
+	for len(c.deferred) > 0 && c.deferred[0].due <= now {
+		m := c.deferred.pop()
+		m.due = 0
+		c.ready = append(c.ready, m)
+	}
+	c.mu.Unlock()
+}
+
+// deferHeap orders deferred messages by due time.
+type deferHeap []*Message
+
+func (h deferHeap) Len() int           { return len(h) }
+func (h deferHeap) Less(i, j int) bool { return h[i].due < h[j].due }
+func (h deferHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].heapIdx, h[j].heapIdx = i, j
+}
+func (h *deferHeap) Push(x any) {
+	m := x.(*Message)
+	m.heapIdx = len(*h)
+	*h = append(*h, m)
+}
+func (h *deferHeap) Pop() any {
+	old := *h
+	m := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return m
+}
+func (h *deferHeap) push(m *Message) { heap.Push(h, m) }
+func (h *deferHeap) pop() *Message   { return heap.Pop(h).(*Message) }

@@ -1,0 +1,125 @@
+// Package spillq is an embeddable durable work queue: an NSQ-style channel
+// whose bounded memory buffer spills to a checksummed, indexed disk log.
+//
+//	q, err := spillq.Open("/var/lib/myservice/jobs", spillq.Options{MemQueueSize: 10000})
+//	...
+//	q.Put(ctx, job)
+//	m, err := q.Receive(ctx)
+//	... work ...
+//	m.Finish()
+//
+// [Open] returns a [Queue]: a [channel.Channel] (delivery, acknowledgement,
+// requeue, deferral; see package channel) over a [diskqueue.Queue] (the
+// durable log; see package diskqueue). Use the two packages directly to
+// pair the channel with another backend or the log with another consumer.
+package spillq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/spillq/spillq/channel"
+	"github.com/spillq/spillq/diskqueue"
+)
+
+// Options configures [Open]. The zero value is valid; each field says what
+// zero means.
+type Options struct {
+	// MemQueueSize is how many messages may wait in memory before new ones
+	// go to disk. Messages in memory are lost if the process crashes (Close
+	// writes them to disk), so zero, the default, sends every message
+	// through the disk log, where Disk's sync policy decides durability.
+	MemQueueSize int
+
+	// MsgTimeout is how long a delivered message may stay unfinished before
+	// it is delivered again. Zero means 60 seconds.
+	MsgTimeout time.Duration
+
+	// MaxAttempts bounds deliveries per message; past it the message goes
+	// to DeadLetter. Zero means unlimited.
+	MaxAttempts uint16
+
+	// DeadLetter receives messages out of attempts or expired. Nil logs and
+	// drops them.
+	DeadLetter func(m *channel.Message, reason error)
+
+	// Disk configures the disk log. Its zero value is nsqd's policy:
+	// 100 MiB segments, fsync every 2500 records or 2 seconds. Set
+	// Disk.SyncEvery to 1 for Put to return only once the message is on
+	// stable storage, and Disk.Compress to snappy-compress spilled bodies.
+	Disk diskqueue.Options
+
+	// Logger receives warnings from both layers. Nil discards.
+	Logger *slog.Logger
+}
+
+// Queue is a channel over a disk log in one directory. It is safe for
+// concurrent use; all channel methods are promoted.
+type Queue struct {
+	*channel.Channel
+	disk *diskqueue.Queue
+}
+
+// Open opens (or creates) the queue in dir and delivers again whatever was
+// stored there and not finished.
+func Open(dir string, opts Options) (*Queue, error) {
+	dopts := opts.Disk
+	if dopts.Logger == nil {
+		dopts.Logger = opts.Logger
+	}
+	dq, err := diskqueue.Open(dir, dopts)
+	if err != nil {
+		return nil, fmt.Errorf("spillq: %w", err)
+	}
+	ch, err := channel.New(channel.Options{
+		MemQueueSize: opts.MemQueueSize,
+		Backend:      DiskBackend(dq),
+		MsgTimeout:   opts.MsgTimeout,
+		MaxAttempts:  opts.MaxAttempts,
+		DeadLetter:   opts.DeadLetter,
+		Logger:       opts.Logger,
+	})
+	if err != nil {
+		dq.Close()
+		return nil, fmt.Errorf("spillq: %w", err)
+	}
+	return &Queue{Channel: ch, disk: dq}, nil
+}
+
+// Disk returns the disk log, for its Stats and for lookups by sequence
+// number or time. Do not Read from it or Close it: the channel does.
+func (q *Queue) Disk() *diskqueue.Queue { return q.disk }
+
+// DiskBackend adapts a disk queue as a [channel.Backend] (and
+// [channel.Replayer]). The channel takes ownership of it.
+func DiskBackend(q *diskqueue.Queue) channel.Backend { return diskBackend{q} }
+
+type diskBackend struct{ q *diskqueue.Queue }
+
+func (d diskBackend) Put(ctx context.Context, body []byte) error { return d.q.Put(ctx, body) }
+
+func (d diskBackend) Read(ctx context.Context) (uint64, []byte, error) {
+	rec, err := d.q.Read(ctx)
+	if errors.Is(err, diskqueue.ErrClosed) {
+		return 0, nil, errors.Join(channel.ErrClosed, err)
+	}
+	return rec.Seq, rec.Body, err
+}
+
+func (d diskBackend) Ack(seq uint64) error { return d.q.Ack(seq) }
+func (d diskBackend) Depth() int64         { return d.q.Depth() }
+func (d diskBackend) Empty() error         { return d.q.Empty() }
+func (d diskBackend) Close() error         { return d.q.Close() }
+
+func (d diskBackend) Replay(from, to uint64) func(yield func([]byte, error) bool) {
+	return func(yield func([]byte, error) bool) {
+		for rec, err := range d.q.Scan(from, to) {
+			if !yield(rec.Body, err) {
+				return
+			}
+		}
+	}
+}
