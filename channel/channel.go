@@ -256,6 +256,7 @@ func (c *Channel) take(ctx context.Context) (*Message, error) {
 	case m := <-c.memCh:
 		return m, nil
 	case m := <-c.diskCh:
+		c.delivered()
 		return m, nil
 	case <-ctx.Done():
 		return nil, ctx.Err()

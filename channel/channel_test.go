@@ -245,6 +245,8 @@ func TestDeferredPut(t *testing.T) {
 		put(t, c, "now")
 		if m := await(t, c); string(m.Body) != "now" {
 			t.Fatalf("got %q first", m.Body)
+		} else {
+			m.Finish()
 		}
 		if st := c.Stats(); st.Deferred != 1 {
 			t.Fatalf("Deferred %d", st.Deferred)

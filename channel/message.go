@@ -115,6 +115,10 @@ func decodeEnvelope(b []byte) (*Message, error) {
 			return nil, fmt.Errorf("%w: truncated header", ErrBadEnvelope)
 		}
 		*f.dst = int64(binary.BigEndian.Uint64(rest))
+		if *f.dst == 0 {
+			// Zero means "absent" and is never written with its flag set.
+			return nil, fmt.Errorf("%w: flagged time is zero", ErrBadEnvelope)
+		}
 		rest = rest[8:]
 	}
 	m.Body = rest

@@ -46,9 +46,10 @@ func (c *Channel) pump() {
 			continue
 		}
 		m.due = 0
+		// The receiver lowers diskPending as it takes m (see take), so
+		// Depth is exact the moment Receive returns.
 		select {
 		case c.diskCh <- m:
-			c.delivered()
 		case <-c.closeCh:
 			return
 		}
