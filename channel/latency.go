@@ -78,9 +78,3 @@ func (h *latencyHistogram) percentiles(qs ...float64) []time.Duration {
 	}
 	return out
 }
-
-func (h *latencyHistogram) reset() {
-	for i := range h.buckets {
-		h.buckets[i].Store(0)
-	}
-}

@@ -28,7 +28,7 @@ func (c *Channel) pump() {
 		gen := c.gen.Load()
 		m, err := decodeEnvelope(body)
 		if err != nil {
-			c.badRecords.Add(1)
+			c.cons.badRecords.Add(1)
 			c.delivered()
 			c.log.Warn("channel: dropping a backend record that is not a message", "seq", seq, "err", err)
 			c.backend.Ack(seq)
@@ -94,6 +94,7 @@ func (c *Channel) clock() {
 			}
 			c.mu.Unlock()
 		case <-ticker.C:
+			c.now.Store(time.Now().UnixNano())
 			c.expireInFlight()
 		case <-due.C:
 			c.releaseDue()
@@ -113,7 +114,7 @@ func (c *Channel) expireInFlight() {
 	for m := c.flightHead; m != nil && m.deadline <= now; m = c.flightHead {
 		c.unlinkLocked(m)
 		m.state = stateDone
-		c.timeouts.Add(1)
+		c.cons.timeouts.Add(1)
 		if c.exhausted(m) {
 			dead = append(dead, m)
 			continue

@@ -23,9 +23,10 @@
 //     power cut those not yet fsynced. [Queue.Sync] makes everything put so
 //     far durable. NoSync turns fsync off altogether.
 //   - Delivery: at-least-once. The read cursor is the oldest record not yet
-//     acknowledged and is persisted lazily (on the sync tick, at segment
-//     deletion and at Close), so after a crash records read since the last
-//     persist are delivered again, acknowledged or not.
+//     acknowledged and is persisted lazily (at most every 100 ms while the
+//     writer is busy, on the sync tick, at segment deletion and at Close), so
+//     after a crash records acknowledged since the last persist are
+//     delivered again.
 //   - Integrity: every record carries a CRC-32C. A record that fails it is
 //     never returned as data: Read skips it, copies its bytes to a .bad file,
 //     logs a warning and counts it in [Stats]; the records around it stay

@@ -139,15 +139,10 @@ func decodeRecord(b []byte, maxBody int) (recordHeader, []byte, int, error) {
 	return h, frame[recordHeaderSize:], n, nil
 }
 
-// fileHeader is the 16-byte header that starts every file.
+// appendFileHeader appends the 16-byte header that starts every file.
 //
 //	0        4     5          8                 16
 //	| magic  | ver | reserved | base seq uint64 |
-type fileHeader struct {
-	magic [4]byte
-	base  uint64
-}
-
 func appendFileHeader(dst []byte, magic [4]byte, base uint64) []byte {
 	dst = append(dst, magic[:]...)
 	dst = append(dst, formatVersion, 0, 0, 0)

@@ -15,6 +15,11 @@ import (
 // record of every segment always get one.
 const timeIndexIntervalBytes = 4096
 
+// cursorInterval is the least time between two stores of a moved read
+// cursor outside the sync tick: it bounds how many acknowledged records a
+// crash delivers again, at the cost of at most ten cursor fsyncs a second.
+const cursorInterval = 100 * time.Millisecond
+
 // stallRetryInterval is how long the writer waits before writing a batch
 // again after ENOSPC when no space was freed in between.
 const stallRetryInterval = 100 * time.Millisecond
@@ -36,8 +41,9 @@ type writer struct {
 	lastTimeSeq   uint64 // its seq; maxSeq when the segment has no entry yet
 	maxTime       int64  // running maximum of record timestamps, across segments
 
-	unsynced  int    // records written since the last fsync
-	persisted uint64 // readSeq last stored in the cursor file
+	unsynced    int       // records written since the last fsync
+	persisted   uint64    // readSeq last stored in the cursor file
+	persistedAt time.Time // when
 
 	stalled  *batch // batch that hit ENOSPC, written again before anything new
 	failed   error  // sticky write or fsync error: nothing more is written
@@ -94,6 +100,8 @@ func (q *Queue) run() {
 		q.writePending()
 		if tick || closing {
 			q.syncIfDirty()
+			q.persistCursor()
+		} else if time.Since(q.w.persistedAt) >= cursorInterval {
 			q.persistCursor()
 		}
 		if closing {
@@ -421,6 +429,7 @@ func (q *Queue) persistCursor() {
 		return
 	}
 	w.persisted = floor
+	w.persistedAt = time.Now()
 }
 
 // rotate seals the active segment and starts a new one at w.end.

@@ -1,0 +1,160 @@
+package spillq_test
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	godiskqueue "github.com/nsqio/go-diskqueue"
+
+	"github.com/spillq/spillq"
+	"github.com/spillq/spillq/channel"
+)
+
+// Benchmarks of the wired channel, side by side with its floor (a bare Go
+// chan) and its peers (the same channel over go-diskqueue, and nsqd's own
+// memory-or-backend loop over go-diskqueue). Each iteration is one message
+// put, received and finished.
+//
+//	go test -run '^$' -bench 'MemoryPath|SpillPath' -count 6 .
+
+type benchMsg struct {
+	body []byte
+	id   uint64
+}
+
+// BenchmarkMemoryPath: put -> receive -> finish through memory.
+func BenchmarkMemoryPath(b *testing.B) {
+	body := make([]byte, 100)
+	for _, consumers := range []int{1, 2} {
+		b.Run(fmt.Sprintf("consumers=%d/impl=channel", consumers), func(b *testing.B) {
+			c, err := channel.New(channel.Options{MemQueueSize: 1024})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			ctx := context.Background()
+			runPipeline(b, consumers,
+				func() error { return c.Put(ctx, body) },
+				func() error {
+					m, err := c.Receive(ctx)
+					if err != nil {
+						return err
+					}
+					return m.Finish()
+				})
+		})
+		b.Run(fmt.Sprintf("consumers=%d/impl=barechan", consumers), func(b *testing.B) {
+			ch := make(chan *benchMsg, 1024)
+			runPipeline(b, consumers,
+				func() error { ch <- &benchMsg{body: body}; return nil },
+				func() error { <-ch; return nil })
+		})
+	}
+}
+
+// BenchmarkSpillPath: every message through the disk (MemQueueSize 0).
+func BenchmarkSpillPath(b *testing.B) {
+	body := make([]byte, 100)
+	ctx := context.Background()
+	nop := func(godiskqueue.LogLevel, string, ...interface{}) {}
+	b.Run("size=100/impl=spillq", func(b *testing.B) {
+		q, err := spillq.Open(b.TempDir(), spillq.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer q.Close()
+		runPipeline(b, 1,
+			func() error { return q.Put(ctx, body) },
+			func() error {
+				m, err := q.Receive(ctx)
+				if err != nil {
+					return err
+				}
+				return m.Finish()
+			})
+	})
+	b.Run("size=100/impl=channel-over-godiskqueue", func(b *testing.B) {
+		dq := godiskqueue.New("bench", b.TempDir(), 100<<20, 0, 1<<20, 2500, 2*time.Second, nop)
+		c, err := channel.New(channel.Options{Backend: channel.GoDiskQueue(dq)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		runPipeline(b, 1,
+			func() error { return c.Put(ctx, body) },
+			func() error {
+				m, err := c.Receive(ctx)
+				if err != nil {
+					return err
+				}
+				return m.Finish()
+			})
+	})
+	// nsqd's channel as closely as it runs in-process: put selects the
+	// memory chan or encodes to go-diskqueue (mem-queue-size 0 sends all to
+	// disk), and the consumer selects either; no in-flight tracking.
+	b.Run("size=100/impl=nsqd-loop", func(b *testing.B) {
+		dq := godiskqueue.New("bench", b.TempDir(), 100<<20, 0, 1<<20, 2500, 2*time.Second, nop)
+		defer dq.Close()
+		var mem chan *benchMsg // nil: mem-queue-size 0
+		var id uint64
+		runPipeline(b, 1,
+			func() error {
+				id++
+				m := &benchMsg{body: body, id: id}
+				select {
+				case mem <- m:
+					return nil
+				default:
+					buf := make([]byte, 8+len(body))
+					binary.BigEndian.PutUint64(buf, m.id)
+					copy(buf[8:], m.body)
+					return dq.Put(buf)
+				}
+			},
+			func() error {
+				select {
+				case <-mem:
+				case b := <-dq.ReadChan():
+					_ = &benchMsg{id: binary.BigEndian.Uint64(b), body: b[8:]}
+				}
+				return nil
+			})
+	})
+}
+
+// runPipeline runs one producer calling put b.N times and consumers
+// calling get until b.N messages are through.
+func runPipeline(b *testing.B, consumers int, put, get func() error) {
+	b.SetBytes(100)
+	b.ReportAllocs()
+	var wg sync.WaitGroup
+	per := b.N / consumers
+	b.ResetTimer()
+	for c := 0; c < consumers; c++ {
+		n := per
+		if c == 0 {
+			n += b.N % consumers
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < n; i++ {
+				if err := get(); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	for i := 0; i < b.N; i++ {
+		if err := put(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	wg.Wait()
+}

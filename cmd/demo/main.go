@@ -1,0 +1,346 @@
+// Command demo shows spillq at work: producers that outpace their consumers
+// for a few seconds, so the memory buffer fills and messages spill to disk,
+// then consumers that catch up and drain both. A live view shows the rates,
+// the memory buffer against its bound, and the disk backlog.
+//
+//	go run ./cmd/demo                      # about 10 seconds, in a temp dir
+//	go run ./cmd/demo -dir /tmp/q -crash-after 3s   # killed with SIGKILL...
+//	go run ./cmd/demo -dir /tmp/q          # ...and what the rerun recovers
+//
+// It ends with a summary line a script can parse:
+//
+//	summary produced=N finished=N spilled=N redelivered=N duplicates=N lost=N
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/spillq/spillq"
+	"github.com/spillq/spillq/channel"
+	"github.com/spillq/spillq/diskqueue"
+)
+
+type config struct {
+	dir        string
+	producers  int
+	consumers  int
+	rate       int
+	size       int
+	work       time.Duration
+	mem        int
+	duration   time.Duration
+	sync       string
+	compress   bool
+	fail       float64
+	crashAfter time.Duration
+	plain      bool
+}
+
+func main() {
+	var c config
+	flag.StringVar(&c.dir, "dir", "", "queue directory, kept afterwards (default: a temporary one, removed)")
+	flag.IntVar(&c.producers, "producers", 2, "producer goroutines")
+	flag.IntVar(&c.consumers, "consumers", 4, "consumer goroutines")
+	flag.IntVar(&c.rate, "rate", 12500, "messages per second per producer (0: as fast as possible)")
+	flag.IntVar(&c.size, "size", 100, "message body size in bytes")
+	flag.DurationVar(&c.work, "work", 400*time.Microsecond, "processing time per message")
+	flag.IntVar(&c.mem, "mem", 10000, "memory buffer size in messages (MemQueueSize; 0: everything through disk)")
+	flag.DurationVar(&c.duration, "duration", 10*time.Second, "about how long the run takes: producing for 40% of it, then draining")
+	flag.StringVar(&c.sync, "sync", "batch", "disk sync policy: always (fsync per Put, group commit), batch (every 2500 records or 2 s), none")
+	flag.BoolVar(&c.compress, "compress", false, "snappy-compress bodies spilled to disk")
+	flag.Float64Var(&c.fail, "fail", 0.02, "share of deliveries that fail and are requeued with a delay")
+	flag.DurationVar(&c.crashAfter, "crash-after", 0, "kill this process with SIGKILL after this long; run again with the same -dir to see the recovery")
+	flag.BoolVar(&c.plain, "plain", false, "print one plain line a second even on a terminal")
+	flag.Parse()
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, c, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "demo:", err)
+		os.Exit(1)
+	}
+}
+
+func (c config) validate() error {
+	switch {
+	case c.producers < 1 || c.consumers < 1:
+		return errors.New("-producers and -consumers must be at least 1")
+	case c.rate < 0 || c.size < 0 || c.mem < 0 || c.work < 0:
+		return errors.New("-rate, -size, -mem and -work must not be negative")
+	case c.duration <= 0:
+		return errors.New("-duration must be positive")
+	case c.fail < 0 || c.fail >= 1:
+		return errors.New("-fail must be in [0, 1)")
+	}
+	switch c.sync {
+	case "always", "batch", "none":
+	default:
+		return fmt.Errorf("-sync %q: want always, batch or none", c.sync)
+	}
+	return nil
+}
+
+// demo is one run's state.
+type demo struct {
+	cfg    config
+	q      *spillq.Queue
+	ledger *ledger
+
+	produced, finished, requeued, redelivered, duplicates atomic.Int64
+	recovered                                             int64
+
+	mu          sync.Mutex
+	doneSet     map[int64]bool // message numbers finished, this run and before
+	producedSet map[int64]bool // message numbers whose Put returned nil, this run
+	firstNumber int64
+	nextNumber  atomic.Int64
+}
+
+// runSpan is how many message numbers each run may use.
+const runSpan = 1_000_000_000
+
+func run(ctx context.Context, cfg config, out io.Writer) error {
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	dir := cfg.dir
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "spillq-demo-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		dir = tmp
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	// Small segments, so the view shows disk space freed as consumers drain.
+	disk := diskqueue.Options{Compress: cfg.compress, MaxSegmentBytes: 4 << 20}
+	switch cfg.sync {
+	case "always":
+		disk.SyncEvery = 1
+	case "none":
+		disk.NoSync = true
+	}
+	led, past, err := openLedger(filepath.Join(dir, "demo-ledger"))
+	if err != nil {
+		return err
+	}
+	defer led.close()
+	q, err := spillq.Open(filepath.Join(dir, "queue"), spillq.Options{MemQueueSize: cfg.mem, Disk: disk, MsgTimeout: 5 * time.Second})
+	if err != nil {
+		return err
+	}
+	d := &demo{cfg: cfg, q: q, ledger: led, doneSet: past.finished, producedSet: map[int64]bool{}}
+	// Each run numbers its messages from its own billion, so numbers put by
+	// a killed run that its ledger never recorded cannot collide.
+	d.firstNumber = (past.maxProduced/runSpan + 1) * runSpan
+	d.nextNumber.Store(d.firstNumber)
+	d.recovered = q.Depth()
+	if past.count > 0 {
+		fmt.Fprintf(out, "recovered from %s: %d messages waiting on disk; earlier runs produced %d and finished %d\n",
+			dir, d.recovered, past.count, len(past.finished))
+	}
+	if cfg.crashAfter > 0 {
+		time.AfterFunc(cfg.crashAfter, func() {
+			led.flush()
+			fmt.Fprintf(out, "\ncrash: SIGKILL after %v; run again with -dir %s\n", cfg.crashAfter, dir)
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		})
+	}
+
+	runErr := d.produceAndDrain(ctx, out)
+	closeErr := q.Close()
+	led.flush()
+	if runErr != nil {
+		return runErr
+	}
+	if closeErr != nil {
+		return closeErr
+	}
+	return d.summary(out, past)
+}
+
+func (d *demo) produceAndDrain(ctx context.Context, out io.Writer) error {
+	cfg := d.cfg
+	start := time.Now()
+	produceFor := cfg.duration * 4 / 10
+	prodCtx, stopProducing := context.WithTimeout(ctx, produceFor)
+	defer stopProducing()
+	consCtx, stopConsuming := context.WithCancel(ctx)
+	defer stopConsuming()
+
+	errs := make(chan error, cfg.producers+cfg.consumers)
+	var producers, consumers sync.WaitGroup
+	for p := 0; p < cfg.producers; p++ {
+		producers.Add(1)
+		go func() { defer producers.Done(); errs <- d.produce(prodCtx) }()
+	}
+	for i := 0; i < cfg.consumers; i++ {
+		consumers.Add(1)
+		go func() { defer consumers.Done(); errs <- d.consume(consCtx) }()
+	}
+	v := newView(out, cfg, d, start, produceFor)
+	ticker := time.NewTicker(v.interval())
+	defer ticker.Stop()
+	producersDone := make(chan struct{})
+	go func() { producers.Wait(); close(producersDone) }()
+	// Draining takes as long as the backlog needs; only a stall is an error.
+	const stallLimit = 10 * time.Second
+	lastProgress, lastFinished := time.Now(), int64(-1)
+	var err error
+loop:
+	for {
+		select {
+		case <-ticker.C:
+			v.draw(false)
+			if f := d.finished.Load(); f != lastFinished {
+				lastProgress, lastFinished = time.Now(), f
+			} else if time.Since(lastProgress) > stallLimit {
+				err = fmt.Errorf("no message finished for %v with %d waiting", stallLimit, d.q.Depth())
+				break loop
+			}
+		case e := <-errs:
+			if e != nil && err == nil {
+				err = e
+				break loop
+			}
+		case <-producersDone:
+			producersDone = nil
+		case <-ctx.Done():
+			break loop
+		}
+		if producersDone == nil && d.q.Depth() == 0 && d.q.Stats().InFlight == 0 && d.q.Stats().Deferred == 0 {
+			break
+		}
+	}
+	stopProducing()
+	stopConsuming()
+	producers.Wait()
+	consumers.Wait()
+	v.draw(true)
+	return err
+}
+
+func (d *demo) produce(ctx context.Context) error {
+	body := make([]byte, d.cfg.size)
+	perTick := max(d.cfg.rate/1000, 1)
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		if d.cfg.rate > 0 {
+			select {
+			case <-tick.C:
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		for i := 0; i < perTick || d.cfg.rate == 0 && i < 100; i++ {
+			n := d.nextNumber.Add(1) - 1
+			b := append(strconv.AppendInt(make([]byte, 0, len(body)+20), n, 10), ' ')
+			b = append(b, body[:max(0, d.cfg.size-len(b))]...)
+			if err := d.q.Put(ctx, b); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return fmt.Errorf("put: %w", err)
+			}
+			d.produced.Add(1)
+			d.mu.Lock()
+			d.producedSet[n] = true
+			d.mu.Unlock()
+			d.ledger.record('p', n)
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+	}
+}
+
+func (d *demo) consume(ctx context.Context) error {
+	// Simulated work is slept in blocks of 2 ms or more: short sleeps
+	// overshoot by a timer tick, which would make consumers far slower
+	// than -work says.
+	var owed time.Duration
+	for {
+		m, err := d.q.Receive(ctx)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, channel.ErrClosed) {
+				return nil
+			}
+			return fmt.Errorf("receive: %w", err)
+		}
+		if m.Attempts > 1 {
+			d.redelivered.Add(1)
+		}
+		if owed += d.cfg.work; owed >= 2*time.Millisecond {
+			start := time.Now()
+			time.Sleep(owed)
+			owed -= time.Since(start)
+		}
+		if d.cfg.fail > 0 && rand.Float64() < d.cfg.fail {
+			d.requeued.Add(1)
+			m.Requeue(10 * time.Millisecond)
+			continue
+		}
+		n, _ := strconv.ParseInt(string(m.Body[:max(0, strings.IndexByte(string(m.Body), ' '))]), 10, 64)
+		if err := m.Finish(); err != nil {
+			continue // timed out meanwhile: it will come again
+		}
+		d.mu.Lock()
+		if d.doneSet[n] {
+			d.duplicates.Add(1)
+		}
+		d.doneSet[n] = true
+		d.mu.Unlock()
+		d.finished.Add(1)
+		d.ledger.record('f', n)
+	}
+}
+
+func (d *demo) summary(out io.Writer, past pastRun) error {
+	// Lost: produced (this run or before, as the ledger knows) and never
+	// finished.
+	d.mu.Lock()
+	lost := 0
+	for n := range past.produced {
+		if !d.doneSet[n] {
+			lost++
+		}
+	}
+	for n := range d.producedSet {
+		if !d.doneSet[n] {
+			lost++
+		}
+	}
+	d.mu.Unlock()
+	st := d.q.Stats()
+	fmt.Fprintf(out, "summary produced=%d finished=%d spilled=%d redelivered=%d duplicates=%d lost=%d\n",
+		d.produced.Load(), d.finished.Load(), st.Spills, d.redelivered.Load(), d.duplicates.Load(), lost)
+	if dup := d.duplicates.Load(); dup > 0 {
+		fmt.Fprintf(out, "note: %d messages were finished before a crash and delivered again: delivery is at-least-once, and the read cursor is persisted every 100 ms\n", dup)
+	}
+	if lost > 0 {
+		why := fmt.Sprintf("they were in the memory buffer (-mem %d) or not yet synced (-sync %s) when the process was killed", d.cfg.mem, d.cfg.sync)
+		if d.cfg.mem == 0 && d.cfg.sync == "always" {
+			why = "with -mem 0 -sync always nothing acknowledged may be lost: this is a bug, please report it"
+		}
+		fmt.Fprintf(out, "note: %d messages were lost: %s. Run with -mem 0 -sync always for every Put to be on disk before it returns.\n", lost, why)
+	}
+	return nil
+}
