@@ -250,7 +250,8 @@ func (c *Channel) bound(ctx context.Context) context.Context {
 //
 // Requeued and timed-out messages are delivered first, then the memory
 // buffer, then the backend, which holds only messages newer than any in
-// memory.
+// memory. With a ctx that is already done, Receive does not wait: it returns
+// a message that is ready, or ctx.Err().
 func (c *Channel) Receive(ctx context.Context) (*Message, error) {
 	for {
 		if err := c.waitUnpaused(ctx); err != nil {

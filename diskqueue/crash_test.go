@@ -3,6 +3,7 @@ package diskqueue_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -144,6 +145,13 @@ func TestCrash(t *testing.T) {
 			case strings.HasPrefix(line, "PASS"), strings.HasPrefix(line, "ok"), strings.HasPrefix(line, "=== RUN"):
 			default:
 				t.Fatalf("cycle %d: child said %q", cycle, line)
+			}
+			if cycle == 0 && len(acked) == 1 {
+				// The child holds the directory: another process may not
+				// open it.
+				if _, err := diskqueue.Open(dir, crashOpts); !errors.Is(err, diskqueue.ErrLocked) {
+					t.Fatalf("Open while another process has the queue: got %v, want ErrLocked", err)
+				}
 			}
 			if !killed && len(acked) >= killAfter {
 				cmd.Process.Signal(syscall.SIGKILL)

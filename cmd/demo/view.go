@@ -76,7 +76,7 @@ func (v *view) draw(final bool) {
 	maxDisk := max(st.DiskDepth, int64(v.cfg.mem), 1)
 	line("  disk      %s %d waiting, %d spilled in all", bar(int(st.DiskDepth), int(maxDisk), 30), st.DiskDepth, st.Spills)
 	line("  in flight %d   deferred %d   on disk %s in %d segment(s)", st.InFlight, st.Deferred, bytesString(ds.DiskBytes), ds.Segments)
-	line("  latency   p50 %v  p99 %v", st.LatencyP50, st.LatencyP99)
+	line("  latency   p50 %v  p99 %v  (put to finish)", st.LatencyP50.Round(time.Millisecond), st.LatencyP99.Round(time.Millisecond))
 	v.lines = 7
 	io.WriteString(v.out, b.String())
 }

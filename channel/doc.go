@@ -1,0 +1,44 @@
+// Package channel is spillq's delivery layer: an NSQ-style channel with a
+// bounded memory buffer that spills to a [Backend] (spillq's disk queue, or
+// github.com/nsqio/go-diskqueue through [GoDiskQueue]).
+//
+// # Tiers
+//
+// [Channel.Put] sends a message to the memory buffer (a Go chan of
+// Options.MemQueueSize) while it has room and nothing is waiting in the
+// backend; otherwise to the backend. With MemQueueSize 0 every message goes
+// through the backend.
+//
+// # Ordering
+//
+// Once anything is in the backend, new messages go there too until it
+// drains, so consumers see messages in the order they were put (nsqd does
+// not promise this). The exceptions: requeued and timed-out messages are
+// delivered ahead of the rest; deferred messages wait for their due time;
+// and after a graceful restart, messages that were in memory at Close come
+// after those already in the backend.
+//
+// # Delivery
+//
+// At least once, with acknowledgement, as in nsqd: a consumer takes a
+// message ([Channel.Receive], [Channel.ReceiveBatch] or [Channel.Messages]),
+// then calls [Message.Finish], [Message.Requeue] (optionally with a delay)
+// or [Message.Touch] to extend its timeout. A message not finished within
+// Options.MsgTimeout is delivered again with Attempts one higher; after
+// Options.MaxAttempts deliveries it goes to Options.DeadLetter. A record
+// read from the backend is acknowledged there only when its message is
+// finished (or dead-lettered), so a crash delivers it again.
+//
+// # Durability and shutdown
+//
+// [Channel.Close] writes every message held in memory (buffered, requeued,
+// deferred with its due time, in flight) to the backend, so a graceful
+// restart loses nothing. A crash loses what was only in memory: with
+// MemQueueSize 0 nothing is only in memory, and the backend's sync policy
+// alone decides what survives a power cut.
+//
+// # Concurrency
+//
+// A Channel and its Messages are safe for concurrent use. No goroutine
+// outlives Close.
+package channel
