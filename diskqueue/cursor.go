@@ -2,6 +2,7 @@ package diskqueue
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -99,10 +100,26 @@ type cursorFile struct {
 // loadCursor opens (creating if needed) the cursor file in dir. exists
 // reports whether a valid position was read; when it is false the caller
 // decides the position and stores it.
-func loadCursor(fsys fileSystem, path string, noSync bool) (c *cursorFile, exists bool, err error) {
-	f, err := fsys.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+func loadCursor(fsys fileSystem, path string, noSync, readOnly bool) (c *cursorFile, exists bool, err error) {
+	flag := os.O_RDWR | os.O_CREATE
+	if readOnly {
+		flag = os.O_RDONLY
+	}
+	f, err := fsys.OpenFile(path, flag, 0o644)
+	if readOnly && errors.Is(err, os.ErrNotExist) {
+		return &cursorFile{f: nil, noSync: true}, false, nil
+	}
 	if err != nil {
 		return nil, false, err
+	}
+	if readOnly {
+		// A read-only view keeps nothing open: it never stores.
+		defer func() {
+			f.Close()
+			if c != nil {
+				c.f = nil
+			}
+		}()
 	}
 	c = &cursorFile{f: f, noSync: noSync}
 	buf := make([]byte, cursorFileSize)

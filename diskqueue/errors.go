@@ -50,6 +50,10 @@ var (
 	// sequence number that was never written or is no longer retained.
 	ErrNotFound = errors.New("diskqueue: record not found")
 
+	// ErrReadOnly is returned by [Queue.Put], [Queue.Sync] and [Queue.Empty]
+	// on a queue opened with [OpenReadOnly].
+	ErrReadOnly = errors.New("diskqueue: opened read-only")
+
 	// ErrNotInFlight is returned by [Queue.Ack] for a sequence number that was
 	// not handed out by [Queue.Read], or was already acknowledged.
 	ErrNotInFlight = errors.New("diskqueue: record is not in flight")

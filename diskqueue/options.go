@@ -77,6 +77,10 @@ type Options struct {
 	// fsForTesting replaces the operating system's file system; tests use it
 	// to inject faults.
 	fsForTesting fileSystem
+	// noIndexForTesting skips writing the sequence and time indexes, so a
+	// benchmark can measure what maintaining them costs on the Put path.
+	// The resulting queue cannot be reopened.
+	noIndexForTesting bool
 	// clockForTesting replaces time.Now for record timestamps, so golden
 	// files are reproducible and clocks can step backwards on cue.
 	clockForTesting func() time.Time

@@ -37,6 +37,9 @@ type Queue struct {
 	log  *slog.Logger
 	lock io.Closer
 
+	// readOnly is set by OpenReadOnly: no lock, no writer, no repairs.
+	readOnly bool
+
 	// syncAlways is true when every Put waits for its record to be written
 	// and (unless NoSync) fsynced: SyncEvery == 1.
 	syncAlways bool
@@ -160,19 +163,7 @@ func Open(dir string, opts Options) (*Queue, error) {
 	if err != nil {
 		return nil, err
 	}
-	q := &Queue{
-		dir:        dir,
-		opts:       o,
-		fs:         o.fsForTesting,
-		log:        o.Logger.With("queue", dir),
-		syncAlways: o.SyncEvery == 1,
-		pending:    &batch{buf: make([]byte, 0, batchCap)},
-		wakeCh:     make(chan struct{}, 1),
-		emptyCh:    make(chan chan error),
-		closeCh:    make(chan struct{}),
-		writerCh:   make(chan struct{}),
-		acked:      make(map[uint64]struct{}),
-	}
+	q := newQueue(dir, o)
 	if err := q.fs.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("diskqueue: open: %w", err)
 	}
@@ -188,6 +179,44 @@ func Open(dir string, opts Options) (*Queue, error) {
 	}
 	go q.run()
 	return q, nil
+}
+
+// OpenReadOnly opens the queue in dir for inspection, such as by an
+// operator's tool while a service has it open: it takes no lock, starts no
+// writer, and changes no file. It sees the records written up to the
+// moment it opens, up to the first bytes at the tail that do not check out
+// (a write in progress, or a torn one that Open would cut). Put, Sync and
+// Empty return [ErrReadOnly]; Read and Ack work on an in-memory cursor that
+// is never stored.
+func OpenReadOnly(dir string, opts Options) (*Queue, error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	q := newQueue(dir, o)
+	q.readOnly = true
+	close(q.writerCh) // there is no writer to wait for
+	if err := q.recover(); err != nil {
+		q.closeFiles()
+		return nil, err
+	}
+	return q, nil
+}
+
+func newQueue(dir string, o Options) *Queue {
+	return &Queue{
+		dir:        dir,
+		opts:       o,
+		fs:         o.fsForTesting,
+		log:        o.Logger.With("queue", dir),
+		syncAlways: o.SyncEvery == 1,
+		pending:    &batch{buf: make([]byte, 0, batchCap)},
+		wakeCh:     make(chan struct{}, 1),
+		emptyCh:    make(chan chan error),
+		closeCh:    make(chan struct{}),
+		writerCh:   make(chan struct{}),
+		acked:      make(map[uint64]struct{}),
+	}
 }
 
 // Put appends a copy of body to the queue. Put does not keep body.
@@ -216,6 +245,9 @@ func (q *Queue) Put(ctx context.Context, body []byte) error {
 		}
 	}
 	frame := int64(frameSize(len(stored)))
+	if q.readOnly {
+		return ErrReadOnly
+	}
 	for {
 		q.mu.Lock()
 		if q.closed {
@@ -328,6 +360,9 @@ func (q *Queue) wake() {
 // Sync waits until every record put before the call is written and, unless
 // NoSync is set, on stable storage.
 func (q *Queue) Sync(ctx context.Context) error {
+	if q.readOnly {
+		return ErrReadOnly
+	}
 	q.mu.Lock()
 	if q.closed {
 		q.mu.Unlock()
@@ -380,8 +415,10 @@ func (q *Queue) Close() error {
 	defer q.segMu.Unlock()
 	q.closeFiles()
 	err := q.w.closeErr
-	if lerr := q.lock.Close(); err == nil && lerr != nil {
-		err = fmt.Errorf("diskqueue: close lock: %w", lerr)
+	if q.lock != nil {
+		if lerr := q.lock.Close(); err == nil && lerr != nil {
+			err = fmt.Errorf("diskqueue: close lock: %w", lerr)
+		}
 	}
 	return err
 }

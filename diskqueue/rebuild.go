@@ -154,6 +154,9 @@ func (q *Queue) writeAtomically(path string, header, body []byte) error {
 func (q *Queue) recoverTail(seg *segment, size int64) error {
 	w := &q.w
 	maxBody := maxBodyForRead(q.opts.MaxRecordBytes)
+	if q.readOnly {
+		return q.scanTail(seg, size)
+	}
 	var err error
 	open := func(suffix string) (file, error) {
 		return q.fs.OpenFile(seg.path(suffix), os.O_RDWR|os.O_CREATE, 0o644)
@@ -312,6 +315,52 @@ func (q *Queue) recoverTail(seg *segment, size int64) error {
 	seg.maxTime.Store(b.maxTime)
 	seg.indexBytes.Store(w.indexSize)
 	seg.timeIndexBytes.Store(w.timeIndexSize)
+	return nil
+}
+
+// scanTail is recoverTail for a read-only queue: it finds where the last
+// segment's good records end without changing any file, and marks how far
+// the index can be trusted (ReadAt scans the log past that).
+func (q *Queue) scanTail(seg *segment, size int64) error {
+	maxBody := maxBodyForRead(q.opts.MaxRecordBytes)
+	idx, err := q.fs.OpenFile(seg.path(indexSuffix), os.O_RDONLY, 0)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("diskqueue: open: %w", err)
+	}
+	seg.index = idx
+	startSeq, startOff := seg.base, int64(fileHeaderSize)
+	if idx != nil && q.headerOK(idx, magicIndex, seg.base) {
+		// Walk back from the last entry to one that points at its record.
+		for j := (fileSize(idx)-fileHeaderSize)/indexEntrySize - 1; j >= 0; j-- {
+			var e [indexEntrySize]byte
+			if _, err := idx.ReadAt(e[:], fileHeaderSize+j*indexEntrySize); err != nil {
+				break
+			}
+			off := int64(binary.BigEndian.Uint32(e[:]))
+			if h, _, _, err := q.readFrameAt(seg, off, size); err == nil && h.seq == seg.base+uint64(j) {
+				startSeq, startOff = h.seq, off
+				break
+			}
+		}
+	}
+	seg.indexedEnd = startSeq + 1
+	if startSeq == seg.base && startOff == fileHeaderSize {
+		seg.indexedEnd = seg.base
+	}
+	sc := newScanner(seg.log, startOff, startSeq, size, maxBody)
+	for sc.Next() {
+	}
+	seg.size.Store(sc.Offset())
+	seg.end.Store(sc.seq)
+	seg.maxTime.Store(q.w.maxTime)
+	seg.indexBytes.Store(max(fileSize(idx), 0))
+	if tidx, err := q.fs.OpenFile(seg.path(timeIndexSuffix), os.O_RDONLY, 0); err == nil {
+		seg.timeIndexBytes.Store(max(fileSize(tidx), 0))
+		tidx.Close()
+	}
+	if sc.Err() != nil {
+		q.log.Warn("diskqueue: the last segment ends in bytes that do not check out (a torn write, or one in progress); reading up to them", "segment", seg.base, "offset", sc.Offset())
+	}
 	return nil
 }
 

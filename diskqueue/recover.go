@@ -87,6 +87,9 @@ func (q *Queue) recover() error {
 		case name == cursorName || name == lockName:
 		case strings.HasSuffix(name, tmpSuffix):
 			// An atomic write that never finished; nothing refers to it.
+			if q.readOnly {
+				continue
+			}
 			if err := q.fs.Remove(filepath.Join(q.dir, name)); err != nil {
 				q.log.Warn("diskqueue: cannot remove temporary file", "file", name, "err", err)
 			}
@@ -105,13 +108,17 @@ func (q *Queue) recover() error {
 		q.log.Warn("diskqueue: directory holds quarantined .bad files; inspect and delete them by hand", "count", bad)
 	}
 	slices.Sort(bases)
-	q.removeOrphanIndexes(entries, bases)
+	if !q.readOnly {
+		q.removeOrphanIndexes(entries, bases)
+	}
 
-	cur, haveCursor, cerr := loadCursor(q.fs, filepath.Join(q.dir, cursorName), q.opts.NoSync)
+	cur, haveCursor, cerr := loadCursor(q.fs, filepath.Join(q.dir, cursorName), q.opts.NoSync, q.readOnly)
 	if cur == nil {
 		return fmt.Errorf("diskqueue: open cursor: %w", cerr)
 	}
-	q.w.cursor = cur
+	if !q.readOnly {
+		q.w.cursor = cur
+	}
 	if cerr != nil {
 		if errors.Is(cerr, ErrUnsupportedVersion) {
 			return cerr
@@ -143,20 +150,14 @@ func (q *Queue) recover() error {
 				base = max(base, q.segs[len(q.segs)-1].end.Load())
 			}
 		}
-		seg, files, err := q.createSegment(base)
-		if err != nil {
+		if err := q.startSegment(base); err != nil {
 			return err
 		}
-		q.segs = append(q.segs, seg)
-		q.w.seg = seg
-		q.w.log, q.w.index, q.w.timeIndex = files[0], files[1], files[2]
-		q.w.size, q.w.indexSize, q.w.timeIndexSize = fileHeaderSize, fileHeaderSize, fileHeaderSize
-		q.w.end, q.w.lastTimeSeq = base, maxSeq
 	}
 	for _, s := range q.segs {
 		q.diskBytes.Add(s.diskBytes())
 	}
-	q.nextSeq = q.w.end
+	q.nextSeq = q.segs[len(q.segs)-1].end.Load()
 	q.nextSeqGauge.Store(q.nextSeq)
 
 	// The cursor: the oldest record not acknowledged. Clamp it into the log:
@@ -177,7 +178,7 @@ func (q *Queue) recover() error {
 	q.ackFloor = readSeq
 	q.ackFloorGauge.Store(readSeq)
 	q.rd = reader{q: q, seq: readSeq}
-	if !haveCursor || readSeq != cur.state.readSeq {
+	if !q.readOnly && (!haveCursor || readSeq != cur.state.readSeq) {
 		if err := cur.store(readSeq); err != nil {
 			return err
 		}
@@ -189,6 +190,28 @@ func (q *Queue) recover() error {
 	}
 	q.w.persisted = readSeq
 	q.updateDeleteHint()
+	return nil
+}
+
+// startSegment begins an empty last segment at base during Open. A
+// read-only queue may create nothing, so it gets one in memory only.
+func (q *Queue) startSegment(base uint64) error {
+	if q.readOnly {
+		seg := &segment{dir: q.dir, base: base, indexedEnd: maxSeq}
+		seg.size.Store(fileHeaderSize)
+		seg.end.Store(base)
+		q.segs = append(q.segs, seg)
+		return nil
+	}
+	seg, files, err := q.createSegment(base)
+	if err != nil {
+		return err
+	}
+	q.segs = append(q.segs, seg)
+	q.w.seg = seg
+	q.w.log, q.w.index, q.w.timeIndex = files[0], files[1], files[2]
+	q.w.size, q.w.indexSize, q.w.timeIndexSize = fileHeaderSize, fileHeaderSize, fileHeaderSize
+	q.w.end, q.w.lastTimeSeq = base, maxSeq
 	return nil
 }
 
@@ -215,7 +238,7 @@ func (q *Queue) removeOrphanIndexes(entries []os.DirEntry, bases []uint64) {
 // segment whose header is damaged is set aside as .bad and nil is returned;
 // for the last one the caller then starts a fresh segment at its base.
 func (q *Queue) openSegment(base, next uint64, last bool) (*segment, error) {
-	seg := &segment{dir: q.dir, base: base}
+	seg := &segment{dir: q.dir, base: base, indexedEnd: maxSeq}
 	name := seg.path(logSuffix)
 	f, err := q.fs.OpenFile(name, os.O_RDONLY, 0)
 	if err != nil {
@@ -247,10 +270,14 @@ func (q *Queue) openSegment(base, next uint64, last bool) (*segment, error) {
 		h, _, _, err := q.readFrameAt(seg, fileHeaderSize, size)
 		if size < fileHeaderSize || err != nil || h.seq != base {
 			seg.closeFiles()
+			if q.readOnly {
+				q.log.Warn("diskqueue: segment header is damaged; skipping it (read-only)", "segment", base, "err", herr)
+				return nil, nil
+			}
 			return nil, q.setAside(seg, size, herr, last)
 		}
 		q.log.Warn("diskqueue: segment header is damaged but its records are intact; using the base in its name", "segment", base, "err", herr)
-		if last {
+		if last && !q.readOnly {
 			defer q.rewriteHeader(seg)
 		}
 	}
@@ -335,6 +362,15 @@ func (q *Queue) checkSealedIndexes(seg *segment) error {
 		seg.timeIndexBytes.Store(n)
 		return nil
 	}
+	if q.readOnly {
+		// No rebuild: ReadAt checks every entry against the log and scans
+		// when one is wrong.
+		q.log.Warn("diskqueue: a sealed segment's indexes are damaged (read-only: not rebuilt)", "segment", seg.base)
+		seg.index = idx
+		seg.maxTime.Store(q.w.maxTime)
+		seg.indexBytes.Store(max(fileSize(idx), 0))
+		return nil
+	}
 	if idx != nil {
 		idx.Close()
 	}
@@ -357,7 +393,11 @@ func (q *Queue) headerOK(f file, magic [4]byte, base uint64) bool {
 	return err == nil && got == base
 }
 
+// fileSize is f's size, or -1 for no file or an error.
 func fileSize(f file) int64 {
+	if f == nil {
+		return -1
+	}
 	info, err := f.Stat()
 	if err != nil {
 		return -1

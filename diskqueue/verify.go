@@ -1,0 +1,166 @@
+package diskqueue
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+)
+
+// Report is what [Verify] found.
+type Report struct {
+	Segments int
+	Records  uint64 // records that checked out
+	Bytes    int64  // bytes of log, index and time-index files
+	FirstSeq uint64
+	ReadSeq  uint64 // the stored read cursor
+	WriteSeq uint64
+	BadFiles []string // quarantined .bad files present in the directory
+	Problems []Problem
+}
+
+// OK reports whether Verify found nothing wrong.
+func (r Report) OK() bool { return len(r.Problems) == 0 }
+
+// Problem is one thing Verify found wrong.
+type Problem struct {
+	File   string // base name of the file concerned
+	Offset int64  // byte offset in File, or -1
+	Seq    uint64 // the record concerned, if any
+	Err    error
+}
+
+func (p Problem) String() string {
+	s := p.File
+	if p.Offset >= 0 {
+		s += fmt.Sprintf(" offset %d", p.Offset)
+	}
+	return s + ": " + p.Err.Error()
+}
+
+// Verify checks the queue in dir without changing anything, and may run
+// while a service has the queue open: every record's framing, checksum and
+// sequence number; every sequence-index entry against the record it points
+// at; the time index's order and range; and the read cursor against the
+// log. Problems are reported in the Report; the error is for failures to
+// read at all.
+func Verify(dir string) (Report, error) {
+	var rep Report
+	warn := &collectHandler{}
+	q, err := OpenReadOnly(dir, Options{Logger: slog.New(warn)})
+	if err != nil {
+		return rep, err
+	}
+	defer q.Close()
+	st := q.Stats()
+	rep.Segments, rep.Bytes = st.Segments, st.DiskBytes
+	rep.FirstSeq, rep.ReadSeq, rep.WriteSeq = st.FirstSeq, st.ReadSeq, st.WriteSeq
+	for _, seg := range q.segs {
+		if seg.log == nil {
+			continue // the in-memory segment of an empty queue
+		}
+		q.verifySegment(seg, &rep)
+	}
+	if bad, _ := filepath.Glob(filepath.Join(dir, "*"+badSuffix)); len(bad) > 0 {
+		for _, b := range bad {
+			rep.BadFiles = append(rep.BadFiles, filepath.Base(b))
+		}
+	}
+	for _, w := range warn.messages() {
+		rep.Problems = append(rep.Problems, Problem{File: filepath.Base(dir), Offset: -1, Err: errors.New(w)})
+	}
+	return rep, nil
+}
+
+func (q *Queue) verifySegment(seg *segment, rep *Report) {
+	logName := segmentName(seg.base, logSuffix)
+	size, end := seg.size.Load(), seg.end.Load()
+	if n := fileSize(seg.log); n > size && !seg.sealed.Load() {
+		rep.Problems = append(rep.Problems, Problem{File: logName, Offset: size,
+			Err: fmt.Errorf("%d bytes after the last good record (a torn write, or one being written now)", n-size)})
+	}
+	var index []byte
+	if seg.index != nil {
+		buf := make([]byte, max(fileSize(seg.index), 0))
+		if _, err := seg.index.ReadAt(buf, 0); err == nil || err == io.EOF {
+			index = buf
+		}
+	}
+	indexName := segmentName(seg.base, indexSuffix)
+	if _, err := decodeFileHeader(index, magicIndex); err != nil {
+		rep.Problems = append(rep.Problems, Problem{File: indexName, Offset: 0, Err: err})
+		index = nil
+	}
+	sc := newScanner(seg.log, fileHeaderSize, seg.base, size, maxBodyForRead(q.opts.MaxRecordBytes))
+	for {
+		for sc.Next() {
+			off, h, _ := sc.Record()
+			rep.Records++
+			i := int64(h.seq-seg.base)*indexEntrySize + fileHeaderSize
+			switch {
+			case index == nil:
+			case i+indexEntrySize > int64(len(index)):
+				if seg.sealed.Load() {
+					rep.Problems = append(rep.Problems, Problem{File: indexName, Offset: i, Seq: h.seq, Err: errors.New("no index entry")})
+				}
+			case int64(binary.BigEndian.Uint32(index[i:])) != off:
+				rep.Problems = append(rep.Problems, Problem{File: indexName, Offset: i, Seq: h.seq,
+					Err: fmt.Errorf("entry says offset %d, the record is at %d", binary.BigEndian.Uint32(index[i:]), off)})
+			}
+		}
+		if sc.Err() == nil {
+			break
+		}
+		rep.Problems = append(rep.Problems, Problem{File: logName, Offset: sc.Offset(), Seq: sc.seq, Err: sc.Err()})
+		off, seq, ok := resync(&sc.win, sc.Offset(), size, sc.seq, end, maxBodyForRead(q.opts.MaxRecordBytes))
+		if !ok {
+			break
+		}
+		sc = newScanner(seg.log, off, seq, size, maxBodyForRead(q.opts.MaxRecordBytes))
+	}
+	if seg.sealed.Load() && sc.seq != end && sc.Err() == nil {
+		rep.Problems = append(rep.Problems, Problem{File: logName, Offset: -1,
+			Err: fmt.Errorf("holds seqs up to %d, but the next segment starts at %d", sc.seq, end)})
+	}
+	if entries, err := q.timeEntries(seg); err != nil {
+		rep.Problems = append(rep.Problems, Problem{File: segmentName(seg.base, timeIndexSuffix), Offset: -1, Err: err})
+	} else if n := len(entries); n > 0 && entries[n-1].seq >= max(end, seg.base+1) {
+		rep.Problems = append(rep.Problems, Problem{File: segmentName(seg.base, timeIndexSuffix), Offset: -1,
+			Err: fmt.Errorf("entry for seq %d is past the segment's end %d", entries[n-1].seq, end)})
+	}
+}
+
+// collectHandler keeps the warnings a read-only open logs.
+type collectHandler struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (h *collectHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+
+func (h *collectHandler) Handle(_ context.Context, r slog.Record) error {
+	var b strings.Builder
+	b.WriteString(strings.TrimPrefix(r.Message, "diskqueue: "))
+	r.Attrs(func(a slog.Attr) bool {
+		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+		return true
+	})
+	h.mu.Lock()
+	h.msgs = append(h.msgs, b.String())
+	h.mu.Unlock()
+	return nil
+}
+
+func (h *collectHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *collectHandler) WithGroup(string) slog.Handler      { return h }
+
+func (h *collectHandler) messages() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.msgs...)
+}
