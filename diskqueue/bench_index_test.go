@@ -14,13 +14,15 @@ import (
 //
 //   - impl=index: ReadAt, one read of the dense sequence index and one of
 //     the log;
+//
 //   - impl=kafka: Kafka's way, a sparse offset index with an entry every
 //     4 KiB of log (kept in memory here, which flatters it), then a scan of
 //     the log from that entry;
+//
 //   - impl=scan: a sequential scan from the first record (10 k and 1 M
 //     only: at 10 M a lookup reads over a gigabyte).
 //
-//	go test ./diskqueue -run '^$' -bench Lookup -count 6
+//     go test ./diskqueue -run '^$' -bench Lookup -count 6
 func BenchmarkLookup(b *testing.B) {
 	for _, n := range []int{10_000, 1_000_000, 10_000_000} {
 		q := lookupFixture(b, n)
