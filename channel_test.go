@@ -220,7 +220,7 @@ func TestRequeueDeferMaxAttemptsPauseEmpty(t *testing.T) {
 		q.Pause()
 		got := make(chan *channel.Message)
 		go func() { m, _ := q.Receive(ctx); got <- m }()
-		time.Sleep(20 * time.Minute)
+		time.Sleep(20 * time.Minute) // virtual time (synctest)
 		synctest.Wait()
 		select {
 		case <-got:

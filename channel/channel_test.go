@@ -266,7 +266,7 @@ func TestDeferredSurvivesRestart(t *testing.T) {
 		c := newChannel(t, channel.Options{Backend: b})
 		start := time.Now()
 		c.PutWith(context.Background(), []byte("due in an hour"), channel.PutOptions{Delay: time.Hour})
-		time.Sleep(time.Minute)
+		time.Sleep(time.Minute) // virtual time (synctest)
 		c.Close()
 		c = newChannel(t, channel.Options{Backend: b.reopen()})
 		defer c.Close()
@@ -314,7 +314,7 @@ func TestExpiry(t *testing.T) {
 		defer c.Close()
 		c.PutWith(context.Background(), []byte("stale"), channel.PutOptions{Expires: time.Now().Add(time.Second)})
 		c.PutWith(context.Background(), []byte("fresh"), channel.PutOptions{Expires: time.Now().Add(time.Hour)})
-		time.Sleep(2 * time.Second)
+		time.Sleep(2 * time.Second) // virtual time (synctest)
 		m := await(t, c)
 		if string(m.Body) != "fresh" {
 			t.Fatalf("got %q", m.Body)

@@ -124,3 +124,29 @@ func decodeEnvelope(b []byte) (*Message, error) {
 	m.Body = rest
 	return m, nil
 }
+
+// MarshalMessage encodes body as a channel message record, as a Channel
+// writes it to its Backend: for tools that feed a channel's backend
+// directly (cmd/spillq put -channel). The message gets id and timestamp ts,
+// no attempts, no delay.
+func MarshalMessage(id ID, ts time.Time, body []byte) []byte {
+	return appendEnvelope(nil, &Message{ID: id, Timestamp: ts, Body: body})
+}
+
+// UnmarshalMessage decodes a record a Channel wrote to its Backend, for
+// tools that read the backend directly. The returned message is not in
+// flight: its Finish, Requeue and Touch return ErrNotInFlight. Body
+// aliases record.
+func UnmarshalMessage(record []byte) (*Message, error) {
+	m, err := decodeEnvelope(record)
+	if err != nil {
+		return nil, err
+	}
+	m.ch = detached
+	m.state = stateDone
+	return m, nil
+}
+
+// detached is the channel of messages decoded outside any channel, so their
+// methods report ErrNotInFlight rather than crash.
+var detached = &Channel{}

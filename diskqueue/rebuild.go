@@ -347,20 +347,35 @@ func (q *Queue) scanTail(seg *segment, size int64) error {
 	if startSeq == seg.base && startOff == fileHeaderSize {
 		seg.indexedEnd = seg.base
 	}
+	// The newest timestamp: the time index's running maximum up to the
+	// trusted records, then the records scanned after them.
+	maxTime := q.w.maxTime
+	if tidx, err := q.fs.OpenFile(seg.path(timeIndexSuffix), os.O_RDONLY, 0); err == nil {
+		n := max(fileSize(tidx), 0)
+		seg.timeIndexBytes.Store(n)
+		buf := make([]byte, n)
+		if _, err := tidx.ReadAt(buf, 0); err == nil || err == io.EOF {
+			if entries, err := decodeTimeIndex(buf, seg.base); err == nil {
+				for _, e := range entries {
+					if e.seq <= startSeq {
+						maxTime = max(maxTime, e.maxTime)
+					}
+				}
+			}
+		}
+		tidx.Close()
+	}
 	sc := newScanner(seg.log, startOff, startSeq, size, maxBody)
 	for sc.Next() {
+		_, h, _ := sc.Record()
+		maxTime = max(maxTime, h.ts)
 	}
 	seg.size.Store(sc.Offset())
 	seg.end.Store(sc.seq)
-	seg.maxTime.Store(q.w.maxTime)
+	seg.maxTime.Store(maxTime)
+	// Bytes past sc.Offset() that do not check out are a torn write or one
+	// in progress; Verify reports them, and Open would cut them.
 	seg.indexBytes.Store(max(fileSize(idx), 0))
-	if tidx, err := q.fs.OpenFile(seg.path(timeIndexSuffix), os.O_RDONLY, 0); err == nil {
-		seg.timeIndexBytes.Store(max(fileSize(tidx), 0))
-		tidx.Close()
-	}
-	if sc.Err() != nil {
-		q.log.Warn("diskqueue: the last segment ends in bytes that do not check out (a torn write, or one in progress); reading up to them", "segment", seg.base, "offset", sc.Offset())
-	}
 	return nil
 }
 

@@ -104,7 +104,7 @@ func (q *Queue) recover() error {
 	if len(unknown) > 0 {
 		q.log.Warn("diskqueue: leaving unknown files alone", "files", unknown)
 	}
-	if bad > 0 {
+	if bad > 0 && !q.readOnly { // a read-only caller (Verify) lists them itself
 		q.log.Warn("diskqueue: directory holds quarantined .bad files; inspect and delete them by hand", "count", bad)
 	}
 	slices.Sort(bases)

@@ -13,6 +13,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -238,7 +239,8 @@ loop:
 }
 
 func (d *demo) produce(ctx context.Context) error {
-	body := make([]byte, d.cfg.size)
+	// Readable filler, so records look like something in `spillq dump`.
+	body := bytes.Repeat([]byte("spillq demo payload "), d.cfg.size/20+1)[:d.cfg.size]
 	perTick := max(d.cfg.rate/1000, 1)
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
