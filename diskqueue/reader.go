@@ -285,7 +285,7 @@ func (q *Queue) readFrameAt(seg *segment, off, limit int64) (recordHeader, []byt
 
 // indexEntries reads count consecutive index entries starting at seq's.
 func (q *Queue) indexEntries(seg *segment, seq uint64, count int) ([]uint32, error) {
-	if seg.index == nil || seq+uint64(count) > seg.indexedEnd {
+	if seg.index == nil || (seg.partialIndex && seq+uint64(count) > seg.indexedEnd) {
 		return nil, fmt.Errorf("%w: segment %d has no index entry for seq %d", ErrCorrupt, seg.base, seq)
 	}
 	buf := make([]byte, count*indexEntrySize)
@@ -524,10 +524,12 @@ func (q *Queue) ReadAt(seq uint64) (Record, error) {
 	// end before size: the size read covers at least every record below end.
 	end := seg.end.Load()
 	limit := seg.size.Load()
-	if seg.index == nil || seq >= seg.indexedEnd {
+	if seg.index == nil || (seg.partialIndex && seq >= seg.indexedEnd) {
 		return q.readAtSlow(seg, seq, limit, errors.New("no index entry to trust"))
 	}
-	end = min(end, seg.indexedEnd)
+	if seg.partialIndex {
+		end = min(end, seg.indexedEnd)
+	}
 	count := 1
 	if seq+1 < end {
 		count = 2 // the next entry bounds the frame, so one read fetches it whole

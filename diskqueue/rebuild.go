@@ -343,7 +343,7 @@ func (q *Queue) scanTail(seg *segment, size int64) error {
 			}
 		}
 	}
-	seg.indexedEnd = startSeq + 1
+	seg.partialIndex, seg.indexedEnd = true, startSeq+1
 	if startSeq == seg.base && startOff == fileHeaderSize {
 		seg.indexedEnd = seg.base
 	}

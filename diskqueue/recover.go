@@ -197,7 +197,7 @@ func (q *Queue) recover() error {
 // read-only queue may create nothing, so it gets one in memory only.
 func (q *Queue) startSegment(base uint64) error {
 	if q.readOnly {
-		seg := &segment{dir: q.dir, base: base, indexedEnd: maxSeq}
+		seg := &segment{dir: q.dir, base: base}
 		seg.size.Store(fileHeaderSize)
 		seg.end.Store(base)
 		q.segs = append(q.segs, seg)
@@ -238,7 +238,7 @@ func (q *Queue) removeOrphanIndexes(entries []os.DirEntry, bases []uint64) {
 // segment whose header is damaged is set aside as .bad and nil is returned;
 // for the last one the caller then starts a fresh segment at its base.
 func (q *Queue) openSegment(base, next uint64, last bool) (*segment, error) {
-	seg := &segment{dir: q.dir, base: base, indexedEnd: maxSeq}
+	seg := &segment{dir: q.dir, base: base}
 	name := seg.path(logSuffix)
 	f, err := q.fs.OpenFile(name, os.O_RDONLY, 0)
 	if err != nil {

@@ -63,11 +63,11 @@ type segment struct {
 	// maxTime is the newest record timestamp (running maximum) seen up to
 	// end, in Unix nanoseconds; retention by age uses it.
 	maxTime atomic.Int64
-	// indexedEnd is the first seq whose index entry is not to be trusted:
-	// maxSeq for a queue that repairs its indexes at Open, less for a
-	// read-only view of a tail it may not repair. Set before the segment is
-	// shared.
-	indexedEnd uint64
+	// partialIndex is set only on a read-only view's last segment, whose
+	// index it may not repair: entries from indexedEnd on are not trusted.
+	// The zero value means every entry is. Set before the segment is shared.
+	partialIndex bool
+	indexedEnd   uint64
 	// indexBytes and timeIndexBytes are the sizes of the two index files,
 	// for Stats and the disk budget.
 	indexBytes     atomic.Int64
