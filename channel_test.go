@@ -17,6 +17,7 @@ import (
 	"time"
 
 	godiskqueue "github.com/nsqio/go-diskqueue"
+	"go.uber.org/goleak"
 
 	"github.com/spillq/spillq"
 	"github.com/spillq/spillq/channel"
@@ -407,4 +408,58 @@ func TestOpenErrors(t *testing.T) {
 	if _, err := spillq.Open(t.TempDir(), spillq.Options{MemQueueSize: -1}); !errors.Is(err, channel.ErrInvalidOptions) {
 		t.Fatalf("bad options: %v", err)
 	}
+}
+
+// TestReplay re-enqueues a retained range as fresh messages, for
+// reprocessing after a bug fix.
+func TestReplay(t *testing.T) {
+	q := open(t, t.TempDir(), spillq.Options{Disk: diskqueue.Options{RetainBytes: 1 << 20}})
+	defer q.Close()
+	ctx := context.Background()
+	var ids []channel.ID
+	for i := 0; i < 10; i++ {
+		q.Put(ctx, body(i))
+	}
+	for i := 0; i < 10; i++ {
+		m := recv(t, q)
+		ids = append(ids, m.ID)
+		m.Finish()
+	}
+	n, err := q.Replay(ctx, 3, 7)
+	if err != nil || n != 4 {
+		t.Fatalf("Replay: %d, %v", n, err)
+	}
+	for i := 3; i < 7; i++ {
+		m := recv(t, q)
+		if index(t, m) != i || m.Attempts != 1 || m.ID == ids[i] {
+			t.Fatalf("replayed %q attempt %d id %s (was %s)", m.Body, m.Attempts, m.ID, ids[i])
+		}
+		m.Finish()
+	}
+	// Without retention the range is gone, and the error says so.
+	q2 := open(t, t.TempDir(), spillq.Options{Disk: diskqueue.Options{MaxSegmentBytes: 1 << 10}})
+	defer q2.Close()
+	for i := 0; i < 100; i++ {
+		q2.Put(ctx, body(i))
+	}
+	for i := 0; i < 100; i++ {
+		recv(t, q2).Finish()
+	}
+	q2.Disk().Sync(ctx)
+	if _, err := q2.Replay(ctx, 0, 10); !errors.Is(err, diskqueue.ErrNotFound) {
+		t.Fatalf("Replay of deleted records: %v", err)
+	}
+	c, _ := channel.New(channel.Options{MemQueueSize: 1})
+	defer c.Close()
+	if _, err := c.Replay(ctx, 0, 1); !errors.Is(err, channel.ErrNoReplay) {
+		t.Fatalf("Replay without a replaying backend: %v", err)
+	}
+}
+
+func TestMain(m *testing.M) {
+	// TestKillChild runs as a subprocess that is killed, not left to exit.
+	if os.Getenv("SPILLQ_KILL_DIR") != "" {
+		os.Exit(m.Run())
+	}
+	goleak.VerifyTestMain(m)
 }

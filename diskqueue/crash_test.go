@@ -164,6 +164,26 @@ func TestCrash(t *testing.T) {
 		}
 
 		q := openQueue(t, dir, crashOpts)
+		// Every stored record can be looked up by seq, and holds a payload
+		// someone put: check them all before consuming.
+		st := q.Stats()
+		stored := make(map[[2]int]bool)
+		for seq := st.FirstSeq; seq < st.WriteSeq; seq++ {
+			rec, err := q.ReadAt(seq)
+			if err != nil {
+				t.Fatalf("cycle %d: ReadAt(%d) of a stored record: %v", cycle, seq, err)
+			}
+			p, i, ok := parseCrashBody(rec.Body)
+			if !ok || rec.Seq != seq {
+				t.Fatalf("cycle %d: ReadAt(%d) served seq %d %q", cycle, seq, rec.Seq, rec.Body)
+			}
+			stored[[2]int{p, i}] = true
+		}
+		for k := range acked {
+			if !stored[k] && !consumed[k] {
+				t.Fatalf("cycle %d: acknowledged put %v cannot be looked up", cycle, k)
+			}
+		}
 		found := make(map[[2]int]bool)
 		last := make(map[int]int)
 		for _, rec := range drain(t, q) {

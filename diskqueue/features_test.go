@@ -308,6 +308,7 @@ func TestRetentionAndReplay(t *testing.T) {
 	// Reopen: the retained range survives.
 	q.Close()
 	q = mustOpen(t, dir, opts)
+	defer q.Close()
 	if got := q.Stats().FirstSeq; got != st.FirstSeq {
 		t.Fatalf("FirstSeq after reopen: got %d, want %d", got, st.FirstSeq)
 	}
