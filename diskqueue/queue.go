@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -39,6 +40,8 @@ type Queue struct {
 
 	// readOnly is set by OpenReadOnly: no lock, no writer, no repairs.
 	readOnly bool
+	// listing is the directory as Open read it; only during Open.
+	listing map[string]os.DirEntry
 
 	// syncAlways is true when every Put waits for its record to be written
 	// and (unless NoSync) fsynced: SyncEvery == 1.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"math"
 	"os"
 	"sort"
 	"time"
@@ -634,8 +635,17 @@ func (q *Queue) SeekTime(t time.Time) (uint64, error) {
 	q.segMu.RLock()
 	segs := q.segs
 	q.segMu.RUnlock()
-	// maxTime is a running maximum across segments, so it is sorted.
-	i := sort.Search(len(segs), func(i int) bool { return segs[i].maxTime.Load() >= target })
+	// The first segment whose running maximum reaches target: every record
+	// before it is older. (Each segment's own figure already is a running
+	// maximum unless its time index was damaged; taking it again here keeps
+	// the search right either way.)
+	i, running := len(segs), int64(math.MinInt64)
+	for k, seg := range segs {
+		if running = max(running, q.segMaxTime(seg)); running >= target {
+			i = k
+			break
+		}
+	}
 	if i == len(segs) {
 		return 0, fmt.Errorf("%w: no record at or after %v", ErrNotFound, t)
 	}
@@ -708,7 +718,12 @@ func decodeTimeIndex(b []byte, base uint64) ([]timeEntry, error) {
 	if got != base {
 		return nil, fmt.Errorf("%w: time index header base %d, want %d", ErrCorrupt, got, base)
 	}
-	b = b[fileHeaderSize:]
+	return decodeTimeEntries(b[fileHeaderSize:], base)
+}
+
+// decodeTimeEntries decodes time-index entries (no header), checking that
+// they stay inside the segment and are sorted.
+func decodeTimeEntries(b []byte, base uint64) ([]timeEntry, error) {
 	entries := make([]timeEntry, 0, len(b)/timeIndexEntrySize)
 	for len(b) >= timeIndexEntrySize {
 		e := timeEntry{maxTime: int64(binary.BigEndian.Uint64(b)), seq: binary.BigEndian.Uint64(b[8:])}

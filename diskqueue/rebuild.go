@@ -213,18 +213,16 @@ func (q *Queue) recoverTail(seg *segment, size int64) error {
 	}
 
 	// Time-index entries kept: those for records the index vouches for.
-	tbuf := make([]byte, max(fileSize(w.timeIndex), 0))
-	if _, err := w.timeIndex.ReadAt(tbuf, 0); err != nil && err != io.EOF {
-		return fmt.Errorf("diskqueue: open: read %s: %w", seg.path(timeIndexSuffix), err)
-	}
-	tEntries, terr := decodeTimeIndex(tbuf, seg.base)
+	// Only the end of the file is read, so Open does not grow with the
+	// segment; SeekTime checks the rest when it reads the file.
+	tEntries, tFirst, terr := readTimeTail(w.timeIndex, seg.base, func(e timeEntry) bool {
+		return trusted >= 0 && e.seq <= seg.base+uint64(trusted)
+	})
 	if terr != nil {
-		tEntries = nil
-		indexDamaged = indexDamaged || len(tbuf) > 0
+		tEntries, tFirst = nil, 0
+		indexDamaged = indexDamaged || fileSize(w.timeIndex) > 0
 	}
-	for len(tEntries) > 0 && tEntries[len(tEntries)-1].seq > seg.base+uint64(max(trusted, -1)) || (trusted < 0 && len(tEntries) > 0) {
-		tEntries = tEntries[:len(tEntries)-1]
-	}
+	tKept := tFirst + int64(len(tEntries)) // entries kept in the file
 
 	// Scan from the earlier of the last trusted index entry and the last
 	// kept time entry: the time index needs the offsets after its entry.
@@ -294,7 +292,7 @@ func (q *Queue) recoverTail(seg *segment, size int64) error {
 	if len(tEntries) > 0 && len(b.tidx) >= timeIndexEntrySize && binary.BigEndian.Uint64(b.tidx[8:]) == tEntries[len(tEntries)-1].seq {
 		b.tidx = b.tidx[timeIndexEntrySize:]
 	}
-	tidxAt := int64(fileHeaderSize + len(tEntries)*timeIndexEntrySize)
+	tidxAt := fileHeaderSize + tKept*timeIndexEntrySize
 	tidx := b.tidx
 	if terr != nil {
 		tidxAt, tidx = 0, append(appendFileHeader(nil, magicTimeIndex, seg.base), b.tidx...)
@@ -456,6 +454,48 @@ func (q *Queue) copyBytes(name string, b []byte) error {
 		err = cerr
 	}
 	return err
+}
+
+// timeTailEntries is how many entries from its end readTimeTail reads first:
+// 4 KiB, far more than one write can leave unconfirmed.
+const timeTailEntries = 256
+
+// readTimeTail reads the last entries of a time-index file and returns
+// those up to the last one keep accepts, with the position of the first
+// returned entry in the file. It reads the whole file only if none of the
+// last timeTailEntries is kept.
+func readTimeTail(f file, base uint64, keep func(timeEntry) bool) ([]timeEntry, int64, error) {
+	n := fileSize(f)
+	if n < fileHeaderSize {
+		return nil, 0, fmt.Errorf("%w: time index is %d bytes", ErrCorrupt, n)
+	}
+	head := make([]byte, fileHeaderSize)
+	if _, err := f.ReadAt(head, 0); err != nil {
+		return nil, 0, err
+	}
+	if got, err := decodeFileHeader(head, magicTimeIndex); err != nil {
+		return nil, 0, err
+	} else if got != base {
+		return nil, 0, fmt.Errorf("%w: time index header base %d, want %d", ErrCorrupt, got, base)
+	}
+	count := (n - fileHeaderSize) / timeIndexEntrySize
+	for from := max(count-timeTailEntries, 0); ; from = 0 {
+		buf := make([]byte, (count-from)*timeIndexEntrySize)
+		if _, err := f.ReadAt(buf, fileHeaderSize+from*timeIndexEntrySize); err != nil && err != io.EOF {
+			return nil, 0, err
+		}
+		entries, err := decodeTimeEntries(buf, base)
+		if err != nil {
+			return nil, 0, err
+		}
+		k := len(entries)
+		for k > 0 && !keep(entries[k-1]) {
+			k--
+		}
+		if k > 0 || from == 0 {
+			return entries[:k], from, nil
+		}
+	}
 }
 
 // rewriteTail writes b at off and cuts the file there.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -77,8 +78,11 @@ func (q *Queue) recover() error {
 	var bases []uint64
 	var unknown []string
 	bad := 0
+	q.listing = make(map[string]os.DirEntry, len(entries))
+	defer func() { q.listing = nil }()
 	for _, e := range entries {
 		name := e.Name()
+		q.listing[name] = e
 		if base, ok := parseSegmentName(name, logSuffix); ok {
 			bases = append(bases, base)
 			continue
@@ -131,6 +135,11 @@ func (q *Queue) recover() error {
 		next := uint64(maxSeq)
 		if !last {
 			next = bases[i+1]
+		}
+		if last && len(q.segs) > 0 {
+			// The tail's time index continues the running maximum of the
+			// segments before it.
+			q.w.maxTime = q.segMaxTime(q.segs[len(q.segs)-1])
 		}
 		seg, err := q.openSegment(base, next, last)
 		if err != nil {
@@ -336,28 +345,17 @@ func (q *Queue) setAside(seg *segment, size int64, cause error, last bool) error
 func (q *Queue) checkSealedIndexes(seg *segment) error {
 	count := int64(seg.end.Load() - seg.base)
 	idx, err := q.fs.OpenFile(seg.path(indexSuffix), os.O_RDONLY, 0)
-	indexOK := err == nil && q.headerOK(idx, magicIndex, seg.base) && fileSize(idx) == fileHeaderSize+count*indexEntrySize
-	// The time index is checked by its size and last entry only: that entry
-	// gives the segment's newest timestamp. SeekTime checks the rest when
-	// it reads the file, and scans the log if it is damaged.
-	tidx, err := q.fs.OpenFile(seg.path(timeIndexSuffix), os.O_RDONLY, 0)
-	var lastTime, n int64
-	timeOK := false
-	if err == nil {
-		n = fileSize(tidx)
-		if n >= fileHeaderSize+timeIndexEntrySize && (n-fileHeaderSize)%timeIndexEntrySize == 0 {
-			var e [timeIndexEntrySize]byte
-			if _, err := tidx.ReadAt(e[:], n-timeIndexEntrySize); err == nil && binary.BigEndian.Uint64(e[8:]) == seg.end.Load()-1 {
-				lastTime = int64(binary.BigEndian.Uint64(e[:]))
-				timeOK = lastTime >= q.w.maxTime
-			}
-		}
-		tidx.Close()
-	}
+	indexOK := err == nil && q.headerOK(idx, magicIndex, seg.base) &&
+		q.listedSize(segmentName(seg.base, indexSuffix)) == fileHeaderSize+count*indexEntrySize
+	// The time index is checked by its shape only, from the directory
+	// listing: its last entry (the segment's newest timestamp) is read when
+	// first needed (segMaxTime), and SeekTime checks the rest as it reads.
+	// That keeps Open's cost per segment to a few system calls.
+	n := q.listedSize(segmentName(seg.base, timeIndexSuffix))
+	timeOK := n >= fileHeaderSize+timeIndexEntrySize && (n-fileHeaderSize)%timeIndexEntrySize == 0
 	if indexOK && timeOK {
 		seg.index = idx
-		seg.maxTime.Store(lastTime)
-		q.w.maxTime = lastTime
+		seg.maxTime.Store(unknownTime)
 		seg.indexBytes.Store(fileHeaderSize + count*indexEntrySize)
 		seg.timeIndexBytes.Store(n)
 		return nil
@@ -367,8 +365,9 @@ func (q *Queue) checkSealedIndexes(seg *segment) error {
 		// when one is wrong.
 		q.log.Warn("diskqueue: a sealed segment's indexes are damaged (read-only: not rebuilt)", "segment", seg.base)
 		seg.index = idx
-		seg.maxTime.Store(q.w.maxTime)
+		seg.maxTime.Store(unknownTime)
 		seg.indexBytes.Store(max(fileSize(idx), 0))
+		seg.timeIndexBytes.Store(max(n, 0))
 		return nil
 	}
 	if idx != nil {
@@ -382,6 +381,65 @@ func (q *Queue) checkSealedIndexes(seg *segment) error {
 		return fmt.Errorf("diskqueue: open: %w", err)
 	}
 	return nil
+}
+
+// listedSize is the size of a file in the directory listing Open read, or
+// -1 if it is not there.
+func (q *Queue) listedSize(name string) int64 {
+	e, ok := q.listing[name]
+	if !ok {
+		return -1
+	}
+	info, err := e.Info()
+	if err != nil {
+		return -1
+	}
+	return info.Size()
+}
+
+// unknownTime marks a sealed segment whose newest timestamp has not been
+// read yet.
+const unknownTime = math.MinInt64
+
+// segMaxTime returns the newest timestamp in seg (the time index's running
+// maximum at its last record), reading it on first use. If the time index
+// cannot say, the log is scanned.
+func (q *Queue) segMaxTime(seg *segment) int64 {
+	if t := seg.maxTime.Load(); t != unknownTime {
+		return t
+	}
+	t, err := q.lastTimeEntry(seg)
+	if err != nil {
+		q.log.Warn("diskqueue: time index is damaged; scanning the segment for its newest timestamp", "segment", seg.base, "err", err)
+		t = unknownTime + 1
+		sc := newScanner(seg.log, fileHeaderSize, seg.base, seg.size.Load(), maxBodyForRead(q.opts.MaxRecordBytes))
+		for sc.Next() {
+			_, h, _ := sc.Record()
+			t = max(t, h.ts)
+		}
+	}
+	seg.maxTime.CompareAndSwap(unknownTime, t)
+	return seg.maxTime.Load()
+}
+
+func (q *Queue) lastTimeEntry(seg *segment) (int64, error) {
+	f, err := q.fs.OpenFile(seg.path(timeIndexSuffix), os.O_RDONLY, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	n := fileSize(f)
+	var e [timeIndexEntrySize]byte
+	if n < fileHeaderSize+timeIndexEntrySize {
+		return 0, fmt.Errorf("%w: time index has no entries", ErrCorrupt)
+	}
+	if _, err := f.ReadAt(e[:], n-timeIndexEntrySize); err != nil {
+		return 0, err
+	}
+	if seq := binary.BigEndian.Uint64(e[8:]); seq != seg.end.Load()-1 {
+		return 0, fmt.Errorf("%w: last time index entry is for seq %d, the segment ends at %d", ErrCorrupt, seq, seg.end.Load()-1)
+	}
+	return int64(binary.BigEndian.Uint64(e[:])), nil
 }
 
 func (q *Queue) headerOK(f file, magic [4]byte, base uint64) bool {

@@ -571,7 +571,7 @@ func (q *Queue) housekeep(now time.Time) {
 		if q.opts.RetainBytes > 0 && kept+b > q.opts.RetainBytes {
 			break
 		}
-		if q.opts.RetainAge > 0 && now.Sub(time.Unix(0, segs[i].maxTime.Load())) > q.opts.RetainAge {
+		if q.opts.RetainAge > 0 && now.Sub(time.Unix(0, q.segMaxTime(segs[i]))) > q.opts.RetainAge {
 			break
 		}
 		kept += b
