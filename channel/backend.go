@@ -15,7 +15,8 @@ import (
 // Ack, so one read but never acknowledged (the process crashed while it
 // was in flight) is read again after a restart.
 type Backend interface {
-	// Put stores body. It may block, honouring ctx.
+	// Put stores body; it must not keep body after it returns. It may
+	// block, honouring ctx.
 	Put(ctx context.Context, body []byte) error
 	// Read returns the next record and its sequence number, waiting until
 	// there is one, ctx ends or the backend closes.

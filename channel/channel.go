@@ -19,7 +19,7 @@ type Channel struct {
 	log     *slog.Logger
 
 	memCh   chan *Message // the memory buffer; nil with a Backend and MemQueueSize 0
-	diskCh  chan *Message // the pump's hand-off of backend records; nil without a Backend
+	diskCh  chan *Message // the pump's read-ahead of backend records; nil without a Backend
 	readyCh chan *Message // the clock's hand-off of requeued, timed-out and due messages
 
 	closeCh   chan struct{}   // closed by Close
@@ -110,7 +110,12 @@ func New(opts Options) (*Channel, error) {
 		c.memCh = make(chan *Message, o.MemQueueSize)
 	}
 	if c.backend != nil {
-		c.diskCh = make(chan *Message)
+		// Buffered, so the pump reads ahead while consumers work instead of
+		// waiting for a rendezvous per message. Messages in the buffer are
+		// not in flight and not acknowledged: if the channel closes, they
+		// stay in the backend; diskPending counts them until taken, which
+		// keeps put order; Empty's generation check drops stale ones.
+		c.diskCh = make(chan *Message, diskReadAhead)
 		c.diskPending.Store(c.backend.Depth())
 		c.wg.Add(1)
 		go c.pump()
@@ -119,6 +124,9 @@ func New(opts Options) (*Channel, error) {
 	go c.clock()
 	return c, nil
 }
+
+// diskReadAhead is how many backend records the pump may hold ready.
+const diskReadAhead = 128
 
 // PutOptions are the per-message settings of [Channel.PutWith].
 type PutOptions struct {
@@ -206,9 +214,18 @@ func (c *Channel) putDeferred(ctx context.Context, m *Message) error {
 	return nil
 }
 
+// envelopes recycles the buffers messages are encoded into for the backend:
+// Backend.Put does not keep its argument.
+var envelopes = sync.Pool{New: func() any { return new([]byte) }}
+
 func (c *Channel) putBackend(ctx context.Context, m *Message) error {
 	c.diskPending.Add(1)
-	err := c.backend.Put(c.bound(ctx), appendEnvelope(nil, m))
+	buf := envelopes.Get().(*[]byte)
+	*buf = appendEnvelope((*buf)[:0], m)
+	err := c.backend.Put(c.bound(ctx), *buf)
+	if cap(*buf) <= 64<<10 {
+		envelopes.Put(buf)
+	}
 	if err != nil {
 		c.delivered()
 		c.prod.puts.Add(-1)

@@ -6,9 +6,9 @@ import (
 	"time"
 )
 
-// pump moves records from the backend to consumers, one at a time through
-// the unbuffered diskCh. It owns the record it holds: if the channel closes
-// first, the record is simply not acknowledged, and stays in the backend.
+// pump moves records from the backend to consumers through diskCh. Records
+// it holds or has buffered are not acknowledged: if the channel closes
+// first, they simply stay in the backend.
 func (c *Channel) pump() {
 	defer c.wg.Done()
 	for {
@@ -35,7 +35,7 @@ func (c *Channel) pump() {
 			continue
 		}
 		m.ch, m.seq, m.fromDisk, m.gen = c, seq, true, gen
-		if m.due > time.Now().UnixNano() {
+		if m.due != 0 && m.due > time.Now().UnixNano() {
 			// Deferred: its record stays in the backend until it is
 			// finished, so the due time survives a crash too.
 			c.delivered()
