@@ -392,14 +392,23 @@ func (c *Channel) forward() {
 func (m *Message) Finish() error {
 	c := m.ch
 	c.mu.Lock()
-	if m.state != stateInFlight {
+	if !c.landLocked(m) {
 		c.mu.Unlock()
 		return c.notInFlight(m)
 	}
-	c.unlinkLocked(m)
-	m.state = stateDone
 	c.mu.Unlock()
 	return c.finished(m)
+}
+
+// landLocked takes m out of flight, reporting false if it was not in
+// flight (finished, requeued, timed out or emptied already).
+func (c *Channel) landLocked(m *Message) bool {
+	if m.state != stateInFlight {
+		return false
+	}
+	c.unlinkLocked(m)
+	m.state = stateDone
+	return true
 }
 
 func (c *Channel) finished(m *Message) error {
@@ -440,12 +449,10 @@ func (c *Channel) notInFlight(m *Message) error {
 func (m *Message) Requeue(delay time.Duration) error {
 	c := m.ch
 	c.mu.Lock()
-	if m.state != stateInFlight {
+	if !c.landLocked(m) {
 		c.mu.Unlock()
 		return c.notInFlight(m)
 	}
-	c.unlinkLocked(m)
-	m.state = stateDone
 	c.cons.requeues.Add(1)
 	if c.exhausted(m) {
 		c.mu.Unlock()

@@ -112,8 +112,7 @@ func (c *Channel) expireInFlight() {
 	var dead []*Message
 	c.mu.Lock()
 	for m := c.flightHead; m != nil && m.deadline <= now; m = c.flightHead {
-		c.unlinkLocked(m)
-		m.state = stateDone
+		c.landLocked(m)
 		c.cons.timeouts.Add(1)
 		if c.exhausted(m) {
 			dead = append(dead, m)

@@ -253,12 +253,7 @@ func (q *Queue) Put(ctx context.Context, body []byte) error {
 	}
 	for {
 		q.mu.Lock()
-		if q.closed {
-			q.mu.Unlock()
-			return ErrClosed
-		}
-		if q.writeErr != nil {
-			err := q.writeErr
+		if err := q.acceptingLocked(); err != nil {
 			q.mu.Unlock()
 			return err
 		}
@@ -308,6 +303,15 @@ func (q *Queue) Put(ctx context.Context, body []byte) error {
 			return fmt.Errorf("diskqueue: put: waiting for fsync: %w", ctx.Err())
 		}
 	}
+}
+
+// acceptingLocked returns why the queue takes no more writes: closed, or a
+// sticky write error.
+func (q *Queue) acceptingLocked() error {
+	if q.closed {
+		return ErrClosed
+	}
+	return q.writeErr
 }
 
 // fullLocked reports ErrDiskFull if a frame of n more bytes would break the
@@ -367,12 +371,7 @@ func (q *Queue) Sync(ctx context.Context) error {
 		return ErrReadOnly
 	}
 	q.mu.Lock()
-	if q.closed {
-		q.mu.Unlock()
-		return ErrClosed
-	}
-	if q.writeErr != nil {
-		err := q.writeErr
+	if err := q.acceptingLocked(); err != nil {
 		q.mu.Unlock()
 		return err
 	}

@@ -55,6 +55,16 @@ func (p *printer) flags(fs *flag.FlagSet) {
 	fs.BoolVar(&p.channel, "channel", false, "records are channel messages (as spillq.Open stores them)")
 }
 
+// parse parses flags for a command that prints records, and checks the
+// chosen format.
+func (p *printer) parse(fs *flag.FlagSet, args []string, n int) ([]string, error) {
+	pos, err := parse(fs, args, n)
+	if err != nil {
+		return nil, err
+	}
+	return pos, p.check()
+}
+
 func (p *printer) check() error {
 	switch p.format {
 	case "text", "hex", "json":
@@ -155,11 +165,8 @@ func cmdDump(args []string, _ io.Reader, out io.Writer) error {
 	limit := fs.Int("limit", 0, "at most this many records (0: all)")
 	p := &printer{w: out}
 	p.flags(fs)
-	pos, err := parse(fs, args, 1)
+	pos, err := p.parse(fs, args, 1)
 	if err != nil {
-		return err
-	}
-	if err := p.check(); err != nil {
 		return err
 	}
 	q, err := diskqueue.OpenReadOnly(pos[0], diskqueue.Options{})
@@ -194,11 +201,8 @@ func cmdGet(args []string, _ io.Reader, out io.Writer) error {
 	fs := flag.NewFlagSet("get", flag.ContinueOnError)
 	p := &printer{w: out}
 	p.flags(fs)
-	pos, err := parse(fs, args, 2)
+	pos, err := p.parse(fs, args, 2)
 	if err != nil {
-		return err
-	}
-	if err := p.check(); err != nil {
 		return err
 	}
 	seq, err := strconv.ParseUint(pos[1], 10, 64)
@@ -293,11 +297,8 @@ func cmdTail(args []string, _ io.Reader, out io.Writer) error {
 	count := fs.Int("count", 0, "stop after this many records (0: follow until interrupted)")
 	p := &printer{w: out}
 	p.flags(fs)
-	pos, err := parse(fs, args, 1)
+	pos, err := p.parse(fs, args, 1)
 	if err != nil {
-		return err
-	}
-	if err := p.check(); err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -401,11 +402,8 @@ func cmdDrain(args []string, _ io.Reader, out io.Writer) error {
 	limit := fs.Int("limit", 0, "at most this many records (0: all)")
 	p := &printer{w: out}
 	p.flags(fs)
-	pos, err := parse(fs, args, 1)
+	pos, err := p.parse(fs, args, 1)
 	if err != nil {
-		return err
-	}
-	if err := p.check(); err != nil {
 		return err
 	}
 	q, err := openForWrite(pos[0])
