@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/spillq/spillq/internal/histogram"
 )
 
 // Channel is an NSQ-style channel: a bounded memory buffer that spills to
@@ -67,7 +69,7 @@ type Channel struct {
 	// lines, so the two sides do not keep stealing one line from each other.
 	prod    producerCounters
 	cons    consumerCounters
-	latency latencyHistogram
+	latency histogram.Histogram
 }
 
 type producerCounters struct {
@@ -413,7 +415,7 @@ func (c *Channel) landLocked(m *Message) bool {
 
 func (c *Channel) finished(m *Message) error {
 	c.cons.finishes.Add(1)
-	c.latency.record(time.Since(m.Timestamp))
+	c.latency.Record(time.Since(m.Timestamp))
 	if m.fromDisk {
 		if err := c.backend.Ack(m.seq); err != nil {
 			return fmt.Errorf("channel: acknowledge message %s in the backend: %w", m.ID, err)
@@ -682,9 +684,16 @@ func (c *Channel) Stats() Stats {
 	st.Puts, st.Spills, st.Requeues = c.prod.puts.Load(), c.prod.spills.Load(), c.cons.requeues.Load()
 	st.Timeouts, st.Finishes = c.cons.timeouts.Load(), c.cons.finishes.Load()
 	st.DeadLetters, st.Expired, st.BadRecords = c.cons.deadLetters.Load(), c.cons.expired.Load(), c.cons.badRecords.Load()
-	p := c.latency.percentiles(0.5, 0.99, 0.999)
+	p := c.latency.Percentiles(0.5, 0.99, 0.999)
 	st.LatencyP50, st.LatencyP99, st.LatencyP999 = p[0], p[1], p[2]
 	return st
+}
+
+// LatencyBuckets returns the end-to-end latency histogram (Put to Finish)
+// behind Stats' percentiles: the exclusive upper bound of each non-empty
+// bucket and its count, bounds increasing. Buckets are four per power of two.
+func (c *Channel) LatencyBuckets() (upper []time.Duration, counts []uint64) {
+	return c.latency.Snapshot()
 }
 
 // Replay puts the records with from <= seq < to, kept by the backend's

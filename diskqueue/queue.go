@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/golang/snappy"
+
+	"github.com/spillq/spillq/internal/histogram"
 )
 
 // pendingLimit bounds the bytes Put may buffer ahead of the writer; past it
@@ -99,6 +101,7 @@ type Queue struct {
 	puts           atomic.Int64
 	acks           atomic.Int64
 	retriedWrites  atomic.Int64
+	syncLatency    histogram.Histogram // duration of each fsync of the log
 }
 
 // Record is one record read from the queue. Body belongs to the caller.
@@ -469,6 +472,16 @@ type Stats struct {
 	ReadErrors int64
 	// RetriedWrites counts batches written again after ENOSPC.
 	RetriedWrites int64
+	// SyncP50 and SyncP99 are fsync latencies of the log (the upper bound
+	// of the histogram bucket holding each percentile, within 19%).
+	SyncP50, SyncP99 time.Duration
+}
+
+// SyncLatencyBuckets returns the fsync latency histogram behind Stats'
+// SyncP50 and SyncP99: the exclusive upper bound of each non-empty bucket
+// and its count, bounds increasing.
+func (q *Queue) SyncLatencyBuckets() (upper []time.Duration, counts []uint64) {
+	return q.syncLatency.Snapshot()
 }
 
 // Position is a place in the log: the segment (named by its base seq) and a
@@ -496,6 +509,8 @@ func (q *Queue) Stats() Stats {
 		RetriedWrites:  q.retriedWrites.Load(),
 	}
 	st.Depth = int64(st.WriteSeq - st.ReadSeq)
+	p := q.syncLatency.Percentiles(0.5, 0.99)
+	st.SyncP50, st.SyncP99 = p[0], p[1]
 	q.segMu.RLock()
 	st.Segments = len(q.segs)
 	if len(q.segs) > 0 {

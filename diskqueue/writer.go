@@ -401,9 +401,11 @@ func (q *Queue) syncLog() error {
 		w.unsynced = 0
 		return nil
 	}
+	start := time.Now()
 	if err := w.log.Sync(); err != nil {
 		return fmt.Errorf("diskqueue: fsync %s: %w", w.seg.path(logSuffix), err)
 	}
+	q.syncLatency.Record(time.Since(start))
 	q.syncs.Add(1)
 	w.unsynced = 0
 	return nil
@@ -454,6 +456,7 @@ func (q *Queue) rotate() error {
 	// Sealed segments are never recovered at Open, so all three files must
 	// be on stable storage before the writer moves on.
 	if !q.opts.NoSync {
+		start := time.Now()
 		for _, f := range []file{w.log, w.index, w.timeIndex} {
 			if err := f.Sync(); err != nil {
 				// Sticky even for ENOSPC: after a failed fsync the kernel may
@@ -463,6 +466,7 @@ func (q *Queue) rotate() error {
 				return err
 			}
 		}
+		q.syncLatency.Record(time.Since(start))
 		q.syncs.Add(1)
 		w.unsynced = 0
 	}

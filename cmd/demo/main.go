@@ -49,6 +49,7 @@ type config struct {
 	fail       float64
 	crashAfter time.Duration
 	plain      bool
+	metrics    string
 }
 
 func main() {
@@ -66,6 +67,7 @@ func main() {
 	flag.Float64Var(&c.fail, "fail", 0.02, "share of deliveries that fail and are requeued with a delay")
 	flag.DurationVar(&c.crashAfter, "crash-after", 0, "kill this process with SIGKILL after this long; run again with the same -dir to see the recovery")
 	flag.BoolVar(&c.plain, "plain", false, "print one plain line a second even on a terminal")
+	flag.StringVar(&c.metrics, "metrics-addr", "", "serve Prometheus metrics on this address (such as 127.0.0.1:9090) at /metrics")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -153,6 +155,14 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	d.firstNumber = (past.maxProduced/runSpan + 1) * runSpan
 	d.nextNumber.Store(d.firstNumber)
 	d.recovered = q.Depth()
+	if cfg.metrics != "" {
+		stopMetrics, err := serveMetrics(cfg.metrics, q, out)
+		if err != nil {
+			q.Close()
+			return err
+		}
+		defer stopMetrics()
+	}
 	if past.count > 0 {
 		fmt.Fprintf(out, "recovered from %s: %d messages waiting on disk; earlier runs produced %d and finished %d\n",
 			dir, d.recovered, past.count, len(past.finished))

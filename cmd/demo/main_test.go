@@ -1,11 +1,15 @@
 package main
 
 import (
+	"bufio"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -82,5 +86,44 @@ func TestDemoRejectsBadFlags(t *testing.T) {
 		if err == nil {
 			t.Fatalf("%v accepted:\n%s", args, out)
 		}
+	}
+}
+
+// TestDemoServesMetrics scrapes the running demo's -metrics-addr.
+func TestDemoServesMetrics(t *testing.T) {
+	bin := buildDemo(t)
+	cmd := exec.Command(bin, "-metrics-addr", "127.0.0.1:0", "-duration", "3s", "-rate", "2000", "-plain")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	sc := bufio.NewScanner(stdout)
+	var url string
+	for sc.Scan() {
+		if u, ok := strings.CutPrefix(sc.Text(), "metrics: "); ok {
+			url = u
+			break
+		}
+	}
+	if url == "" {
+		cmd.Process.Kill()
+		t.Fatal("the demo did not print its metrics address")
+	}
+	resp, err := http.Get(url)
+	if err != nil {
+		cmd.Process.Kill()
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), `spillq_channel_memory_capacity{queue="demo"} 10000`) {
+		cmd.Process.Kill()
+		t.Fatalf("scrape:\n%s", body)
+	}
+	for sc.Scan() { // let it finish
 	}
 }

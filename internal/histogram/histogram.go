@@ -1,4 +1,7 @@
-package channel
+// Package histogram records durations in log-linear buckets, for the
+// latency figures both channel and diskqueue report. It is shared code, not
+// API: each package exports its own snapshot.
+package histogram
 
 import (
 	"math/bits"
@@ -6,10 +9,10 @@ import (
 	"time"
 )
 
-// latencyHistogram records durations in log-linear buckets: four per power
+// Histogram records durations in log-linear buckets: four per power
 // of two, from 1 µs up, so any percentile is known to within 19%. Recording
 // is one atomic add; nothing is allocated.
-type latencyHistogram struct {
+type Histogram struct {
 	buckets [latencyBuckets]atomic.Int64
 }
 
@@ -19,7 +22,7 @@ const (
 	latencyBuckets = latencyPowers * latencySub
 )
 
-func latencyBucket(d time.Duration) int {
+func bucketOf(d time.Duration) int {
 	us := uint64(d / time.Microsecond)
 	if us < latencySub {
 		return int(us)
@@ -44,16 +47,16 @@ func bucketUpper(i int) time.Duration {
 	return time.Duration(us) * time.Microsecond
 }
 
-func (h *latencyHistogram) record(d time.Duration) {
+func (h *Histogram) Record(d time.Duration) {
 	if d < 0 {
 		d = 0
 	}
-	h.buckets[latencyBucket(d)].Add(1)
+	h.buckets[bucketOf(d)].Add(1)
 }
 
-// percentiles returns the upper bounds of the buckets holding each
+// Percentiles returns the upper bounds of the buckets holding each
 // quantile (0 < q <= 1), in the order asked.
-func (h *latencyHistogram) percentiles(qs ...float64) []time.Duration {
+func (h *Histogram) Percentiles(qs ...float64) []time.Duration {
 	var counts [latencyBuckets]int64
 	var total int64
 	for i := range counts {
@@ -77,4 +80,16 @@ func (h *latencyHistogram) percentiles(qs ...float64) []time.Duration {
 		}
 	}
 	return out
+}
+
+// Snapshot returns the exclusive upper bound of every bucket that holds
+// anything, with the number of durations in it, in increasing order.
+func (h *Histogram) Snapshot() (upper []time.Duration, counts []uint64) {
+	for i := range h.buckets {
+		if n := h.buckets[i].Load(); n > 0 {
+			upper = append(upper, bucketUpper(i))
+			counts = append(counts, uint64(n))
+		}
+	}
+	return upper, counts
 }
