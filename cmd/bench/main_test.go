@@ -1,0 +1,73 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const fixture = `goos: linux
+goarch: amd64
+cpu: Test CPU
+BenchmarkPut/size=100/impl=spillq-2    	 7000000	       150.0 ns/op	 666.67 MB/s	       0 B/op	       0 allocs/op
+BenchmarkPut/size=100/impl=spillq-2    	 7000000	       170.0 ns/op	 588.24 MB/s	       0 B/op	       0 allocs/op
+BenchmarkPut/size=100/impl=spillq-2    	 7000000	       160.0 ns/op	 625.00 MB/s	       0 B/op	       0 allocs/op
+BenchmarkPut/size=100/impl=godiskqueue-2   	  600000	      2000 ns/op	  50.00 MB/s	       4 B/op	       1 allocs/op
+BenchmarkPut/size=1024/impl=spillq-2    	 1000000	      1000 ns/op	 1024.00 MB/s	       0 B/op	       0 allocs/op
+BenchmarkPut/size=1024/impl=godiskqueue-2   	  400000	      3000 ns/op	  341.33 MB/s	       4 B/op	       1 allocs/op
+BenchmarkLookup/records=10000/impl=index-2         	 1381414	       873.2 ns/op	     256 B/op	       4 allocs/op
+BenchmarkLookup/records=1000000/impl=index-2       	  761502	      1556 ns/op	     256 B/op	       4 allocs/op
+BenchmarkLookup/records=10000/impl=kafka-2         	  443226	      2754 ns/op	    4095 B/op	       1 allocs/op
+BenchmarkLookup/records=1000000/impl=kafka-2       	  305998	      3549 ns/op	    4096 B/op	       1 allocs/op
+BenchmarkDrainRSS/records=100000/impl=spillq-2         	       1	  42671162 ns/op	         8.809 peak-RSS-MiB
+PASS
+`
+
+func TestReportFromRuns(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.txt")
+	os.WriteFile(in, []byte(fixture), 0o644)
+	out := filepath.Join(dir, "out")
+	if err := run(1, false, out, in, os.Stderr); err != nil {
+		t.Fatal(err)
+	}
+	table, err := os.ReadFile(filepath.Join(out, "results.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"cpu: Test CPU",
+		"| Put/size=100/impl=spillq | 160.0 ns ± 6% | 625.0 MB/s ± 6% | 3 |", // median of three, ±(170-150)/2/160
+		"| Lookup/records=1000000/impl=index | 1.56 µs ± 0% |  | 1 |",
+		"8.81 peak-RSS-MiB",
+	} {
+		if !strings.Contains(string(table), want) {
+			t.Fatalf("results.md lacks %q:\n%s", want, table)
+		}
+	}
+	for _, svg := range []string{"throughput.svg", "lookup.svg"} {
+		b, err := os.ReadFile(filepath.Join(out, svg))
+		if err != nil || !strings.Contains(string(b), "<svg") {
+			t.Fatalf("%s: %v", svg, err)
+		}
+	}
+}
+
+func TestParseRejectsGarbageValues(t *testing.T) {
+	if _, err := parse(strings.NewReader("BenchmarkX-2  10  abc ns/op\n")); err == nil {
+		t.Fatal("accepted a non-numeric value")
+	}
+	if rs, err := parse(strings.NewReader("ok  pkg  1.2s\nPASS\n")); err != nil || len(rs) != 0 {
+		t.Fatalf("non-benchmark lines: %v %v", rs, err)
+	}
+}
+
+func TestNoResults(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.txt")
+	os.WriteFile(in, []byte("PASS\n"), 0o644)
+	if err := run(1, false, filepath.Join(dir, "out"), in, os.Stderr); err == nil {
+		t.Fatal("a report from no results")
+	}
+}
