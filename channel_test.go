@@ -342,7 +342,12 @@ func TestSIGKILLLosesNoAcknowledgedPut(t *testing.T) {
 	}
 	dir := t.TempDir()
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))
-	for cycle := 0; cycle < 10; cycle++ {
+	cycles := 10
+	if n, err := strconv.Atoi(os.Getenv("SPILLQ_KILL_CYCLES")); err == nil {
+		cycles = n
+	}
+	var totalAcked int
+	for cycle := 0; cycle < cycles; cycle++ {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestKillChild$", "-test.count=1")
 		cmd.Env = append(os.Environ(), "SPILLQ_KILL_DIR="+dir, "SPILLQ_KILL_START="+strconv.Itoa(cycle*1_000_000))
 		out, err := cmd.StdoutPipe()
@@ -395,7 +400,9 @@ func TestSIGKILLLosesNoAcknowledgedPut(t *testing.T) {
 				t.Fatalf("cycle %d: message %d was acknowledged by Put and is gone", cycle, i)
 			}
 		}
+		totalAcked += len(acked)
 	}
+	t.Logf("%d kills: %d acknowledged puts, none lost", cycles, totalAcked)
 }
 
 func TestOpenErrors(t *testing.T) {

@@ -107,6 +107,7 @@ func TestTruncateEveryOffset(t *testing.T) {
 	offs := writeFixture(t, src, n, diskqueue.Options{})
 	logName := filepath.Base(segFile(src, 0, "log"))
 	full, _ := os.ReadFile(filepath.Join(src, logName))
+	t.Logf("%d cuts", int64(len(full))-offs[n-2])
 	for cut := offs[n-2]; cut < int64(len(full)); cut++ {
 		dir := copyDir(t, src)
 		if err := os.Truncate(filepath.Join(dir, logName), cut); err != nil {
@@ -154,6 +155,7 @@ func TestFlipEveryBit(t *testing.T) {
 		}
 		return -1
 	}
+	t.Logf("%d bit flips", 8*len(full))
 	for pos := int64(0); pos < int64(len(full)); pos++ {
 		for bit := 0; bit < 8; bit++ {
 			dir := copyDir(t, src)

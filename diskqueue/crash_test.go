@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -51,7 +52,19 @@ func TestCrashChild(t *testing.T) {
 		t.Skip("run by TestCrash")
 	}
 	start, _ := strconv.Atoi(os.Getenv("SPILLQ_CRASH_START"))
-	q, err := diskqueue.Open(dir, crashOpts)
+	opts := crashOpts
+	if point := os.Getenv("SPILLQ_CRASH_POINT"); point != "" {
+		// Die at the Nth pass of the named moment.
+		hit, _ := strconv.Atoi(os.Getenv("SPILLQ_CRASH_HIT"))
+		var hits atomic.Int64
+		diskqueue.SetCrashPoint(&opts, func(p string) {
+			if p == point && hits.Add(1) == int64(hit) {
+				syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				select {} // the signal is on its way
+			}
+		})
+	}
+	q, err := diskqueue.Open(dir, opts)
 	if err != nil {
 		fmt.Println("open-error", err)
 		os.Exit(2)
@@ -107,11 +120,25 @@ func TestCrash(t *testing.T) {
 	seed := time.Now().UnixNano()
 	rng := rand.New(rand.NewPCG(uint64(seed), 0))
 	t.Logf("seed %d", seed)
+	// Random kills, then one kill at each named moment (inside rotation,
+	// between a log write and its index write, while storing the cursor,
+	// halfway through deleting a consumed segment).
+	type kill struct{ point string }
+	var plan []kill
+	for i := 0; i < cycles; i++ {
+		plan = append(plan, kill{})
+	}
+	for _, p := range diskqueue.CrashPoints {
+		plan = append(plan, kill{point: p})
+	}
 	var totalAcked, totalFound int
-	for cycle := 0; cycle < cycles; cycle++ {
+	for cycle, k := range plan {
 		start := cycle * 10_000_000
 		cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1")
 		cmd.Env = append(os.Environ(), "SPILLQ_CRASH_DIR="+dir, "SPILLQ_CRASH_START="+strconv.Itoa(start))
+		if k.point != "" {
+			cmd.Env = append(cmd.Env, "SPILLQ_CRASH_POINT="+k.point, "SPILLQ_CRASH_HIT="+strconv.Itoa(1+rng.IntN(5)))
+		}
 		stdout, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -132,6 +159,9 @@ func TestCrash(t *testing.T) {
 		// Kill after the child has acknowledged a random number of puts,
 		// so every cycle kills a process that is really writing.
 		killAfter := 50 + rng.IntN(3000)
+		if k.point != "" {
+			killAfter = 200_000 // the child kills itself; this is the backstop
+		}
 		killed := false
 		for line := range lines {
 			var p, i int
@@ -158,8 +188,15 @@ func TestCrash(t *testing.T) {
 				killed = true
 			}
 		}
-		cmd.Wait()
-		if !killed {
+		err = cmd.Wait()
+		if k.point != "" {
+			if killed {
+				t.Fatalf("cycle %d: the child never reached crash point %s", cycle, k.point)
+			}
+			if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != -1 {
+				t.Fatalf("cycle %d: child at crash point %s: want death by signal, got %v", cycle, k.point, err)
+			}
+		} else if !killed {
 			t.Fatalf("cycle %d: child exited by itself", cycle)
 		}
 
@@ -214,5 +251,5 @@ func TestCrash(t *testing.T) {
 		totalAcked += len(acked)
 		totalFound += len(found)
 	}
-	t.Logf("%d cycles: %d acknowledged puts, %d recovered unconsumed after kills", cycles, totalAcked, totalFound)
+	t.Logf("%d kills (%d random, %d at named points): %d acknowledged puts, %d recovered unconsumed", len(plan), cycles, len(diskqueue.CrashPoints), totalAcked, totalFound)
 }

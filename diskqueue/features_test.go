@@ -518,3 +518,36 @@ func TestPropertyRandomOps(t *testing.T) {
 	}
 	q.Close()
 }
+
+// TestUnwritableDirectory: Open on a read-only file system fails with the
+// operating system's error, and OpenReadOnly still reads what is there.
+// Root ignores permission bits, so the test mounts a read-only tmpfs.
+func TestUnwritableDirectory(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a read-only tmpfs needs root; CI runs as root")
+	}
+	mnt := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mnt).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount tmpfs here (%v: %s)", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", mnt).Run() })
+	dir := filepath.Join(mnt, "q")
+	q := mustOpen(t, dir, Options{})
+	q.Put(context.Background(), []byte("kept"))
+	q.Close()
+	if out, err := exec.Command("mount", "-o", "remount,ro", mnt).CombinedOutput(); err != nil {
+		t.Fatalf("remount read-only: %v: %s", err, out)
+	}
+	_, err := Open(dir, Options{})
+	if !errors.Is(err, syscall.EROFS) {
+		t.Fatalf("Open on a read-only file system: got %v, want EROFS", err)
+	}
+	ro, err := OpenReadOnly(dir, Options{})
+	if err != nil {
+		t.Fatalf("OpenReadOnly on a read-only file system: %v", err)
+	}
+	defer ro.Close()
+	if rec, err := ro.ReadAt(0); err != nil || string(rec.Body) != "kept" {
+		t.Fatalf("ReadAt: %q, %v", rec.Body, err)
+	}
+}

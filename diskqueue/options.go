@@ -81,6 +81,10 @@ type Options struct {
 	// benchmark can measure what maintaining them costs on the Put path.
 	// The resulting queue cannot be reopened.
 	noIndexForTesting bool
+	// crashPointForTesting, if set, is called at named moments where a
+	// crash is most interesting (see crashPoints); the crash test's child
+	// kills itself there.
+	crashPointForTesting func(point string)
 	// clockForTesting replaces time.Now for record timestamps, so golden
 	// files are reproducible and clocks can step backwards on cue.
 	clockForTesting func() time.Time

@@ -331,6 +331,7 @@ func (q *Queue) appendBatch(b *batch) error {
 		if q.opts.noIndexForTesting {
 			idx, tidx = idx[:0], tidx[:0]
 		}
+		q.crashPoint("index-flush")
 		// The indexes are derived data: written after their records and
 		// repaired at Open if a crash left them behind.
 		if _, err := w.index.WriteAt(idx, w.indexSize); err != nil {
@@ -427,6 +428,7 @@ func (q *Queue) persistCursor() {
 	if floor == w.persisted {
 		return
 	}
+	q.crashPoint("cursor-persist")
 	if err := w.cursor.store(floor); err != nil {
 		q.log.Warn("diskqueue: cannot persist read cursor; acknowledged records may be delivered again after a crash", "err", err)
 		if w.closeErr == nil {
@@ -470,10 +472,12 @@ func (q *Queue) rotate() error {
 		q.syncs.Add(1)
 		w.unsynced = 0
 	}
+	q.crashPoint("rotate-sealed")
 	seg, files, err := q.createSegment(w.end)
 	if err != nil {
 		return err
 	}
+	q.crashPoint("rotate-created")
 	old.sealed.Store(true)
 	for _, f := range []file{w.log, w.index, w.timeIndex} {
 		f.Close()
@@ -615,7 +619,10 @@ func bytesOf(segs []*segment) int64 {
 // A failure is logged: the files stay and are cleaned up at the next Open.
 func (q *Queue) removeSegment(s *segment) {
 	s.closeFiles()
-	for _, suffix := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
+	for i, suffix := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
+		if i == 1 {
+			q.crashPoint("retention-delete") // the log is gone, its indexes not yet
+		}
 		if err := q.fs.Remove(s.path(suffix)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			q.log.Warn("diskqueue: cannot remove consumed segment", "segment", s.base, "err", err)
 		}
@@ -722,6 +729,16 @@ func (q *Queue) empty() error {
 	q.updateDeleteHint()
 	q.freed.notify()
 	return nil
+}
+
+// crashPoints are the moments crashPoint names, for the crash test.
+var crashPoints = []string{"index-flush", "rotate-sealed", "rotate-created", "cursor-persist", "retention-delete"}
+
+// crashPoint gives the crash test a chance to die at a named moment.
+func (q *Queue) crashPoint(name string) {
+	if q.opts.crashPointForTesting != nil {
+		q.opts.crashPointForTesting(name)
+	}
 }
 
 func appendTimeEntry(dst []byte, ts int64, seq uint64) []byte {
