@@ -1,17 +1,14 @@
 package spillq_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -22,6 +19,7 @@ import (
 	"github.com/spillq/spillq"
 	"github.com/spillq/spillq/channel"
 	"github.com/spillq/spillq/diskqueue"
+	"github.com/spillq/spillq/internal/crashtest"
 )
 
 // End-to-end tests of the wired system: channel over a real disk queue.
@@ -289,29 +287,34 @@ func TestGoDiskQueueBackend(t *testing.T) {
 	}
 }
 
-// TestKillChild is the process TestSIGKILLLosesNoAcknowledgedPut kills.
+// TestKillChild is the process TestSIGKILL kills: producers report "put N"
+// once Put returns; the consumer reports "fin N" once Finish returns, or
+// "abandon N" for messages it drops unfinished (they would time out).
 func TestKillChild(t *testing.T) {
-	dir := os.Getenv("SPILLQ_KILL_DIR")
-	if dir == "" {
-		t.Skip("run by TestSIGKILLLosesNoAcknowledgedPut")
+	dir, ok := crashtest.Dir()
+	if !ok {
+		t.Skip("run by TestSIGKILL")
 	}
 	start, _ := strconv.Atoi(os.Getenv("SPILLQ_KILL_START"))
-	q, err := spillq.Open(dir, spillq.Options{Disk: diskqueue.Options{SyncEvery: 1, MaxSegmentBytes: 32 << 10}})
-	if err != nil {
-		fmt.Println("open-error", err)
-		os.Exit(2)
+	mem, _ := strconv.Atoi(os.Getenv("SPILLQ_KILL_MEM"))
+	disk := diskqueue.Options{MaxSegmentBytes: 32 << 10}
+	if os.Getenv("SPILLQ_KILL_SYNC") == "always" {
+		disk.SyncEvery = 1
 	}
-	var mu sync.Mutex
-	say := func(f string, a ...any) { mu.Lock(); fmt.Printf(f+"\n", a...); mu.Unlock() }
+	q, err := spillq.Open(dir, spillq.Options{MemQueueSize: mem, Disk: disk})
+	if err != nil {
+		crashtest.Report("open-error", err)
+		select {}
+	}
 	ctx := context.Background()
 	for p := 0; p < 4; p++ {
 		go func() {
 			for i := start + p; ; i += 4 {
 				if err := q.Put(ctx, body(i)); err != nil {
-					say("put-error %v", err)
+					crashtest.Report("put-error", err)
 					return
 				}
-				say("put %d", i)
+				crashtest.Report("put", i)
 			}
 		}()
 	}
@@ -323,86 +326,88 @@ func TestKillChild(t *testing.T) {
 			}
 			i, _ := strconv.Atoi(strings.TrimPrefix(string(m.Body), "job-"))
 			if rand.IntN(3) == 0 {
-				continue // dies on this one: never finished
+				crashtest.Report("abandon", i) // dies on this one: never finished
+				continue
 			}
 			if m.Finish() == nil {
-				say("fin %d", i)
+				crashtest.Report("fin", i)
 			}
 		}
 	}()
 	select {}
 }
 
-// TestSIGKILLLosesNoAcknowledgedPut: with MemQueueSize 0 and SyncEvery 1, a
-// process killed with SIGKILL loses no message whose Put returned: after a
-// restart each is delivered, unless it was finished before the kill.
-func TestSIGKILLLosesNoAcknowledgedPut(t *testing.T) {
+// TestSIGKILL kills a process using the wired queue at random moments,
+// under each memory size and sync policy, and checks what a restart
+// delivers against what the process acknowledged:
+//
+//   - MemQueueSize 0, fsync per record: no message whose Put returned is
+//     lost (delivered after the restart, or finished before the kill);
+//   - a memory buffer: at most what was only in memory is lost (the
+//     buffer, plus messages the dying consumer held);
+//   - the batch sync policy: a process crash loses at most the records
+//     still in the write buffer (a megabyte).
+//
+// SPILLQ_KILL_CYCLES sets the number of kills per configuration.
+func TestSIGKILL(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs subprocesses")
 	}
-	dir := t.TempDir()
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))
-	cycles := 10
+	cycles := 4
 	if n, err := strconv.Atoi(os.Getenv("SPILLQ_KILL_CYCLES")); err == nil {
 		cycles = n
 	}
-	var totalAcked int
-	for cycle := 0; cycle < cycles; cycle++ {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestKillChild$", "-test.count=1")
-		cmd.Env = append(os.Environ(), "SPILLQ_KILL_DIR="+dir, "SPILLQ_KILL_START="+strconv.Itoa(cycle*1_000_000))
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		acked, finished := map[int]bool{}, map[int]bool{}
-		killAt := 100 + rng.IntN(1000)
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			var i int
-			line := sc.Text()
-			switch {
-			case strings.HasPrefix(line, "put "):
-				fmt.Sscanf(line, "put %d", &i)
-				acked[i] = true
-			case strings.HasPrefix(line, "fin "):
-				fmt.Sscanf(line, "fin %d", &i)
-				finished[i] = true
-			case strings.HasPrefix(line, "=== RUN"):
-			default:
-				t.Fatalf("child: %q", line)
-			}
-			if len(acked) == killAt {
-				cmd.Process.Signal(syscall.SIGKILL)
-			}
-		}
-		cmd.Wait()
-
-		q := open(t, dir, spillq.Options{})
-		delivered := map[int]bool{}
-		for q.Depth() > 0 {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			m, err := q.Receive(ctx)
-			cancel()
-			if err != nil {
-				t.Fatalf("cycle %d: Receive: %v; channel %+v; disk %+v", cycle, err, q.Stats(), q.Disk().Stats())
-			}
-			delivered[index(t, m)] = true
-			m.Finish()
-		}
-		if err := q.Close(); err != nil {
-			t.Fatal(err)
-		}
-		for i := range acked {
-			if !delivered[i] && !finished[i] {
-				t.Fatalf("cycle %d: message %d was acknowledged by Put and is gone", cycle, i)
-			}
-		}
-		totalAcked += len(acked)
+	configs := []struct {
+		mem     int
+		sync    string
+		mayLose func(abandoned int) int
+	}{
+		{0, "always", func(int) int { return 0 }},
+		{200, "always", func(abandoned int) int { return 200 + abandoned + 1 }},
+		{0, "batch", func(int) int { return (1<<20+64<<10)/len(body(0)) + 1 }},
 	}
-	t.Logf("%d kills: %d acknowledged puts, none lost", cycles, totalAcked)
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 2))
+	for _, cfg := range configs {
+		var totalAcked, totalLost, maxLost int
+		dir := t.TempDir()
+		for cycle := 0; cycle < cycles; cycle++ {
+			res := crashtest.Start(t, crashtest.Run{
+				Test: "TestKillChild", Dir: dir,
+				Env: []string{"SPILLQ_KILL_START=" + strconv.Itoa(cycle*1_000_000),
+					"SPILLQ_KILL_MEM=" + strconv.Itoa(cfg.mem), "SPILLQ_KILL_SYNC=" + cfg.sync},
+				KillAfter: 100 + rng.IntN(2000), KillKind: "put",
+			})
+			acked, finished, abandoned := res.Set("put"), res.Set("fin"), res.Set("abandon")
+			q := open(t, dir, spillq.Options{})
+			delivered := map[string]bool{}
+			for q.Depth() > 0 {
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				m, err := q.Receive(ctx)
+				cancel()
+				if err != nil {
+					t.Fatalf("mem %d sync %s cycle %d: Receive: %v; %+v", cfg.mem, cfg.sync, cycle, err, q.Stats())
+				}
+				delivered[strconv.Itoa(index(t, m))] = true
+				m.Finish()
+			}
+			if err := q.Close(); err != nil {
+				t.Fatal(err)
+			}
+			lost := 0
+			for i := range acked {
+				if !delivered[i] && !finished[i] {
+					lost++
+				}
+			}
+			if limit := cfg.mayLose(len(abandoned)); lost > limit {
+				t.Fatalf("mem %d sync %s cycle %d: lost %d acknowledged puts, at most %d may be", cfg.mem, cfg.sync, cycle, lost, limit)
+			}
+			totalAcked += len(acked)
+			totalLost += lost
+			maxLost = max(maxLost, lost)
+		}
+		t.Logf("MemQueueSize %d, sync %s: %d kills, %d acknowledged puts, %d lost (at most %d in one kill)", cfg.mem, cfg.sync, cycles, totalAcked, totalLost, maxLost)
+	}
 }
 
 func TestOpenErrors(t *testing.T) {
@@ -465,7 +470,7 @@ func TestReplay(t *testing.T) {
 
 func TestMain(m *testing.M) {
 	// TestKillChild runs as a subprocess that is killed, not left to exit.
-	if os.Getenv("SPILLQ_KILL_DIR") != "" {
+	if _, ok := crashtest.Dir(); ok {
 		os.Exit(m.Run())
 	}
 	goleak.VerifyTestMain(m)

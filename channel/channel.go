@@ -58,6 +58,8 @@ type Channel struct {
 	messagesOnce sync.Once
 	messagesCh   chan *Message
 
+	started time.Time // when New ran; message stamps count from it
+
 	// now is a coarse clock (Unix ns) the clock goroutine advances on every
 	// scan; in-flight deadlines use it, since timeouts are only found on
 	// those scans anyway. It saves a clock read per delivery.
@@ -106,7 +108,8 @@ func New(opts Options) (*Channel, error) {
 		clockWake: make(chan struct{}, 1),
 	}
 	c.closeCtx, c.cancel = context.WithCancel(context.Background())
-	c.now.Store(time.Now().UnixNano())
+	c.started = time.Now()
+	c.now.Store(c.started.UnixNano())
 	c.prod.nextID.Store(uint64(time.Now().UnixNano()))
 	if c.backend == nil || o.MemQueueSize > 0 {
 		c.memCh = make(chan *Message, o.MemQueueSize)
@@ -158,7 +161,7 @@ func (c *Channel) PutWith(ctx context.Context, body []byte, po PutOptions) error
 	m := &Message{
 		ID:        ID(c.prod.nextID.Add(1)),
 		Body:      body,
-		Timestamp: time.Now(),
+		Timestamp: c.stamp(),
 		ch:        c,
 		gen:       c.gen.Load(),
 	}
@@ -238,6 +241,13 @@ func (c *Channel) putBackend(ctx context.Context, m *Message) error {
 	}
 	c.prod.spills.Add(1)
 	return nil
+}
+
+// stamp returns the time now as the channel's start time plus the
+// monotonic time since: one clock read where time.Now takes two, and
+// immune to the wall clock stepping while the channel runs.
+func (c *Channel) stamp() time.Time {
+	return c.started.Add(time.Since(c.started))
 }
 
 // delivered lowers diskPending by one, never below zero: an Empty racing a

@@ -11,7 +11,7 @@ import (
 // writer must be gone after Close.
 func TestMain(m *testing.M) {
 	// The crash test's child is killed mid-run, not left to exit.
-	if os.Getenv("SPILLQ_CRASH_DIR") != "" {
+	if os.Getenv("SPILLQ_CRASHTEST_DIR") != "" {
 		os.Exit(m.Run())
 	}
 	goleak.VerifyTestMain(m)
