@@ -30,8 +30,10 @@ type Options struct {
 	// the same moment share one fsync (group commit). Larger values let Put
 	// return as soon as the record is queued for writing, and the writer
 	// fsyncs once that many records have been written or SyncInterval has
-	// passed, whichever comes first. Zero means 2500 (nsqd's default). To
-	// sync on the interval alone, set math.MaxInt.
+	// passed, whichever comes first: then a process crash can lose the
+	// records still queued (up to 1 MiB of them), and a power cut those not
+	// yet fsynced. Zero means 2500 (nsqd's default). To sync on the interval
+	// alone, set math.MaxInt.
 	SyncEvery int
 
 	// SyncInterval is the longest time written records wait for an fsync
