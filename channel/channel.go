@@ -227,7 +227,9 @@ func (c *Channel) putBackend(ctx context.Context, m *Message) error {
 	c.diskPending.Add(1)
 	buf := envelopes.Get().(*[]byte)
 	*buf = appendEnvelope((*buf)[:0], m)
-	err := c.backend.Put(c.bound(ctx), *buf)
+	bctx, release := c.bound(ctx)
+	err := c.backend.Put(bctx, *buf)
+	release()
 	if cap(*buf) <= 64<<10 {
 		envelopes.Put(buf)
 	}
@@ -261,16 +263,19 @@ func (c *Channel) delivered() {
 	}
 }
 
-// bound returns a context that also ends when the channel closes. Most
-// callers pass context.Background, which costs nothing to replace.
-func (c *Channel) bound(ctx context.Context) context.Context {
+// bound returns a context that also ends when the channel closes, and the
+// function that releases it, which must be called. Most callers pass
+// context.Background, which costs nothing to replace.
+func (c *Channel) bound(ctx context.Context) (context.Context, func()) {
 	if ctx.Done() == nil {
-		return c.closeCtx
+		return c.closeCtx, func() {}
 	}
 	merged, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(c.closeCtx, cancel)
-	context.AfterFunc(merged, func() { stop() })
-	return merged
+	return merged, func() {
+		stop()
+		cancel()
+	}
 }
 
 // Receive returns the next message, waiting until there is one, ctx ends

@@ -495,3 +495,29 @@ func TestBadRecordInBackend(t *testing.T) {
 		t.Fatalf("BadRecords %d", st.BadRecords)
 	}
 }
+
+// TestPutWithLongLivedContext: Puts to the backend under one long-lived,
+// cancellable context (a service's) work, and cancelling that context later
+// does not reach back into Puts long finished. (That nothing stays
+// registered per Put is not observable from here; see Channel.bound.)
+func TestPutWithLongLivedContext(t *testing.T) {
+	b := newMemBackend()
+	c := newChannel(t, channel.Options{Backend: b})
+	defer c.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for i := 0; i < 1000; i++ {
+		if err := c.Put(ctx, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Cancelling the service's context afterwards must not reach back into
+	// Puts long finished; and Close must still end blocked work.
+	cancel()
+	if err := c.Put(context.Background(), []byte("after")); err != nil {
+		t.Fatal(err)
+	}
+	if b.Depth() != 1001 {
+		t.Fatalf("backend depth %d, want 1001", b.Depth())
+	}
+}
