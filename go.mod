@@ -8,6 +8,7 @@ require (
 )
 
 require (
+	github.com/nsqio/go-nsq v1.1.0
 	go.uber.org/goleak v1.3.0
 	gonum.org/v1/plot v0.17.0
 )
@@ -20,7 +21,6 @@ require (
 	github.com/ajstarks/svgo v0.0.0-20211024235047-1546f124cd8b // indirect
 	github.com/golang/freetype v0.0.0-20170609003504-e2365dfdc4a0 // indirect
 	github.com/kylelemons/godebug v1.1.0 // indirect
-	github.com/nsqio/go-nsq v1.1.0 // indirect
 	golang.org/x/image v0.30.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 )

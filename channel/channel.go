@@ -407,6 +407,9 @@ func (c *Channel) forward() {
 // Finish acknowledges a message: it is done and will not be delivered
 // again.
 func (m *Message) Finish() error {
+	if m.acker != nil {
+		return m.acker.Finish(m)
+	}
 	c := m.ch
 	c.mu.Lock()
 	if !c.landLocked(m) {
@@ -464,6 +467,9 @@ func (c *Channel) notInFlight(m *Message) error {
 // to the dead-letter handler instead. Requeued messages are delivered ahead
 // of the memory buffer: the one exception to put order.
 func (m *Message) Requeue(delay time.Duration) error {
+	if m.acker != nil {
+		return m.acker.Requeue(m, delay)
+	}
 	c := m.ch
 	c.mu.Lock()
 	if !c.landLocked(m) {
@@ -491,6 +497,9 @@ func (m *Message) Requeue(delay time.Duration) error {
 // Touch restarts a message's timeout, for work that takes longer than
 // MsgTimeout.
 func (m *Message) Touch() error {
+	if m.acker != nil {
+		return m.acker.Touch(m)
+	}
 	c := m.ch
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -1,6 +1,7 @@
 package channel
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"strconv"
@@ -41,6 +42,7 @@ type Message struct {
 	prev     *Message // in-flight list, ordered by deadline
 	next     *Message
 	heapIdx  int    // position in the deferred heap
+	acker    Acker  // set for messages delivered by another source (NewMessage)
 	gen      uint64 // Channel.gen when the message was put or read; Empty makes it stale
 }
 
@@ -150,3 +152,25 @@ func UnmarshalMessage(record []byte) (*Message, error) {
 // detached is the channel of messages decoded outside any channel, so their
 // methods report ErrNotInFlight rather than crash.
 var detached = &Channel{}
+
+// Receiver is what a worker needs from a source of messages. A Channel is
+// one; nsqbridge.Consumer, reading from an nsqd cluster, is another, so a
+// worker written against this interface moves between them unchanged.
+type Receiver interface {
+	Receive(ctx context.Context) (*Message, error)
+}
+
+// Acker finishes, requeues and touches messages on behalf of a source other
+// than a Channel (see NewMessage).
+type Acker interface {
+	Finish(m *Message) error
+	Requeue(m *Message, delay time.Duration) error
+	Touch(m *Message) error
+}
+
+// NewMessage returns a message delivered by another source, such as an
+// nsqd consumer, whose Finish, Requeue and Touch call a. Workers handle it
+// exactly like a message from a Channel.
+func NewMessage(id ID, body []byte, ts time.Time, attempts uint16, a Acker) *Message {
+	return &Message{ID: id, Body: body, Timestamp: ts, Attempts: attempts, acker: a, ch: detached, state: stateDone}
+}

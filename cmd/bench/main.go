@@ -35,6 +35,7 @@ var suites = []struct {
 	{"./diskqueue", "Lookup|IndexCost", nil},
 	{"./diskqueue", "Open", []string{"-benchtime", "100x"}},
 	{".", "MemoryPath|SpillPath", nil},
+	{"./nsqbridge", "Publish", nil}, // builds and starts a real nsqd
 }
 
 func main() {

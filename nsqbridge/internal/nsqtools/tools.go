@@ -1,0 +1,8 @@
+//go:build tools
+
+package tools
+
+import (
+	_ "github.com/nsqio/nsq/apps/nsqd"
+	_ "github.com/nsqio/nsq/apps/nsqlookupd"
+)

@@ -1,0 +1,118 @@
+package nsqbridge_test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/spillq/spillq/internal/crashtest"
+)
+
+// The tests run real nsqd and nsqlookupd servers, built from
+// github.com/nsqio/nsq v1.3.0 in the tools module beside this package
+// (internal/nsqtools, with nsq's own replace for go-svc), on free loopback
+// ports.
+var nsqdBin, lookupdBin string
+
+func TestMain(m *testing.M) {
+	if _, ok := crashtest.Dir(); ok {
+		os.Exit(m.Run()) // a crash test's child: the parent built everything
+	}
+	dir, err := os.MkdirTemp("", "nsqbridge-bin")
+	if err != nil {
+		panic(err)
+	}
+	nsqdBin, lookupdBin = filepath.Join(dir, "nsqd"), filepath.Join(dir, "nsqlookupd")
+	for bin, pkg := range map[string]string{nsqdBin: "github.com/nsqio/nsq/apps/nsqd", lookupdBin: "github.com/nsqio/nsq/apps/nsqlookupd"} {
+		cmd := exec.Command("go", "build", "-o", bin, pkg)
+		cmd.Dir = filepath.Join("internal", "nsqtools")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "building %s: %v\n%s", pkg, err, out)
+			os.Exit(1)
+		}
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func freePort(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// server is an nsqd or nsqlookupd process that can be killed and started
+// again on the same ports and data.
+type server struct {
+	t        testing.TB
+	bin      string
+	args     []string
+	ready    string // the log line that says it is listening
+	cmd      *exec.Cmd
+	TCP      string
+	HTTP     string
+	dataPath string
+}
+
+func startNSQD(t testing.TB, extra ...string) *server {
+	t.Helper()
+	s := &server{t: t, bin: nsqdBin, TCP: freePort(t), HTTP: freePort(t), dataPath: t.TempDir(), ready: "TCP: listening on"}
+	s.args = append([]string{"--tcp-address=" + s.TCP, "--http-address=" + s.HTTP, "--data-path=" + s.dataPath}, extra...)
+	s.start()
+	t.Cleanup(s.kill)
+	return s
+}
+
+func startLookupd(t testing.TB) *server {
+	t.Helper()
+	s := &server{t: t, bin: lookupdBin, TCP: freePort(t), HTTP: freePort(t), ready: "TCP: listening on"}
+	s.args = []string{"--tcp-address=" + s.TCP, "--http-address=" + s.HTTP}
+	s.start()
+	t.Cleanup(s.kill)
+	return s
+}
+
+// start runs the server and returns once it logs that it listens.
+func (s *server) start() {
+	s.t.Helper()
+	s.cmd = exec.Command(s.bin, s.args...)
+	stderr, err := s.cmd.StderrPipe()
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stderr)
+	var seen []string
+	for sc.Scan() {
+		seen = append(seen, sc.Text())
+		if strings.Contains(sc.Text(), s.ready) {
+			go io.Copy(io.Discard, stderr) // keep draining its log
+			return
+		}
+	}
+	s.cmd.Wait()
+	s.t.Fatalf("%s did not start:\n%s", s.bin, strings.Join(seen, "\n"))
+}
+
+// kill SIGKILLs the server, if it runs.
+func (s *server) kill() {
+	if s.cmd != nil && s.cmd.Process != nil {
+		s.cmd.Process.Signal(syscall.SIGKILL)
+		s.cmd.Wait()
+		s.cmd = nil
+	}
+}
