@@ -210,14 +210,7 @@ func TestDiskBudgetBlocks(t *testing.T) {
 // ENOSPC, nothing accepted is lost, and Put works again once space is
 // freed. It needs mount(2), so it runs as root, as CI does.
 func TestRealDiskFull(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a tmpfs needs root; the injected-ENOSPC tests cover the same paths")
-	}
-	mnt := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mnt).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount tmpfs here (%v: %s); the injected-ENOSPC tests cover the same paths", err, out)
-	}
-	t.Cleanup(func() { exec.Command("umount", mnt).Run() })
+	mnt := mountTmpfs(t, "the injected-ENOSPC tests cover the same paths")
 	q := mustOpen(t, filepath.Join(mnt, "q"), Options{MaxSegmentBytes: 64 << 10, SyncEvery: 1})
 	defer q.Close()
 	ctx := context.Background()
@@ -523,14 +516,7 @@ func TestPropertyRandomOps(t *testing.T) {
 // operating system's error, and OpenReadOnly still reads what is there.
 // Root ignores permission bits, so the test mounts a read-only tmpfs.
 func TestUnwritableDirectory(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a read-only tmpfs needs root; CI runs as root")
-	}
-	mnt := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mnt).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount tmpfs here (%v: %s)", err, out)
-	}
-	t.Cleanup(func() { exec.Command("umount", mnt).Run() })
+	mnt := mountTmpfs(t, "root ignores permission bits, so only a read-only mount makes a directory unwritable")
 	dir := filepath.Join(mnt, "q")
 	q := mustOpen(t, dir, Options{})
 	q.Put(context.Background(), []byte("kept"))
@@ -550,4 +536,20 @@ func TestUnwritableDirectory(t *testing.T) {
 	if rec, err := ro.ReadAt(0); err != nil || string(rec.Body) != "kept" {
 		t.Fatalf("ReadAt: %q, %v", rec.Body, err)
 	}
+}
+
+// mountTmpfs mounts a 1 MiB tmpfs for the test and returns its path. It
+// needs root (CI runs as root); elsewhere the test is skipped, saying why
+// and what covers the same ground.
+func mountTmpfs(t *testing.T, instead string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs needs root; " + instead)
+	}
+	mnt := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mnt).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount tmpfs here (%v: %s); %s", err, out, instead)
+	}
+	t.Cleanup(func() { exec.Command("umount", mnt).Run() })
+	return mnt
 }
