@@ -69,13 +69,7 @@ func BenchmarkSpillPath(b *testing.B) {
 		defer q.Close()
 		runPipeline(b, 1,
 			func() error { return q.Put(ctx, body) },
-			func() error {
-				m, err := q.Receive(ctx)
-				if err != nil {
-					return err
-				}
-				return m.Finish()
-			})
+			receiveFinish(ctx, q))
 	})
 	b.Run("size=100/impl=channel-over-godiskqueue", func(b *testing.B) {
 		dq := godiskqueue.New("bench", b.TempDir(), 100<<20, 0, 1<<20, 2500, 2*time.Second, nop)
@@ -86,13 +80,7 @@ func BenchmarkSpillPath(b *testing.B) {
 		defer c.Close()
 		runPipeline(b, 1,
 			func() error { return c.Put(ctx, body) },
-			func() error {
-				m, err := c.Receive(ctx)
-				if err != nil {
-					return err
-				}
-				return m.Finish()
-			})
+			receiveFinish(ctx, c))
 	})
 	// nsqd's channel as closely as it runs in-process: put selects the
 	// memory chan or encodes to go-diskqueue (mem-queue-size 0 sends all to
@@ -125,6 +113,18 @@ func BenchmarkSpillPath(b *testing.B) {
 				return nil
 			})
 	})
+}
+
+// receiveFinish is the consumer side of a pipeline: take one message and
+// finish it.
+func receiveFinish(ctx context.Context, r channel.Receiver) func() error {
+	return func() error {
+		m, err := r.Receive(ctx)
+		if err != nil {
+			return err
+		}
+		return m.Finish()
+	}
 }
 
 // runPipeline runs one producer calling put b.N times and consumers

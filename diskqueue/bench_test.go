@@ -172,50 +172,47 @@ func BenchmarkPutGet(b *testing.B) {
 		q := newSpillq(b, diskqueue.Options{})
 		defer q.Close()
 		ctx := context.Background()
-		b.SetBytes(size)
-		b.ReportAllocs()
-		b.ResetTimer()
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < b.N; i++ {
+		runPutGet(b, size,
+			func() error { return q.Put(ctx, body) },
+			func() error {
 				rec, err := q.Read(ctx)
 				if err != nil {
-					b.Error(err)
-					return
+					return err
 				}
-				q.Ack(rec.Seq)
-			}
-		}()
-		for i := 0; i < b.N; i++ {
-			if err := q.Put(ctx, body); err != nil {
-				b.Fatal(err)
-			}
-		}
-		wg.Wait()
+				return q.Ack(rec.Seq)
+			})
 	})
 	b.Run("size=100/impl=godiskqueue", func(b *testing.B) {
 		q := newPeer(b, 2500)
 		defer q.Close()
-		b.SetBytes(size)
-		b.ReportAllocs()
-		b.ResetTimer()
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < b.N; i++ {
-				<-q.ReadChan()
-			}
-		}()
+		runPutGet(b, size,
+			func() error { return q.Put(body) },
+			func() error { <-q.ReadChan(); return nil })
+	})
+}
+
+// runPutGet runs b.N puts in this goroutine against b.N gets in another.
+func runPutGet(b *testing.B, size int64, put, get func() error) {
+	b.SetBytes(size)
+	b.ReportAllocs()
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
 		for i := 0; i < b.N; i++ {
-			if err := q.Put(body); err != nil {
-				b.Fatal(err)
+			if err := get(); err != nil {
+				b.Error(err)
+				return
 			}
 		}
-		wg.Wait()
-	})
+	}()
+	for i := 0; i < b.N; i++ {
+		if err := put(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	wg.Wait()
 }
 
 // BenchmarkSyncEveryRecord puts 100-byte records with an fsync per record
