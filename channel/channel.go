@@ -158,7 +158,10 @@ func (c *Channel) Put(ctx context.Context, body []byte) error {
 
 // PutWith is Put with a delay or an expiry.
 func (c *Channel) PutWith(ctx context.Context, body []byte, po PutOptions) error {
-	m := &Message{
+	// A value, not a pointer: a message bound for the backend is only
+	// encoded, so it need not be allocated; kept() copies it to the heap
+	// for the paths that hold on to it.
+	m := Message{
 		ID:        ID(c.prod.nextID.Add(1)),
 		Body:      body,
 		Timestamp: c.stamp(),
@@ -178,24 +181,25 @@ func (c *Channel) PutWith(ctx context.Context, body []byte, po PutOptions) error
 	}
 	c.prod.puts.Add(1)
 	if m.due != 0 {
-		return c.putDeferred(ctx, m)
+		return c.putDeferred(ctx, &m)
 	}
 	if c.memCh != nil && c.diskPending.Load() == 0 {
+		kept := m.kept()
 		select {
-		case c.memCh <- m:
+		case c.memCh <- kept:
 			return nil
 		default:
 		}
 	}
 	if c.backend != nil {
-		return c.putBackend(ctx, m)
+		return c.putBackend(ctx, &m)
 	}
 	if c.opts.FailWhenFull {
 		c.prod.puts.Add(-1)
 		return ErrFull
 	}
 	select {
-	case c.memCh <- m:
+	case c.memCh <- m.kept():
 		return nil
 	case <-ctx.Done():
 		c.prod.puts.Add(-1)
@@ -213,11 +217,14 @@ func (c *Channel) putDeferred(ctx context.Context, m *Message) error {
 		return c.putBackend(ctx, m)
 	}
 	c.mu.Lock()
-	c.deferred.push(m)
+	c.deferred.push(m.kept())
 	c.mu.Unlock()
 	c.wakeClock()
 	return nil
 }
+
+// kept returns a heap copy of m, for a message the channel holds on to.
+func (m Message) kept() *Message { return &m }
 
 // envelopes recycles the buffers messages are encoded into for the backend:
 // Backend.Put does not keep its argument.
@@ -433,7 +440,9 @@ func (c *Channel) landLocked(m *Message) bool {
 
 func (c *Channel) finished(m *Message) error {
 	c.cons.finishes.Add(1)
-	c.latency.Record(time.Since(m.Timestamp))
+	// c.stamp is one clock read; time.Since would take two for a message
+	// read back from disk, whose timestamp has no monotonic reading.
+	c.latency.Record(c.stamp().Sub(m.Timestamp))
 	if m.fromDisk {
 		if err := c.backend.Ack(m.seq); err != nil {
 			return fmt.Errorf("channel: acknowledge message %s in the backend: %w", m.ID, err)
