@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 )
 
 // ledger is the demo's own record of what it produced and finished, kept
@@ -71,6 +72,15 @@ func (l *ledger) flush() {
 	l.mu.Lock()
 	l.w.Flush()
 	l.mu.Unlock()
+}
+
+// crash flushes the ledger and kills the process with SIGKILL while
+// holding the ledger, so nothing is recorded, or finished, after the flush.
+func (l *ledger) crash() {
+	l.mu.Lock()
+	l.w.Flush()
+	syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {} // the signal is on its way; never let go of the ledger
 }
 
 func (l *ledger) close() {
