@@ -22,9 +22,10 @@ import (
 // record larger than this is still accepted on its own.
 const pendingLimit = 1 << 20
 
-// batchCap is the capacity batch buffers start with: room for the limit
-// plus one large frame, so appends rarely grow them. Two such buffers live
-// for the queue's life: one filling, one being written.
+// batchCap is the capacity the writer gives batch buffers: room for the
+// limit plus one large frame, so appends rarely grow them. Two such buffers
+// live for the queue's life once it is written to (none for a read-only
+// queue): one filling, one being written.
 const batchCap = pendingLimit + 64<<10
 
 // Queue is a durable FIFO of records on disk. It is safe for concurrent use
@@ -216,7 +217,7 @@ func newQueue(dir string, o Options) *Queue {
 		fs:         o.fsForTesting,
 		log:        o.Logger.With("queue", dir),
 		syncAlways: o.SyncEvery == 1,
-		pending:    &batch{buf: make([]byte, 0, batchCap)},
+		pending:    &batch{}, // grows on first use; the writer makes full-size ones
 		wakeCh:     make(chan struct{}, 1),
 		emptyCh:    make(chan chan error),
 		closeCh:    make(chan struct{}),
