@@ -53,7 +53,6 @@ type Channel struct {
 	inFlight     int
 	ready        []*Message // requeued, timed out or due: delivered before the memory buffer
 	deferred     deferHeap
-	paused       bool
 	unpausedCh   chan struct{} // closed by Unpause
 	messagesOnce sync.Once
 	messagesCh   chan *Message
@@ -64,8 +63,9 @@ type Channel struct {
 	// scan; in-flight deadlines use it, since timeouts are only found on
 	// those scans anyway. It saves a clock read per delivery.
 	now atomic.Int64
-	// pausedFlag mirrors paused for the receive path's lock-free check.
-	pausedFlag atomic.Bool
+	// paused is written under mu (with unpausedCh) and read without it on
+	// the receive path.
+	paused atomic.Bool
 
 	// Counters written by producers and by consumers sit on separate cache
 	// lines, so the two sides do not keep stealing one line from each other.
@@ -590,10 +590,9 @@ func (c *Channel) wakeClock() {
 func (c *Channel) Pause() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.paused {
-		c.paused = true
+	if !c.paused.Load() {
+		c.paused.Store(true)
 		c.unpausedCh = make(chan struct{})
-		c.pausedFlag.Store(true)
 	}
 }
 
@@ -601,21 +600,20 @@ func (c *Channel) Pause() {
 func (c *Channel) Unpause() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.paused {
-		c.paused = false
-		c.pausedFlag.Store(false)
+	if c.paused.Load() {
+		c.paused.Store(false)
 		close(c.unpausedCh)
 	}
 }
 
-func (c *Channel) isPaused() bool { return c.pausedFlag.Load() }
+func (c *Channel) isPaused() bool { return c.paused.Load() }
 
 func (c *Channel) waitUnpaused(ctx context.Context) error {
-	if !c.pausedFlag.Load() {
+	if !c.paused.Load() {
 		return nil
 	}
 	c.mu.Lock()
-	if !c.paused {
+	if !c.paused.Load() {
 		c.mu.Unlock()
 		return nil
 	}
@@ -705,7 +703,7 @@ func (c *Channel) Stats() Stats {
 		InFlight: c.inFlight,
 		Deferred: len(c.deferred),
 		Ready:    len(c.ready),
-		Paused:   c.paused,
+		Paused:   c.paused.Load(),
 	}
 	c.mu.Unlock()
 	st.MemoryDepth = len(c.memCh)

@@ -54,7 +54,6 @@ type Queue struct {
 	mu       sync.Mutex
 	pending  *batch // records put but not yet taken by the writer
 	spare    []byte // the writer's last buffer, handed back for reuse
-	nextSeq  uint64 // seq the next Put gets
 	closed   bool
 	writeErr error // first failed write or fsync; sticky
 	// fullErr is set while the writer cannot write for lack of space (ENOSPC)
@@ -78,18 +77,19 @@ type Queue struct {
 	// readMu guards the fields below: the consumer side.
 	readMu   sync.Mutex
 	rd       reader              // the next record Read hands out
-	ackFloor uint64              // oldest record not yet acknowledged
 	acked    map[uint64]struct{} // acknowledged seqs above ackFloor
-	inFlight int64               // handed out by Read, not yet acknowledged
 
 	// w is the writer goroutine's state; nothing else touches it once Open
 	// returns.
 	w writer
 
+	// The cursors, written only under the lock named and readable without
+	// one (Depth, Stats, the writer's housekeeping).
+	nextSeq  atomic.Uint64 // seq the next Put gets; written under mu
+	ackFloor atomic.Uint64 // oldest record not yet acknowledged; written under readMu
+	inFlight atomic.Int64  // handed out by Read, not yet acknowledged; written under readMu
+
 	// Gauges and counters for Stats, readable without a lock.
-	nextSeqGauge   atomic.Uint64
-	ackFloorGauge  atomic.Uint64
-	inFlightGauge  atomic.Int64
 	bufferedBytes  atomic.Int64 // bytes put and not yet written
 	diskBytes      atomic.Int64 // bytes of every segment's three files
 	deleteHint     atomic.Uint64
@@ -281,10 +281,9 @@ func (q *Queue) Put(ctx context.Context, body []byte) error {
 			continue
 		}
 		b := q.pending
-		b.buf = appendRecord(b.buf, flags, q.nextSeq, q.opts.clockForTesting().UnixNano(), stored)
+		b.buf = appendRecord(b.buf, flags, q.nextSeq.Load(), q.opts.clockForTesting().UnixNano(), stored)
 		b.n++
-		q.nextSeq++
-		q.nextSeqGauge.Store(q.nextSeq)
+		q.nextSeq.Add(1)
 		q.bufferedBytes.Add(frame + indexEntrySize)
 		first := b.n == 1
 		var c *commit
@@ -341,7 +340,7 @@ func (q *Queue) fullLocked(n int64) error {
 	if used+n+indexEntrySize+reserve <= max {
 		return nil
 	}
-	if q.ackFloorGauge.Load() == q.nextSeq && !q.rollRequested.Load() {
+	if q.ackFloor.Load() == q.nextSeq.Load() && !q.rollRequested.Load() {
 		q.rollRequested.Store(true)
 		q.wake()
 	}
@@ -395,7 +394,7 @@ func (q *Queue) Sync(ctx context.Context) error {
 // including those handed out by Read and still in flight. It is derived from
 // the cursors, so it cannot drift.
 func (q *Queue) Depth() int64 {
-	return int64(q.nextSeqGauge.Load() - q.ackFloorGauge.Load())
+	return int64(q.nextSeq.Load() - q.ackFloor.Load())
 }
 
 // Close writes every record put so far, fsyncs it (unless NoSync), persists
@@ -496,9 +495,9 @@ type Position struct {
 // write path.
 func (q *Queue) Stats() Stats {
 	st := Stats{
-		InFlight:       q.inFlightGauge.Load(),
-		ReadSeq:        q.ackFloorGauge.Load(),
-		WriteSeq:       q.nextSeqGauge.Load(),
+		InFlight:       q.inFlight.Load(),
+		ReadSeq:        q.ackFloor.Load(),
+		WriteSeq:       q.nextSeq.Load(),
 		DiskBytes:      q.diskBytes.Load(),
 		Puts:           q.puts.Load(),
 		Acks:           q.acks.Load(),

@@ -418,8 +418,7 @@ func (q *Queue) tryRead() (Record, error) {
 		}
 		rec, err := q.rd.next()
 		if err == nil {
-			q.inFlight++
-			q.inFlightGauge.Store(q.inFlight)
+			q.inFlight.Add(1)
 			return rec, nil
 		}
 		if err == errNoData {
@@ -475,15 +474,14 @@ func (q *Queue) copyBad(seg *segment, from, to int64, name string) error {
 func (q *Queue) Ack(seq uint64) error {
 	q.readMu.Lock()
 	defer q.readMu.Unlock()
-	if seq < q.ackFloor || seq >= q.rd.seq {
+	if seq < q.ackFloor.Load() || seq >= q.rd.seq {
 		return fmt.Errorf("%w: seq %d", ErrNotInFlight, seq)
 	}
 	if _, dup := q.acked[seq]; dup {
 		return fmt.Errorf("%w: seq %d already acknowledged", ErrNotInFlight, seq)
 	}
 	q.markAckedLocked(seq)
-	q.inFlight--
-	q.inFlightGauge.Store(q.inFlight)
+	q.inFlight.Add(-1)
 	q.acks.Add(1)
 	return nil
 }
@@ -491,20 +489,21 @@ func (q *Queue) Ack(seq uint64) error {
 // markAckedLocked records seq as acknowledged and moves the floor over every
 // acknowledged record it now touches.
 func (q *Queue) markAckedLocked(seq uint64) {
-	if seq != q.ackFloor {
+	floor := q.ackFloor.Load()
+	if seq != floor {
 		q.acked[seq] = struct{}{}
 		return
 	}
-	q.ackFloor++
+	floor++
 	for len(q.acked) > 0 {
-		if _, ok := q.acked[q.ackFloor]; !ok {
+		if _, ok := q.acked[floor]; !ok {
 			break
 		}
-		delete(q.acked, q.ackFloor)
-		q.ackFloor++
+		delete(q.acked, floor)
+		floor++
 	}
-	q.ackFloorGauge.Store(q.ackFloor)
-	if q.ackFloor >= q.deleteHint.Load() {
+	q.ackFloor.Store(floor)
+	if floor >= q.deleteHint.Load() {
 		q.wake()
 	}
 }

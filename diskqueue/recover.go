@@ -166,8 +166,8 @@ func (q *Queue) recover() error {
 	for _, s := range q.segs {
 		q.diskBytes.Add(s.diskBytes())
 	}
-	q.nextSeq = q.segs[len(q.segs)-1].end.Load()
-	q.nextSeqGauge.Store(q.nextSeq)
+	end := q.segs[len(q.segs)-1].end.Load()
+	q.nextSeq.Store(end)
 
 	// The cursor: the oldest record not acknowledged. Clamp it into the log:
 	// below the first segment its records were deleted after being
@@ -180,12 +180,11 @@ func (q *Queue) recover() error {
 		q.log.Warn("diskqueue: no valid cursor; delivering every record on disk again", "from_seq", first)
 	case readSeq < first:
 		readSeq = first
-	case readSeq > q.nextSeq:
-		q.log.Warn("diskqueue: cursor is past the end of the log; records were lost in a crash", "cursor", readSeq, "end", q.nextSeq)
-		readSeq = q.nextSeq
+	case readSeq > end:
+		q.log.Warn("diskqueue: cursor is past the end of the log; records were lost in a crash", "cursor", readSeq, "end", end)
+		readSeq = end
 	}
-	q.ackFloor = readSeq
-	q.ackFloorGauge.Store(readSeq)
+	q.ackFloor.Store(readSeq)
 	q.rd = reader{q: q, seq: readSeq}
 	if !q.readOnly && (!haveCursor || readSeq != cur.state.readSeq) {
 		if err := cur.store(readSeq); err != nil {

@@ -215,8 +215,7 @@ func (q *Queue) dropUnwritten(b *batch, err error) {
 	dropped := uint64(countRecords(rest))
 	q.mu.Lock()
 	resequence(q.pending.buf, dropped)
-	q.nextSeq -= dropped
-	q.nextSeqGauge.Store(q.nextSeq)
+	q.nextSeq.Add(-dropped)
 	more := q.pending.n > 0
 	q.mu.Unlock()
 	if more {
@@ -424,7 +423,7 @@ func (q *Queue) syncIfDirty() {
 // crash, never whether data is lost, so it does not stop writes.
 func (q *Queue) persistCursor() {
 	w := &q.w
-	floor := q.ackFloorGauge.Load()
+	floor := q.ackFloor.Load()
 	if floor == w.persisted {
 		return
 	}
@@ -552,7 +551,7 @@ func (q *Queue) createSegment(base uint64) (*segment, [3]file, error) {
 // disk budget asks for it.
 func (q *Queue) housekeep(now time.Time) {
 	w := &q.w
-	floor := q.ackFloorGauge.Load()
+	floor := q.ackFloor.Load()
 	if q.rollRequested.Load() {
 		q.rollRequested.Store(false)
 		if floor >= w.end && w.end > w.seg.base && w.stalled == nil {
@@ -636,7 +635,7 @@ func (q *Queue) removeSegment(s *segment) {
 func (q *Queue) updateDeleteHint() {
 	q.segMu.RLock()
 	defer q.segMu.RUnlock()
-	floor := q.ackFloorGauge.Load()
+	floor := q.ackFloor.Load()
 	hint := uint64(maxSeq)
 	for i := 0; i < len(q.segs)-1; i++ {
 		if q.segs[i+1].base > floor {
@@ -701,11 +700,9 @@ func (q *Queue) empty() error {
 	}
 	q.readMu.Lock()
 	q.rd.reset(w.seg, w.size, w.end)
-	q.ackFloor = w.end
+	q.ackFloor.Store(w.end)
 	clear(q.acked)
-	q.inFlight = 0
-	q.inFlightGauge.Store(0)
-	q.ackFloorGauge.Store(w.end)
+	q.inFlight.Store(0)
 	q.readMu.Unlock()
 	if w.end > w.seg.base {
 		if err := q.rotate(); err != nil {
