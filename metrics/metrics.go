@@ -76,18 +76,59 @@ var (
 	dqSyncLatency   = prometheus.NewDesc("spillq_disk_fsync_duration_seconds", "Duration of fsyncs of the log.", []string{"queue"}, nil)
 )
 
+// One table per layer: each metric with the Stats field it reports, so
+// Describe and Collect cannot drift apart.
+var channelMetrics = []struct {
+	metric
+	value func(channel.Stats) float64
+}{
+	{chMemoryDepth, func(s channel.Stats) float64 { return float64(s.MemoryDepth) }},
+	{chMemoryBound, func(s channel.Stats) float64 { return float64(s.MemoryBound) }},
+	{chDiskDepth, func(s channel.Stats) float64 { return float64(s.DiskDepth) }},
+	{chInFlight, func(s channel.Stats) float64 { return float64(s.InFlight) }},
+	{chDeferred, func(s channel.Stats) float64 { return float64(s.Deferred) }},
+	{chReady, func(s channel.Stats) float64 { return float64(s.Ready) }},
+	{chPuts, func(s channel.Stats) float64 { return float64(s.Puts) }},
+	{chSpills, func(s channel.Stats) float64 { return float64(s.Spills) }},
+	{chRequeues, func(s channel.Stats) float64 { return float64(s.Requeues) }},
+	{chTimeouts, func(s channel.Stats) float64 { return float64(s.Timeouts) }},
+	{chFinishes, func(s channel.Stats) float64 { return float64(s.Finishes) }},
+	{chDeadLetters, func(s channel.Stats) float64 { return float64(s.DeadLetters) }},
+	{chExpired, func(s channel.Stats) float64 { return float64(s.Expired) }},
+	{chBadRecords, func(s channel.Stats) float64 { return float64(s.BadRecords) }},
+}
+
+var diskMetrics = []struct {
+	metric
+	value func(diskqueue.Stats) float64
+}{
+	{dqDepth, func(s diskqueue.Stats) float64 { return float64(s.Depth) }},
+	{dqInFlight, func(s diskqueue.Stats) float64 { return float64(s.InFlight) }},
+	{dqBytes, func(s diskqueue.Stats) float64 { return float64(s.DiskBytes) }},
+	{dqSegments, func(s diskqueue.Stats) float64 { return float64(s.Segments) }},
+	{dqFirstSeq, func(s diskqueue.Stats) float64 { return float64(s.FirstSeq) }},
+	{dqReadSeq, func(s diskqueue.Stats) float64 { return float64(s.ReadSeq) }},
+	{dqWriteSeq, func(s diskqueue.Stats) float64 { return float64(s.WriteSeq) }},
+	{dqPuts, func(s diskqueue.Stats) float64 { return float64(s.Puts) }},
+	{dqAcks, func(s diskqueue.Stats) float64 { return float64(s.Acks) }},
+	{dqSyncs, func(s diskqueue.Stats) float64 { return float64(s.Syncs) }},
+	{dqCorrupt, func(s diskqueue.Stats) float64 { return float64(s.CorruptRecords) }},
+	{dqBadFiles, func(s diskqueue.Stats) float64 { return float64(s.BadFiles) }},
+	{dqIndexRebuilds, func(s diskqueue.Stats) float64 { return float64(s.IndexRebuilds) }},
+	{dqReadErrors, func(s diskqueue.Stats) float64 { return float64(s.ReadErrors) }},
+	{dqRetries, func(s diskqueue.Stats) float64 { return float64(s.RetriedWrites) }},
+}
+
 // Describe sends every metric's description.
 func (c *Collector) Describe(out chan<- *prometheus.Desc) {
 	if c.ch != nil {
-		for _, m := range []metric{chMemoryDepth, chMemoryBound, chDiskDepth, chInFlight, chDeferred, chReady,
-			chPuts, chSpills, chRequeues, chTimeouts, chFinishes, chDeadLetters, chExpired, chBadRecords} {
+		for _, m := range channelMetrics {
 			out <- m.desc
 		}
 		out <- chLatency
 	}
 	if c.dq != nil {
-		for _, m := range []metric{dqDepth, dqInFlight, dqBytes, dqSegments, dqFirstSeq, dqReadSeq, dqWriteSeq,
-			dqPuts, dqAcks, dqSyncs, dqCorrupt, dqBadFiles, dqIndexRebuilds, dqReadErrors, dqRetries} {
+		for _, m := range diskMetrics {
 			out <- m.desc
 		}
 		out <- dqSyncLatency
@@ -96,44 +137,18 @@ func (c *Collector) Describe(out chan<- *prometheus.Desc) {
 
 // Collect reads the queue's Stats and sends them.
 func (c *Collector) Collect(out chan<- prometheus.Metric) {
-	send := func(m metric, v float64) {
-		out <- prometheus.MustNewConstMetric(m.desc, m.kind, v, c.name)
-	}
 	if c.ch != nil {
 		st := c.ch.Stats()
-		send(chMemoryDepth, float64(st.MemoryDepth))
-		send(chMemoryBound, float64(st.MemoryBound))
-		send(chDiskDepth, float64(st.DiskDepth))
-		send(chInFlight, float64(st.InFlight))
-		send(chDeferred, float64(st.Deferred))
-		send(chReady, float64(st.Ready))
-		send(chPuts, float64(st.Puts))
-		send(chSpills, float64(st.Spills))
-		send(chRequeues, float64(st.Requeues))
-		send(chTimeouts, float64(st.Timeouts))
-		send(chFinishes, float64(st.Finishes))
-		send(chDeadLetters, float64(st.DeadLetters))
-		send(chExpired, float64(st.Expired))
-		send(chBadRecords, float64(st.BadRecords))
+		for _, m := range channelMetrics {
+			out <- prometheus.MustNewConstMetric(m.desc, m.kind, m.value(st), c.name)
+		}
 		out <- histogram(chLatency, c.name)(c.ch.LatencyBuckets())
 	}
 	if c.dq != nil {
 		st := c.dq.Stats()
-		send(dqDepth, float64(st.Depth))
-		send(dqInFlight, float64(st.InFlight))
-		send(dqBytes, float64(st.DiskBytes))
-		send(dqSegments, float64(st.Segments))
-		send(dqFirstSeq, float64(st.FirstSeq))
-		send(dqReadSeq, float64(st.ReadSeq))
-		send(dqWriteSeq, float64(st.WriteSeq))
-		send(dqPuts, float64(st.Puts))
-		send(dqAcks, float64(st.Acks))
-		send(dqSyncs, float64(st.Syncs))
-		send(dqCorrupt, float64(st.CorruptRecords))
-		send(dqBadFiles, float64(st.BadFiles))
-		send(dqIndexRebuilds, float64(st.IndexRebuilds))
-		send(dqReadErrors, float64(st.ReadErrors))
-		send(dqRetries, float64(st.RetriedWrites))
+		for _, m := range diskMetrics {
+			out <- prometheus.MustNewConstMetric(m.desc, m.kind, m.value(st), c.name)
+		}
 		out <- histogram(dqSyncLatency, c.name)(c.dq.SyncLatencyBuckets())
 	}
 }
