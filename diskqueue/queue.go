@@ -75,9 +75,9 @@ type Queue struct {
 	segs  []*segment // sorted by base; the last one is being written
 
 	// readMu guards the fields below: the consumer side.
-	readMu   sync.Mutex
-	rd       reader              // the next record Read hands out
-	acked    map[uint64]struct{} // acknowledged seqs above ackFloor
+	readMu sync.Mutex
+	rd     reader              // the next record Read hands out
+	acked  map[uint64]struct{} // acknowledged seqs above ackFloor
 
 	// w is the writer goroutine's state; nothing else touches it once Open
 	// returns.

@@ -239,42 +239,54 @@ func makeRecord(h recordHeader, stored []byte, sl *slab) (Record, error) {
 }
 
 // skipDamage finds where reading can go on after a damaged record at off
-// (which should hold seq). The frame's own length is tried first, then the
-// sequence index, which records every record's offset; if neither leads to a
-// record that checks out, the rest of the readable segment is skipped.
+// (which should hold seq); if nothing after it in the readable segment
+// checks out, the rest of it is skipped.
 func (q *Queue) skipDamage(seg *segment, off int64, seq uint64, limit int64, cause error) *damageError {
 	d := &damageError{seg: seg, from: off, first: seq, to: limit, next: seg.end.Load(), cause: cause}
 	if seg.sealed.Load() || d.next < seq {
 		d.next = max(d.next, seq)
 	}
+	entries := seg.end.Load()
+	if seg.partialIndex {
+		entries = min(entries, seg.indexedEnd)
+	}
+	if o, s, ok := q.resumeAfter(seg, seg.index, off, seq, limit, entries); ok {
+		d.to, d.next = o, s
+	}
+	return d
+}
+
+// resumeAfter finds the first record after a damaged one at bad (which
+// should hold seq) that checks out: the one the damaged frame's own length
+// points at, else the first of the sequence index's entries for seqs
+// (seq, stop) that points at its record. index may be nil.
+func (q *Queue) resumeAfter(seg *segment, index file, bad int64, seq uint64, limit int64, stop uint64) (int64, uint64, bool) {
 	try := func(o int64, s uint64) bool {
-		if o <= off || o >= limit {
+		if o <= bad || o >= limit {
 			return false
 		}
 		h, _, _, err := q.readFrameAt(seg, o, limit)
-		if err != nil || h.seq != s {
-			return false
-		}
-		d.to, d.next = o, s
-		return true
+		return err == nil && h.seq == s
 	}
 	var head [lengthSize]byte
-	if _, err := seg.log.ReadAt(head[:], off); err == nil {
-		if n, err := frameLength(head[:], maxBodyForRead(q.opts.MaxRecordBytes)); err == nil && try(off+int64(n), seq+1) {
-			return d
+	if _, err := seg.log.ReadAt(head[:], bad); err == nil {
+		if n, err := frameLength(head[:], maxBodyForRead(q.opts.MaxRecordBytes)); err == nil && try(bad+int64(n), seq+1) {
+			return bad + int64(n), seq + 1, true
 		}
 	}
-	end := seg.end.Load()
-	for s := seq + 1; s < end; s++ {
-		offs, err := q.indexEntries(seg, s, 1)
-		if err != nil {
+	if index == nil {
+		return 0, 0, false
+	}
+	for s := seq + 1; s < stop; s++ {
+		var e [indexEntrySize]byte
+		if _, err := index.ReadAt(e[:], fileHeaderSize+int64(s-seg.base)*indexEntrySize); err != nil {
 			break
 		}
-		if try(int64(offs[0]), s) {
-			return d
+		if o := int64(binary.BigEndian.Uint32(e[:])); try(o, s) {
+			return o, s, true
 		}
 	}
-	return d
+	return 0, 0, false
 }
 
 // readFrameAt reads and checks the frame at off on its own.

@@ -253,7 +253,11 @@ func (q *Queue) recoverTail(seg *segment, size int64) error {
 		if !errors.Is(sc.Err(), ErrCorrupt) && !errors.Is(sc.Err(), errShortFrame) {
 			return fmt.Errorf("diskqueue: open: recover %s: %w", seg.path(logSuffix), sc.Err())
 		}
-		off, seq, ok := q.validAfter(seg, w.index, sc, entries, size)
+		// Valid records after the bad one mean damage inside the log, not
+		// a torn tail. Looking 64 index entries ahead bounds Open's cost.
+		const lookahead = 64
+		stop := min(seg.base+uint64(entries), sc.seq+1+lookahead)
+		off, seq, ok := q.resumeAfter(seg, w.index, sc.Offset(), sc.seq, size, stop)
 		if !ok {
 			break
 		}
@@ -375,37 +379,6 @@ func (q *Queue) scanTail(seg *segment, size int64) error {
 	// in progress; Verify reports them, and Open would cut them.
 	seg.indexBytes.Store(max(fileSize(idx), 0))
 	return nil
-}
-
-// validAfter decides whether the record the scanner stopped at is damage
-// inside the log (valid records follow it) or a torn tail. It follows the
-// frame's own length, then the index entries just after, and returns where
-// valid records resume.
-func (q *Queue) validAfter(seg *segment, index file, sc *scanner, entries, size int64) (int64, uint64, bool) {
-	bad, seq := sc.Offset(), sc.seq
-	var head [lengthSize]byte
-	if _, err := seg.log.ReadAt(head[:], bad); err == nil {
-		if n, err := frameLength(head[:], maxBodyForRead(q.opts.MaxRecordBytes)); err == nil {
-			if h, _, _, err := q.readFrameAt(seg, bad+int64(n), size); err == nil && h.seq == seq+1 {
-				return bad + int64(n), seq + 1, true
-			}
-		}
-	}
-	const lookahead = 64
-	for j := int64(seq-seg.base) + 1; j < entries && j <= int64(seq-seg.base)+lookahead; j++ {
-		var e [indexEntrySize]byte
-		if _, err := index.ReadAt(e[:], fileHeaderSize+j*indexEntrySize); err != nil {
-			break
-		}
-		off := int64(binary.BigEndian.Uint32(e[:]))
-		if off <= bad {
-			continue
-		}
-		if h, _, _, err := q.readFrameAt(seg, off, size); err == nil && h.seq == seg.base+uint64(j) {
-			return off, h.seq, true
-		}
-	}
-	return 0, 0, false
 }
 
 // cutTail truncates a torn tail, first copying it to a .bad file unless it
