@@ -106,7 +106,7 @@ func (c *compatQueue) pump() {
 		if !holding && retry == nil {
 			r, err := c.q.tryRead()
 			if err == errNoData {
-				wait = c.q.written.wait()
+				wait = c.q.written.Wait()
 				// Look again now that we are registered for the next write.
 				r, err = c.q.tryRead()
 			}

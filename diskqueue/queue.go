@@ -14,6 +14,7 @@ import (
 
 	"github.com/golang/snappy"
 
+	"github.com/spillq/spillq/internal/broadcast"
 	"github.com/spillq/spillq/internal/histogram"
 )
 
@@ -66,9 +67,9 @@ type Queue struct {
 	isClosed atomic.Bool     // set with closeCh, for checks on hot paths
 	writerCh chan struct{}   // closed when the writer goroutine has returned
 
-	taken   broadcast // the writer took the pending batch
-	written broadcast // new records are readable
-	freed   broadcast // disk space was freed, or a stalled write went through
+	taken   broadcast.Broadcast // the writer took the pending batch
+	written broadcast.Broadcast // new records are readable
+	freed   broadcast.Broadcast // disk space was freed, or a stalled write went through
 
 	// segMu guards segs. The writer is the only one that changes it.
 	segMu sync.RWMutex
@@ -134,31 +135,6 @@ func (b *batch) waiter() *commit {
 		b.commit = &commit{done: make(chan struct{})}
 	}
 	return b.commit
-}
-
-// broadcast wakes every goroutine waiting for an event: wait returns a
-// channel that the next notify closes.
-type broadcast struct {
-	mu sync.Mutex
-	ch chan struct{}
-}
-
-func (b *broadcast) wait() <-chan struct{} {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.ch == nil {
-		b.ch = make(chan struct{})
-	}
-	return b.ch
-}
-
-func (b *broadcast) notify() {
-	b.mu.Lock()
-	if b.ch != nil {
-		close(b.ch)
-		b.ch = nil
-	}
-	b.mu.Unlock()
 }
 
 // Open opens the queue in dir, creating the directory if needed, and
@@ -262,7 +238,7 @@ func (q *Queue) Put(ctx context.Context, body []byte) error {
 			return err
 		}
 		if err := q.fullLocked(frame); err != nil {
-			wait := q.freed.wait()
+			wait := q.freed.Wait()
 			q.mu.Unlock()
 			if !q.opts.BlockWhenFull {
 				return err
@@ -273,7 +249,7 @@ func (q *Queue) Put(ctx context.Context, body []byte) error {
 			continue
 		}
 		if len(q.pending.buf) >= pendingLimit {
-			wait := q.taken.wait()
+			wait := q.taken.Wait()
 			q.mu.Unlock()
 			if err := q.waitFor(ctx, wait); err != nil {
 				return err

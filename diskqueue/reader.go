@@ -404,7 +404,7 @@ func (q *Queue) Read(ctx context.Context) (Record, error) {
 		if err != errNoData {
 			return rec, err
 		}
-		wait := q.written.wait()
+		wait := q.written.Wait()
 		// Look again now that we are registered for the next write, so a
 		// write between the two is not missed.
 		if rec, err = q.tryRead(); err != errNoData {

@@ -133,7 +133,7 @@ func (q *Queue) writePending() {
 		}
 		q.pending = &batch{buf: buf}
 		q.mu.Unlock()
-		q.taken.notify()
+		q.taken.Notify()
 		if !q.writeBatch(b) {
 			return
 		}
@@ -165,7 +165,7 @@ func (q *Queue) writeBatch(b *batch) bool {
 		q.fail(err)
 	}
 	q.bufferedBytes.Add(-int64(len(b.buf) + b.n*indexEntrySize))
-	q.written.notify()
+	q.written.Notify()
 	if b.sync && err == nil {
 		// Sync is a barrier: segments consumed before it are gone after it.
 		q.housekeep(time.Now())
@@ -204,7 +204,7 @@ func (q *Queue) stall(b *batch, err error) {
 	q.mu.Unlock()
 	// Puts waiting for the writer to take a full buffer would wait for
 	// ever; wake them to see the error.
-	q.taken.notify()
+	q.taken.Notify()
 	q.log.Warn("diskqueue: disk full; holding records until space is freed", "segment", q.w.seg.base, "offset", q.w.size, "err", err)
 }
 
@@ -222,7 +222,7 @@ func (q *Queue) dropUnwritten(b *batch, err error) {
 		q.wake()
 	}
 	q.bufferedBytes.Add(-int64(len(b.buf) + b.n*indexEntrySize))
-	q.written.notify()
+	q.written.Notify()
 	if b.commit != nil {
 		b.commit.err = fmt.Errorf("%w: %w", ErrDiskFull, err)
 		close(b.commit.done)
@@ -263,7 +263,7 @@ func (q *Queue) retryStalled() bool {
 	q.mu.Lock()
 	q.fullErr = nil
 	q.mu.Unlock()
-	q.freed.notify()
+	q.freed.Notify()
 	return true
 }
 
@@ -603,7 +603,7 @@ func (q *Queue) housekeep(now time.Time) {
 		q.removeSegment(s)
 	}
 	q.updateDeleteHint()
-	q.freed.notify()
+	q.freed.Notify()
 }
 
 func bytesOf(segs []*segment) int64 {
@@ -724,7 +724,7 @@ func (q *Queue) empty() error {
 		q.removeSegment(s)
 	}
 	q.updateDeleteHint()
-	q.freed.notify()
+	q.freed.Notify()
 	return nil
 }
 

@@ -13,6 +13,7 @@ import (
 	nsq "github.com/nsqio/go-nsq"
 
 	"github.com/spillq/spillq/diskqueue"
+	"github.com/spillq/spillq/internal/broadcast"
 )
 
 // PublisherOptions configures [OpenPublisher].
@@ -53,10 +54,7 @@ type Publisher struct {
 
 	forwarded, forwardErrors, reconnects atomic.Int64
 
-	// progressMu guards progress, which the forwarder closes and replaces
-	// after every batch nsqd acknowledged.
-	progressMu sync.Mutex
-	progress   chan struct{}
+	progress broadcast.Broadcast // every batch nsqd acknowledged
 }
 
 // ErrInvalidOptions is returned by OpenPublisher and NewConsumer for a
@@ -93,7 +91,7 @@ func OpenPublisher(dir string, o PublisherOptions) (*Publisher, error) {
 		prod.Stop()
 		return nil, fmt.Errorf("nsqbridge: %w", err)
 	}
-	p := &Publisher{opts: o, q: q, prod: prod, log: o.Logger.With("topic", o.Topic, "nsqd", o.NSQD), done: make(chan struct{}), progress: make(chan struct{})}
+	p := &Publisher{opts: o, q: q, prod: prod, log: o.Logger.With("topic", o.Topic, "nsqd", o.NSQD), done: make(chan struct{})}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	go p.forward()
 	return p, nil
@@ -177,10 +175,7 @@ func (p *Publisher) forward() {
 			p.q.Ack(r.Seq)
 		}
 		p.forwarded.Add(int64(len(batch)))
-		p.progressMu.Lock()
-		close(p.progress)
-		p.progress = make(chan struct{})
-		p.progressMu.Unlock()
+		p.progress.Notify()
 	}
 }
 
@@ -215,9 +210,7 @@ func (p *Publisher) Stats() PublisherStats {
 // acknowledged by nsqd, or ctx ends.
 func (p *Publisher) Sync(ctx context.Context) error {
 	for {
-		p.progressMu.Lock()
-		wait := p.progress
-		p.progressMu.Unlock()
+		wait := p.progress.Wait()
 		if p.q.Depth() == 0 {
 			return nil
 		}
