@@ -43,6 +43,16 @@ func parse(fs *flag.FlagSet, args []string, n int) ([]string, error) {
 	return fs.Args(), nil
 }
 
+// dirOnly parses the arguments of a command that takes no flags and one
+// directory.
+func dirOnly(name string, args []string) (string, error) {
+	pos, err := parse(flag.NewFlagSet(name, flag.ContinueOnError), args, 1)
+	if err != nil {
+		return "", err
+	}
+	return pos[0], nil
+}
+
 // printer writes records in the chosen format.
 type printer struct {
 	w       io.Writer
@@ -110,12 +120,10 @@ func (p *printer) print(rec diskqueue.Record) error {
 }
 
 func cmdStat(args []string, _ io.Reader, out io.Writer) error {
-	fs := flag.NewFlagSet("stat", flag.ContinueOnError)
-	pos, err := parse(fs, args, 1)
+	dir, err := dirOnly("stat", args)
 	if err != nil {
 		return err
 	}
-	dir := pos[0]
 	q, err := diskqueue.OpenReadOnly(dir, diskqueue.Options{})
 	if err != nil {
 		return err
@@ -222,12 +230,11 @@ func cmdGet(args []string, _ io.Reader, out io.Writer) error {
 }
 
 func cmdVerify(args []string, _ io.Reader, out io.Writer) error {
-	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
-	pos, err := parse(fs, args, 1)
+	dir, err := dirOnly("verify", args)
 	if err != nil {
 		return err
 	}
-	rep, err := diskqueue.Verify(pos[0])
+	rep, err := diskqueue.Verify(dir)
 	if err != nil {
 		return err
 	}
@@ -248,12 +255,10 @@ func cmdVerify(args []string, _ io.Reader, out io.Writer) error {
 }
 
 func cmdRepair(args []string, _ io.Reader, out io.Writer) error {
-	fs := flag.NewFlagSet("repair", flag.ContinueOnError)
-	pos, err := parse(fs, args, 1)
+	dir, err := dirOnly("repair", args)
 	if err != nil {
 		return err
 	}
-	dir := pos[0]
 	if _, err := os.Stat(dir); err != nil {
 		return err
 	}

@@ -24,7 +24,8 @@ import (
 	"os"
 )
 
-// exitProblems is the status of a command that ran but found problems.
+// errProblems is returned by a command that ran but found problems; it
+// exits with status 1 and prints nothing more.
 var errProblems = errors.New("problems found")
 
 type command struct {
