@@ -3,8 +3,9 @@ package diskqueue
 // Hooks for the external tests (package diskqueue_test), compiled only
 // into test binaries.
 
-// CrashPoints lists the named moments SetCrashPoint can stop at.
-var CrashPoints = crashPoints
+// CrashPoints lists the moments writer.go names with crashPoint, where
+// SetCrashPoint can stop a test's child.
+var CrashPoints = []string{"index-flush", "rotate-sealed", "rotate-created", "cursor-persist", "retention-delete"}
 
 // SetCrashPoint makes opts call f at every named crash point.
 func SetCrashPoint(opts *Options, f func(point string)) { opts.crashPointForTesting = f }

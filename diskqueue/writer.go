@@ -728,10 +728,8 @@ func (q *Queue) empty() error {
 	return nil
 }
 
-// crashPoints are the moments crashPoint names, for the crash test.
-var crashPoints = []string{"index-flush", "rotate-sealed", "rotate-created", "cursor-persist", "retention-delete"}
-
-// crashPoint gives the crash test a chance to die at a named moment.
+// crashPoint gives the crash test a chance to die at a named moment (the
+// names are listed in export_test.go).
 func (q *Queue) crashPoint(name string) {
 	if q.opts.crashPointForTesting != nil {
 		q.opts.crashPointForTesting(name)
