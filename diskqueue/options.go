@@ -84,7 +84,7 @@ type Options struct {
 	// The resulting queue cannot be reopened.
 	noIndexForTesting bool
 	// crashPointForTesting, if set, is called at named moments where a
-	// crash is most interesting (see crashPoints); the crash test's child
+	// crash is most interesting (see crashPoint); the crash test's child
 	// kills itself there.
 	crashPointForTesting func(point string)
 	// clockForTesting replaces time.Now for record timestamps, so golden
