@@ -97,7 +97,11 @@ func buildSparseIndex(b *testing.B, q *Queue) *sparseIndex {
 	b.Helper()
 	var si sparseIndex
 	for _, seg := range q.segs {
-		sc := newScanner(seg.log, fileHeaderSize, seg.base, seg.size.Load(), DefaultMaxRecordBytes)
+		f, err := q.segFiles(seg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		sc := newScanner(f.log, fileHeaderSize, seg.base, seg.size.Load(), DefaultMaxRecordBytes)
 		last := int64(-1 << 40)
 		for sc.Next() {
 			off, h, _ := sc.Record()
@@ -118,7 +122,11 @@ func (si *sparseIndex) lookup(b *testing.B, q *Queue, seq uint64) uint64 {
 	i := sort.Search(len(si.seqs), func(i int) bool { return si.seqs[i] > seq }) - 1
 	seg, off := si.segs[i], si.offs[i]
 	w := window{chunk: 4096}
-	w.reset(seg.log)
+	f, err := q.segFiles(seg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	w.reset(f.log)
 	limit := seg.size.Load()
 	for off < limit {
 		h, _, n, err := w.frameAt(off, limit, DefaultMaxRecordBytes)

@@ -25,7 +25,7 @@ var errNoData = errors.New("diskqueue: no data")
 // check. The reader has already moved past them.
 type damageError struct {
 	seg      *segment
-	from, to int64  // damaged byte range in seg.log; from == to for a gap between segments
+	from, to int64  // damaged byte range in seg's log; from == to for a gap between segments
 	first    uint64 // first skipped seq
 	next     uint64 // seq after the last skipped
 	cause    error
@@ -48,10 +48,16 @@ type reader struct {
 	slab slab // where small bodies handed out are copied
 }
 
-// reset points the reader at seq, which starts at off in seg.
-func (r *reader) reset(seg *segment, off int64, seq uint64) {
+// reset points the reader at seq, which starts at off in seg. If seg's
+// files cannot be opened the reader stays where it was.
+func (r *reader) reset(seg *segment, off int64, seq uint64) error {
+	f, err := r.q.segFiles(seg)
+	if err != nil {
+		return err
+	}
 	r.seg, r.off, r.seq = seg, off, seq
-	r.win.reset(seg.log)
+	r.win.reset(f.log)
+	return nil
 }
 
 // window buffers a stretch of a file so that records are decoded from
@@ -136,7 +142,9 @@ func (r *reader) next() (Record, error) {
 			if err != nil {
 				return Record{}, err
 			}
-			r.reset(seg, off, seq)
+			if err := r.reset(seg, off, seq); err != nil {
+				return Record{}, err
+			}
 		}
 		// sealed before size: the writer stores the final size first.
 		sealed := r.seg.sealed.Load()
@@ -150,7 +158,9 @@ func (r *reader) next() (Record, error) {
 				return Record{}, errNoData
 			}
 			prev, from := r.seq, r.off
-			r.reset(nxt, fileHeaderSize, nxt.base)
+			if err := r.reset(nxt, fileHeaderSize, nxt.base); err != nil {
+				return Record{}, err
+			}
 			if nxt.base > prev {
 				return Record{}, &damageError{seg: nxt, from: from, to: from, first: prev, next: nxt.base, cause: errors.New("segments missing")}
 			}
@@ -250,8 +260,11 @@ func (q *Queue) skipDamage(seg *segment, off int64, seq uint64, limit int64, cau
 	if seg.partialIndex {
 		entries = min(entries, seg.indexedEnd)
 	}
-	if o, s, ok := q.resumeAfter(seg, seg.index, off, seq, limit, entries); ok {
-		d.to, d.next = o, s
+	// The reader holds seg's files open, so this does not fail.
+	if f, err := q.segFiles(seg); err == nil {
+		if o, s, ok := q.resumeAfter(seg.base, f.log, f.index, off, seq, limit, entries); ok {
+			d.to, d.next = o, s
+		}
 	}
 	return d
 }
@@ -260,16 +273,16 @@ func (q *Queue) skipDamage(seg *segment, off int64, seq uint64, limit int64, cau
 // should hold seq) that checks out: the one the damaged frame's own length
 // points at, else the first of the sequence index's entries for seqs
 // (seq, stop) that points at its record. index may be nil.
-func (q *Queue) resumeAfter(seg *segment, index file, bad int64, seq uint64, limit int64, stop uint64) (int64, uint64, bool) {
+func (q *Queue) resumeAfter(base uint64, log, index file, bad int64, seq uint64, limit int64, stop uint64) (int64, uint64, bool) {
 	try := func(o int64, s uint64) bool {
 		if o <= bad || o >= limit {
 			return false
 		}
-		h, _, _, err := q.readFrameAt(seg, o, limit)
+		h, _, _, err := q.readFrameAt(log, o, limit)
 		return err == nil && h.seq == s
 	}
 	var head [lengthSize]byte
-	if _, err := seg.log.ReadAt(head[:], bad); err == nil {
+	if _, err := log.ReadAt(head[:], bad); err == nil {
 		if n, err := frameLength(head[:], maxBodyForRead(q.opts.MaxRecordBytes)); err == nil && try(bad+int64(n), seq+1) {
 			return bad + int64(n), seq + 1, true
 		}
@@ -279,7 +292,7 @@ func (q *Queue) resumeAfter(seg *segment, index file, bad int64, seq uint64, lim
 	}
 	for s := seq + 1; s < stop; s++ {
 		var e [indexEntrySize]byte
-		if _, err := index.ReadAt(e[:], fileHeaderSize+int64(s-seg.base)*indexEntrySize); err != nil {
+		if _, err := index.ReadAt(e[:], fileHeaderSize+int64(s-base)*indexEntrySize); err != nil {
 			break
 		}
 		if o := int64(binary.BigEndian.Uint32(e[:])); try(o, s) {
@@ -290,20 +303,24 @@ func (q *Queue) resumeAfter(seg *segment, index file, bad int64, seq uint64, lim
 }
 
 // readFrameAt reads and checks the frame at off on its own.
-func (q *Queue) readFrameAt(seg *segment, off, limit int64) (recordHeader, []byte, int, error) {
+func (q *Queue) readFrameAt(log file, off, limit int64) (recordHeader, []byte, int, error) {
 	w := window{chunk: 4096}
-	w.reset(seg.log)
+	w.reset(log)
 	return w.frameAt(off, limit, maxBodyForRead(q.opts.MaxRecordBytes))
 }
 
 // indexEntries reads count consecutive index entries starting at seq's.
 func (q *Queue) indexEntries(seg *segment, seq uint64, count int) ([]uint32, error) {
-	if seg.index == nil || (seg.partialIndex && seq+uint64(count) > seg.indexedEnd) {
+	f, err := q.segFiles(seg)
+	if err != nil {
+		return nil, err
+	}
+	if f.index == nil || (seg.partialIndex && seq+uint64(count) > seg.indexedEnd) {
 		return nil, fmt.Errorf("%w: segment %d has no index entry for seq %d", ErrCorrupt, seg.base, seq)
 	}
 	buf := make([]byte, count*indexEntrySize)
 	at := fileHeaderSize + int64(seq-seg.base)*indexEntrySize
-	if _, err := seg.index.ReadAt(buf, at); err != nil {
+	if _, err := f.index.ReadAt(buf, at); err != nil {
 		if errors.Is(err, os.ErrClosed) {
 			return nil, fmt.Errorf("%w: segment %d was deleted", ErrNotFound, seg.base)
 		}
@@ -471,8 +488,12 @@ func (q *Queue) quarantine(d *damageError) {
 
 // copyBad copies bytes [from, to) of seg's log to a new file name.
 func (q *Queue) copyBad(seg *segment, from, to int64, name string) error {
+	f, err := q.segFiles(seg)
+	if err != nil {
+		return err
+	}
 	buf := make([]byte, to-from)
-	if _, err := seg.log.ReadAt(buf, from); err != nil && err != io.EOF {
+	if _, err := f.log.ReadAt(buf, from); err != nil && err != io.EOF {
 		return err
 	}
 	return q.copyBytes(name, buf)
@@ -536,7 +557,11 @@ func (q *Queue) ReadAt(seq uint64) (Record, error) {
 	// end before size: the size read covers at least every record below end.
 	end := seg.end.Load()
 	limit := seg.size.Load()
-	if seg.index == nil || (seg.partialIndex && seq >= seg.indexedEnd) {
+	f, err := q.segFiles(seg)
+	if err != nil {
+		return Record{}, err
+	}
+	if f.index == nil || (seg.partialIndex && seq >= seg.indexedEnd) {
 		return q.readAtSlow(seg, seq, limit, errors.New("no index entry to trust"))
 	}
 	if seg.partialIndex {
@@ -558,7 +583,7 @@ func (q *Queue) ReadAt(seq uint64) (Record, error) {
 		return q.readAtSlow(seg, seq, limit, fmt.Errorf("index entry %d is out of range", off))
 	}
 	buf := make([]byte, stop-off)
-	if _, err := seg.log.ReadAt(buf, off); err != nil && err != io.EOF {
+	if _, err := f.log.ReadAt(buf, off); err != nil && err != io.EOF {
 		return Record{}, readError(seg, off, err)
 	}
 	h, body, _, err := decodeRecord(buf, maxBodyForRead(q.opts.MaxRecordBytes))
@@ -575,7 +600,9 @@ func (q *Queue) ReadAt(seq uint64) (Record, error) {
 // It walks the segment from the start; Open rebuilds the index.
 func (q *Queue) readAtSlow(seg *segment, seq uint64, limit int64, cause error) (Record, error) {
 	r := &reader{q: q}
-	r.reset(seg, fileHeaderSize, seg.base)
+	if err := r.reset(seg, fileHeaderSize, seg.base); err != nil {
+		return Record{}, err
+	}
 	for r.off < limit {
 		rec, n, err := r.decodeAt(r.off, limit)
 		if err != nil {

@@ -61,11 +61,15 @@ func resync(w *window, off, limit int64, after, before uint64, maxBody int) (int
 // rebuildIndexes rewrites a sealed segment's index and time index from its
 // log, atomically (temporary file, fsync, rename). Damaged records keep an
 // entry pointing at the damage.
-func (q *Queue) rebuildIndexes(seg *segment) error {
+//
+// It runs at Open or, from segFiles, while the queue is in use: it touches
+// no writer state, and the time index it writes holds the running maximum
+// within the segment (SeekTime takes the maximum across segments itself).
+func (q *Queue) rebuildIndexes(seg *segment, log file) error {
 	maxBody := maxBodyForRead(q.opts.MaxRecordBytes)
 	end, size := seg.end.Load(), seg.size.Load()
-	b := indexBuilder{maxTime: q.w.maxTime, lastTimeSeq: maxSeq}
-	sc := newScanner(seg.log, fileHeaderSize, seg.base, size, maxBody)
+	b := indexBuilder{lastTimeSeq: maxSeq}
+	sc := newScanner(log, fileHeaderSize, seg.base, size, maxBody)
 	for {
 		for sc.Next() {
 			off, h, _ := sc.Record()
@@ -83,7 +87,7 @@ func (q *Queue) rebuildIndexes(seg *segment) error {
 			break
 		}
 		b.damaged(sc.off, seq-sc.seq)
-		sc = newScanner(seg.log, off, seq, size, maxBody)
+		sc = newScanner(log, off, seq, size, maxBody)
 	}
 	if n := uint64(len(b.idx) / indexEntrySize); n != end-seg.base {
 		// The log holds more records than its neighbour's base allows, or
@@ -107,7 +111,6 @@ func (q *Queue) rebuildIndexes(seg *segment) error {
 	seg.indexBytes.Store(int64(fileHeaderSize + len(b.idx)))
 	seg.timeIndexBytes.Store(int64(fileHeaderSize + len(b.tidx)))
 	seg.maxTime.Store(b.maxTime)
-	q.w.maxTime = b.maxTime
 	q.indexRebuilds.Add(1)
 	q.log.Warn("diskqueue: rebuilt the indexes of a sealed segment from its log", "segment", seg.base)
 	return nil
@@ -154,8 +157,9 @@ func (q *Queue) writeAtomically(path string, header, body []byte) error {
 func (q *Queue) recoverTail(seg *segment, size int64) error {
 	w := &q.w
 	maxBody := maxBodyForRead(q.opts.MaxRecordBytes)
+	log := seg.files.Load().log // opened by openSegment
 	if q.readOnly {
-		return q.scanTail(seg, size)
+		return q.scanTail(seg, log, size)
 	}
 	var err error
 	open := func(suffix string) (file, error) {
@@ -170,9 +174,11 @@ func (q *Queue) recoverTail(seg *segment, size int64) error {
 	if w.timeIndex, err = open(timeIndexSuffix); err != nil {
 		return fmt.Errorf("diskqueue: open: %w", err)
 	}
-	if seg.index, err = q.fs.OpenFile(seg.path(indexSuffix), os.O_RDONLY, 0); err != nil {
+	index, err := q.fs.OpenFile(seg.path(indexSuffix), os.O_RDONLY, 0)
+	if err != nil {
 		return fmt.Errorf("diskqueue: open: %w", err)
 	}
+	seg.setFiles(log, index)
 
 	// Index entries, and the last one that points at its record.
 	indexSize := fileSize(w.index)
@@ -189,7 +195,7 @@ func (q *Queue) recoverTail(seg *segment, size int64) error {
 			return 0, false
 		}
 		off := int64(binary.BigEndian.Uint32(e[:]))
-		h, _, _, err := q.readFrameAt(seg, off, size)
+		h, _, _, err := q.readFrameAt(log, off, size)
 		return off, err == nil && h.seq == seg.base+uint64(j)
 	}
 	trusted := int64(-1) // entries [0, trusted] are believed
@@ -239,7 +245,7 @@ func (q *Queue) recoverTail(seg *segment, size int64) error {
 		b.lastTimeOff = startOff
 	}
 	keepIndex := int64(startSeq - seg.base) // index entries before startSeq are kept
-	sc := newScanner(seg.log, startOff, startSeq, size, maxBody)
+	sc := newScanner(log, startOff, startSeq, size, maxBody)
 	goodEnd := startOff
 	for {
 		for sc.Next() {
@@ -257,13 +263,13 @@ func (q *Queue) recoverTail(seg *segment, size int64) error {
 		// a torn tail. Looking 64 index entries ahead bounds Open's cost.
 		const lookahead = 64
 		stop := min(seg.base+uint64(entries), sc.seq+1+lookahead)
-		off, seq, ok := q.resumeAfter(seg, w.index, sc.Offset(), sc.seq, size, stop)
+		off, seq, ok := q.resumeAfter(seg.base, log, w.index, sc.Offset(), sc.seq, size, stop)
 		if !ok {
 			break
 		}
 		q.log.Warn("diskqueue: damaged records in the last segment; keeping them for readers to skip", "segment", seg.base, "offset", sc.Offset(), "first_seq", sc.seq, "records", seq-sc.seq)
 		b.damaged(sc.Offset(), seq-sc.seq)
-		sc = newScanner(seg.log, off, seq, size, maxBody)
+		sc = newScanner(log, off, seq, size, maxBody)
 	}
 	end := sc.seq
 	if goodEnd < size {
@@ -323,13 +329,15 @@ func (q *Queue) recoverTail(seg *segment, size int64) error {
 // scanTail is recoverTail for a read-only queue: it finds where the last
 // segment's good records end without changing any file, and marks how far
 // the index can be trusted (ReadAt scans the log past that).
-func (q *Queue) scanTail(seg *segment, size int64) error {
+func (q *Queue) scanTail(seg *segment, log file, size int64) error {
 	maxBody := maxBodyForRead(q.opts.MaxRecordBytes)
 	idx, err := q.fs.OpenFile(seg.path(indexSuffix), os.O_RDONLY, 0)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("diskqueue: open: %w", err)
 	}
-	seg.index = idx
+	if idx != nil {
+		seg.setFiles(log, idx)
+	}
 	startSeq, startOff := seg.base, int64(fileHeaderSize)
 	if idx != nil && q.headerOK(idx, magicIndex, seg.base) {
 		// Walk back from the last entry to one that points at its record.
@@ -339,7 +347,7 @@ func (q *Queue) scanTail(seg *segment, size int64) error {
 				break
 			}
 			off := int64(binary.BigEndian.Uint32(e[:]))
-			if h, _, _, err := q.readFrameAt(seg, off, size); err == nil && h.seq == seg.base+uint64(j) {
+			if h, _, _, err := q.readFrameAt(log, off, size); err == nil && h.seq == seg.base+uint64(j) {
 				startSeq, startOff = h.seq, off
 				break
 			}
@@ -367,7 +375,7 @@ func (q *Queue) scanTail(seg *segment, size int64) error {
 		}
 		tidx.Close()
 	}
-	sc := newScanner(seg.log, startOff, startSeq, size, maxBody)
+	sc := newScanner(log, startOff, startSeq, size, maxBody)
 	for sc.Next() {
 		_, h, _ := sc.Record()
 		maxTime = max(maxTime, h.ts)

@@ -206,6 +206,7 @@ func (q *Queue) recover() error {
 func (q *Queue) startSegment(base uint64) error {
 	if q.readOnly {
 		seg := &segment{dir: q.dir, base: base}
+		seg.setFiles(nil, nil) // nothing to open; it stays empty
 		seg.size.Store(fileHeaderSize)
 		seg.end.Store(base)
 		q.segs = append(q.segs, seg)
@@ -243,63 +244,186 @@ func (q *Queue) removeOrphanIndexes(entries []os.DirEntry, bases []uint64) {
 
 // openSegment opens one segment found on disk. next is the base of the
 // segment after it (which bounds its records) or maxSeq for the last. A
-// segment whose header is damaged is set aside as .bad and nil is returned;
-// for the last one the caller then starts a fresh segment at its base.
+// last segment whose header is damaged is set aside as .bad and nil is
+// returned; the caller then starts a fresh segment at its base.
 func (q *Queue) openSegment(base, next uint64, last bool) (*segment, error) {
 	seg := &segment{dir: q.dir, base: base}
+	if !last {
+		return seg, q.openSealedLazily(seg, next)
+	}
 	name := seg.path(logSuffix)
 	f, err := q.fs.OpenFile(name, os.O_RDONLY, 0)
 	if err != nil {
 		return nil, fmt.Errorf("diskqueue: open: %w", err)
 	}
-	seg.log = f
-	info, err := f.Stat()
+	seg.setFiles(f, nil)
+	size := fileSize(f)
+	if size < 0 {
+		seg.closeFiles()
+		return nil, fmt.Errorf("diskqueue: open: cannot stat %s", name)
+	}
+	damage, intact, err := q.checkLogHeader(seg, f, size)
 	if err != nil {
 		seg.closeFiles()
-		return nil, fmt.Errorf("diskqueue: open: %w", err)
+		return nil, err
 	}
-	size := info.Size()
-	head := make([]byte, fileHeaderSize)
-	if _, err := f.ReadAt(head, 0); err != nil && err != io.EOF {
-		seg.closeFiles()
-		return nil, fmt.Errorf("diskqueue: open: read %s: %w", name, err)
-	}
-	got, herr := decodeFileHeader(head, magicLog)
-	if herr == nil && got != base {
-		herr = fmt.Errorf("%w: header has base %d, file name says %d", ErrCorrupt, got, base)
-	}
-	if errors.Is(herr, ErrUnsupportedVersion) {
-		seg.closeFiles()
-		return nil, fmt.Errorf("%s: %w", name, herr)
-	}
-	if herr != nil {
-		// The header carries nothing the name does not; if the records after
-		// it check out under the name's base, only the header is damaged.
-		h, _, _, err := q.readFrameAt(seg, fileHeaderSize, size)
-		if size < fileHeaderSize || err != nil || h.seq != base {
+	if damage != nil {
+		if !intact {
 			seg.closeFiles()
 			if q.readOnly {
-				q.log.Warn("diskqueue: segment header is damaged; skipping it (read-only)", "segment", base, "err", herr)
+				q.log.Warn("diskqueue: segment header is damaged; skipping it (read-only)", "segment", base, "err", damage)
 				return nil, nil
 			}
-			return nil, q.setAside(seg, size, herr, last)
+			return nil, q.setAside(seg, size, damage, last)
 		}
-		q.log.Warn("diskqueue: segment header is damaged but its records are intact; using the base in its name", "segment", base, "err", herr)
-		if last && !q.readOnly {
+		q.log.Warn("diskqueue: segment header is damaged but its records are intact; using the base in its name", "segment", base, "err", damage)
+		if !q.readOnly {
 			defer q.rewriteHeader(seg)
 		}
 	}
-	if last {
-		return seg, q.recoverTail(seg, size)
+	return seg, q.recoverTail(seg, size)
+}
+
+// checkLogHeader reads the header of seg's log. err is an I/O failure or a
+// format version this code does not know. damage reports a header that is
+// damaged; intact then says whether the first record checks out under the
+// base in the file name, in which case only the header is damaged: it
+// carries nothing the name does not.
+func (q *Queue) checkLogHeader(seg *segment, f file, size int64) (damage error, intact bool, err error) {
+	head := make([]byte, fileHeaderSize)
+	if _, err := f.ReadAt(head, 0); err != nil && err != io.EOF {
+		return nil, false, fmt.Errorf("diskqueue: open: read %s: %w", seg.path(logSuffix), err)
+	}
+	got, herr := decodeFileHeader(head, magicLog)
+	if herr == nil && got != seg.base {
+		herr = fmt.Errorf("%w: header has base %d, file name says %d", ErrCorrupt, got, seg.base)
+	}
+	if errors.Is(herr, ErrUnsupportedVersion) {
+		return nil, false, fmt.Errorf("%s: %w", seg.path(logSuffix), herr)
+	}
+	if herr == nil {
+		return nil, true, nil
+	}
+	h, _, _, ferr := q.readFrameAt(f, fileHeaderSize, size)
+	return herr, size >= fileHeaderSize && ferr == nil && h.seq == seg.base, nil
+}
+
+// openSealedLazily takes a segment that was sealed before Open from the
+// directory listing alone: sealed segments were fsynced whole at rotation,
+// so nothing in them needs recovering, and their files are opened (and
+// their headers checked) on first use, by segFiles. Only the index sizes
+// are checked here; an index of the wrong size is rebuilt now.
+func (q *Queue) openSealedLazily(seg *segment, next uint64) error {
+	size, err := q.listedSize(segmentName(seg.base, logSuffix))
+	if err != nil {
+		return fmt.Errorf("diskqueue: open: %w", err)
 	}
 	seg.size.Store(size)
 	seg.end.Store(next)
 	seg.sealed.Store(true)
-	if err := q.checkSealedIndexes(seg); err != nil {
-		seg.closeFiles()
+	seg.maxTime.Store(unknownTime)
+	count := int64(next - seg.base)
+	indexBytes, _ := q.listedSize(segmentName(seg.base, indexSuffix))
+	timeBytes, _ := q.listedSize(segmentName(seg.base, timeIndexSuffix))
+	// The time index is checked by its shape only: its last entry (the
+	// segment's newest timestamp) is read when first needed (segMaxTime),
+	// and SeekTime checks the rest as it reads.
+	indexOK := indexBytes == fileHeaderSize+count*indexEntrySize
+	timeOK := timeBytes >= fileHeaderSize+timeIndexEntrySize && (timeBytes-fileHeaderSize)%timeIndexEntrySize == 0
+	seg.indexBytes.Store(max(indexBytes, 0))
+	seg.timeIndexBytes.Store(max(timeBytes, 0))
+	if indexOK && timeOK {
+		return nil
+	}
+	if q.readOnly {
+		// No rebuild: ReadAt checks every entry against the log and scans
+		// when one is wrong.
+		q.log.Warn("diskqueue: a sealed segment's indexes are damaged (read-only: not rebuilt)", "segment", seg.base)
+		return nil
+	}
+	f, err := q.openSealed(seg, true)
+	if err != nil {
+		return err
+	}
+	seg.files.Store(f)
+	return nil
+}
+
+// segFiles returns seg's read handles, opening them on first use. A failure
+// to open is returned as is and tried again by the next call: it is not
+// damage. A deleted segment gives ErrNotFound.
+func (q *Queue) segFiles(seg *segment) (*segFiles, error) {
+	if f := seg.files.Load(); f != nil {
+		return f, nil
+	}
+	seg.filesMu.Lock()
+	defer seg.filesMu.Unlock()
+	if f := seg.files.Load(); f != nil {
+		return f, nil
+	}
+	if seg.closed {
+		return nil, fmt.Errorf("%w: segment %d was deleted", ErrNotFound, seg.base)
+	}
+	before := seg.diskBytes()
+	f, err := q.openSealed(seg, false)
+	if err != nil {
 		return nil, err
 	}
-	return seg, nil
+	// A rebuild may have changed the index files' sizes; Open counted the
+	// old ones.
+	q.diskBytes.Add(seg.diskBytes() - before)
+	seg.files.Store(f)
+	return f, nil
+}
+
+// openSealed opens a sealed segment's log and index and checks their
+// headers. A damaged log header is only logged: readers check every record
+// anyway and skip the damaged ones. An index that is missing or whose
+// header is damaged, or any index when rebuild is set, is rebuilt from the
+// log (a read-only queue goes without, and lookups scan the log).
+func (q *Queue) openSealed(seg *segment, rebuild bool) (*segFiles, error) {
+	log, err := q.fs.OpenFile(seg.path(logSuffix), os.O_RDONLY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("diskqueue: %w", err)
+	}
+	fail := func(err error) (*segFiles, error) {
+		log.Close()
+		return nil, err
+	}
+	damage, intact, err := q.checkLogHeader(seg, log, seg.size.Load())
+	if err != nil {
+		return fail(err)
+	}
+	switch {
+	case damage != nil && intact:
+		q.log.Warn("diskqueue: segment header is damaged but its records are intact; using the base in its name", "segment", seg.base, "err", damage)
+	case damage != nil:
+		q.log.Warn("diskqueue: segment header is damaged; its records are checked one by one and damaged ones skipped", "segment", seg.base, "err", damage)
+	}
+	index, err := q.fs.OpenFile(seg.path(indexSuffix), os.O_RDONLY, 0)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		rebuild = true
+	case err != nil:
+		return fail(fmt.Errorf("diskqueue: %w", err))
+	case rebuild || !q.headerOK(index, magicIndex, seg.base):
+		index.Close()
+		index, rebuild = nil, true
+	}
+	if !rebuild {
+		return &segFiles{log: log, index: index}, nil
+	}
+	if q.readOnly {
+		q.log.Warn("diskqueue: a sealed segment's index is damaged (read-only: not rebuilt); lookups in it scan the log", "segment", seg.base)
+		return &segFiles{log: log}, nil
+	}
+	if err := q.rebuildIndexes(seg, log); err != nil {
+		return fail(err)
+	}
+	if index, err = q.fs.OpenFile(seg.path(indexSuffix), os.O_RDONLY, 0); err != nil {
+		return fail(fmt.Errorf("diskqueue: %w", err))
+	}
+	return &segFiles{log: log, index: index}, nil
 }
 
 // rewriteHeader repairs the header of the segment the writer appends to.
@@ -337,63 +461,17 @@ func (q *Queue) setAside(seg *segment, size int64, cause error, last bool) error
 	return nil
 }
 
-// checkSealedIndexes opens a sealed segment's index and checks that both
-// index files have the size the segment's record count implies, rebuilding
-// them from the log if not. Sizes, not contents, are checked here, so Open
-// stays cheap; ReadAt checks every entry it uses against the log.
-func (q *Queue) checkSealedIndexes(seg *segment) error {
-	count := int64(seg.end.Load() - seg.base)
-	idx, err := q.fs.OpenFile(seg.path(indexSuffix), os.O_RDONLY, 0)
-	indexOK := err == nil && q.headerOK(idx, magicIndex, seg.base) &&
-		q.listedSize(segmentName(seg.base, indexSuffix)) == fileHeaderSize+count*indexEntrySize
-	// The time index is checked by its shape only, from the directory
-	// listing: its last entry (the segment's newest timestamp) is read when
-	// first needed (segMaxTime), and SeekTime checks the rest as it reads.
-	// That keeps Open's cost per segment to a few system calls.
-	n := q.listedSize(segmentName(seg.base, timeIndexSuffix))
-	timeOK := n >= fileHeaderSize+timeIndexEntrySize && (n-fileHeaderSize)%timeIndexEntrySize == 0
-	if indexOK && timeOK {
-		seg.index = idx
-		seg.maxTime.Store(unknownTime)
-		seg.indexBytes.Store(fileHeaderSize + count*indexEntrySize)
-		seg.timeIndexBytes.Store(n)
-		return nil
-	}
-	if q.readOnly {
-		// No rebuild: ReadAt checks every entry against the log and scans
-		// when one is wrong.
-		q.log.Warn("diskqueue: a sealed segment's indexes are damaged (read-only: not rebuilt)", "segment", seg.base)
-		seg.index = idx
-		seg.maxTime.Store(unknownTime)
-		seg.indexBytes.Store(max(fileSize(idx), 0))
-		seg.timeIndexBytes.Store(max(n, 0))
-		return nil
-	}
-	if idx != nil {
-		idx.Close()
-	}
-	if err := q.rebuildIndexes(seg); err != nil {
-		return err
-	}
-	seg.index, err = q.fs.OpenFile(seg.path(indexSuffix), os.O_RDONLY, 0)
-	if err != nil {
-		return fmt.Errorf("diskqueue: open: %w", err)
-	}
-	return nil
-}
-
-// listedSize is the size of a file in the directory listing Open read, or
-// -1 if it is not there.
-func (q *Queue) listedSize(name string) int64 {
+// listedSize is the size of a file in the directory listing Open read.
+func (q *Queue) listedSize(name string) (int64, error) {
 	e, ok := q.listing[name]
 	if !ok {
-		return -1
+		return -1, fmt.Errorf("%s: %w", filepath.Join(q.dir, name), os.ErrNotExist)
 	}
 	info, err := e.Info()
 	if err != nil {
-		return -1
+		return -1, err
 	}
-	return info.Size()
+	return info.Size(), nil
 }
 
 // unknownTime marks a sealed segment whose newest timestamp has not been
@@ -411,10 +489,12 @@ func (q *Queue) segMaxTime(seg *segment) int64 {
 	if err != nil {
 		q.log.Warn("diskqueue: time index is damaged; scanning the segment for its newest timestamp", "segment", seg.base, "err", err)
 		t = unknownTime + 1
-		sc := newScanner(seg.log, fileHeaderSize, seg.base, seg.size.Load(), maxBodyForRead(q.opts.MaxRecordBytes))
-		for sc.Next() {
-			_, h, _ := sc.Record()
-			t = max(t, h.ts)
+		if f, err := q.segFiles(seg); err == nil {
+			sc := newScanner(f.log, fileHeaderSize, seg.base, seg.size.Load(), maxBodyForRead(q.opts.MaxRecordBytes))
+			for sc.Next() {
+				_, h, _ := sc.Record()
+				t = max(t, h.ts)
+			}
 		}
 	}
 	seg.maxTime.CompareAndSwap(unknownTime, t)

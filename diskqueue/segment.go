@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 )
 
@@ -49,8 +50,15 @@ type segment struct {
 	dir  string
 	base uint64 // seq of the first record; also the file name
 
-	log   file // read-only handle shared by Read, ReadAt and Scan (pread)
-	index file // read-only handle for ReadAt lookups
+	// files are the read handles shared by Read, ReadAt and Scan (pread),
+	// nil until opened. A segment found sealed at Open is opened on first
+	// use (Queue.segFiles), so opening a queue costs no file opens per
+	// sealed segment; the others get theirs when created. filesMu orders
+	// that first open against closeFiles, and closed (under filesMu) says
+	// the segment was deleted, so nothing opens it again.
+	files   atomic.Pointer[segFiles]
+	filesMu sync.Mutex
+	closed  bool
 
 	// size is the number of log bytes, header included, that are written and
 	// may be read. end is the seq after the last readable record, so the
@@ -83,14 +91,31 @@ func (s *segment) diskBytes() int64 {
 	return s.size.Load() + s.indexBytes.Load() + s.timeIndexBytes.Load()
 }
 
+// segFiles are a segment's read handles. index is nil when the segment has
+// no sequence index to use; readers then scan the log.
+type segFiles struct {
+	log, index file
+}
+
+// setFiles publishes handles opened eagerly (at creation, or for the last
+// segment at Open).
+func (s *segment) setFiles(log, index file) {
+	s.files.Store(&segFiles{log: log, index: index})
+}
+
 // closeFiles releases the read handles. A pread running concurrently keeps
 // the descriptor alive until it returns (os.File counts references) and the
 // next one fails with os.ErrClosed, which callers turn into ErrNotFound.
 func (s *segment) closeFiles() {
-	if s.log != nil {
-		s.log.Close()
-	}
-	if s.index != nil {
-		s.index.Close()
+	s.filesMu.Lock()
+	defer s.filesMu.Unlock()
+	s.closed = true
+	if f := s.files.Load(); f != nil {
+		if f.log != nil {
+			f.log.Close()
+		}
+		if f.index != nil {
+			f.index.Close()
+		}
 	}
 }

@@ -61,9 +61,6 @@ func Verify(dir string) (Report, error) {
 	rep.Segments, rep.Bytes = st.Segments, st.DiskBytes
 	rep.FirstSeq, rep.ReadSeq, rep.WriteSeq = st.FirstSeq, st.ReadSeq, st.WriteSeq
 	for _, seg := range q.segs {
-		if seg.log == nil {
-			continue // the in-memory segment of an empty queue
-		}
 		q.verifySegment(seg, &rep)
 	}
 	if bad, _ := filepath.Glob(filepath.Join(dir, "*"+badSuffix)); len(bad) > 0 {
@@ -80,14 +77,22 @@ func Verify(dir string) (Report, error) {
 func (q *Queue) verifySegment(seg *segment, rep *Report) {
 	logName := segmentName(seg.base, logSuffix)
 	size, end := seg.size.Load(), seg.end.Load()
-	if n := fileSize(seg.log); n > size && !seg.sealed.Load() {
+	f, err := q.segFiles(seg)
+	if err != nil {
+		rep.Problems = append(rep.Problems, Problem{File: logName, Offset: -1, Err: err})
+		return
+	}
+	if f.log == nil {
+		return // the in-memory segment of an empty queue
+	}
+	if n := fileSize(f.log); n > size && !seg.sealed.Load() {
 		rep.Problems = append(rep.Problems, Problem{File: logName, Offset: size,
 			Err: fmt.Errorf("%d bytes after the last good record (a torn write, or one being written now)", n-size)})
 	}
 	var index []byte
-	if seg.index != nil {
-		buf := make([]byte, max(fileSize(seg.index), 0))
-		if _, err := seg.index.ReadAt(buf, 0); err == nil || err == io.EOF {
+	if f.index != nil {
+		buf := make([]byte, max(fileSize(f.index), 0))
+		if _, err := f.index.ReadAt(buf, 0); err == nil || err == io.EOF {
 			index = buf
 		}
 	}
@@ -96,7 +101,7 @@ func (q *Queue) verifySegment(seg *segment, rep *Report) {
 		rep.Problems = append(rep.Problems, Problem{File: indexName, Offset: 0, Err: err})
 		index = nil
 	}
-	sc := newScanner(seg.log, fileHeaderSize, seg.base, size, maxBodyForRead(q.opts.MaxRecordBytes))
+	sc := newScanner(f.log, fileHeaderSize, seg.base, size, maxBodyForRead(q.opts.MaxRecordBytes))
 	for {
 		for sc.Next() {
 			off, h, _ := sc.Record()
@@ -121,7 +126,7 @@ func (q *Queue) verifySegment(seg *segment, rep *Report) {
 		if !ok {
 			break
 		}
-		sc = newScanner(seg.log, off, seq, size, maxBodyForRead(q.opts.MaxRecordBytes))
+		sc = newScanner(f.log, off, seq, size, maxBodyForRead(q.opts.MaxRecordBytes))
 	}
 	if seg.sealed.Load() && sc.seq != end && sc.Err() == nil {
 		rep.Problems = append(rep.Problems, Problem{File: logName, Offset: -1,

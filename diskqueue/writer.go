@@ -531,13 +531,16 @@ func (q *Queue) createSegment(base uint64) (*segment, [3]file, error) {
 			return fail(err)
 		}
 	}
-	var err error
-	if seg.log, err = q.fs.OpenFile(seg.path(logSuffix), os.O_RDONLY, 0); err != nil {
+	log, err := q.fs.OpenFile(seg.path(logSuffix), os.O_RDONLY, 0)
+	if err != nil {
 		return fail(err)
 	}
-	if seg.index, err = q.fs.OpenFile(seg.path(indexSuffix), os.O_RDONLY, 0); err != nil {
+	index, err := q.fs.OpenFile(seg.path(indexSuffix), os.O_RDONLY, 0)
+	if err != nil {
+		log.Close()
 		return fail(err)
 	}
+	seg.setFiles(log, index)
 	seg.size.Store(fileHeaderSize)
 	seg.indexBytes.Store(fileHeaderSize)
 	seg.timeIndexBytes.Store(fileHeaderSize)
