@@ -39,7 +39,7 @@ type Channel struct {
 	diskPending atomic.Int64
 	// gen is bumped by Empty; a message handed over with an older gen was
 	// discarded and is dropped on receipt.
-	gen atomic.Uint64
+	gen atomic.Uint32
 
 	// The fields above are read on every Put; those below are written on
 	// every delivery. The pad keeps them on different cache lines.
@@ -78,10 +78,14 @@ type producerCounters struct {
 	_ [64]byte
 	// putMu is held shared by every Put while it hands a message over, so
 	// Close can wait for Puts in progress before it flushes memory.
-	putMu        sync.RWMutex
-	nextID       atomic.Uint64
-	puts, spills atomic.Int64
-	_            [64]byte
+	putMu sync.RWMutex
+	// nextID counts Puts too: puts = nextID - firstID - putFailures, which
+	// saves the hot path an atomic add.
+	nextID      atomic.Uint64
+	firstID     uint64
+	putFailures atomic.Int64
+	spills      atomic.Int64
+	_           [64]byte
 }
 
 type consumerCounters struct {
@@ -89,7 +93,11 @@ type consumerCounters struct {
 	requeues, timeouts, finishes     atomic.Int64
 	deadLetters, expired, badRecords atomic.Int64
 	dropped                          atomic.Int64
-	_                                [64]byte
+	// lastTimed (Unix ns) and lastBucket are the last finish whose
+	// latency was timed; see recordLatency.
+	lastTimed  atomic.Int64
+	lastBucket atomic.Int32
+	_          [64]byte
 }
 
 // New makes a channel. With opts.Backend set, the channel takes ownership
@@ -110,7 +118,8 @@ func New(opts Options) (*Channel, error) {
 	c.closeCtx, c.cancel = context.WithCancel(context.Background())
 	c.started = time.Now()
 	c.now.Store(c.started.UnixNano())
-	c.prod.nextID.Store(uint64(time.Now().UnixNano()))
+	c.prod.firstID = uint64(time.Now().UnixNano())
+	c.prod.nextID.Store(c.prod.firstID)
 	if c.backend == nil || o.MemQueueSize > 0 {
 		c.memCh = make(chan *Message, o.MemQueueSize)
 	}
@@ -158,54 +167,61 @@ func (c *Channel) Put(ctx context.Context, body []byte) error {
 
 // PutWith is Put with a delay or an expiry.
 func (c *Channel) PutWith(ctx context.Context, body []byte, po PutOptions) error {
+	c.prod.putMu.RLock()
+	defer c.prod.putMu.RUnlock()
+	if c.isClosed.Load() {
+		c.prod.putFailures.Add(1)
+		return ErrClosed
+	}
+	if po.Delay <= 0 && c.memCh != nil && c.diskPending.Load() == 0 {
+		// The common case, a message for the memory buffer, is allocated
+		// where it will live.
+		m := &Message{ID: ID(c.prod.nextID.Add(1)), Body: body, Timestamp: c.stamp(), ch: c, gen: c.gen.Load()}
+		if !po.Expires.IsZero() {
+			m.expires = po.Expires.UnixNano()
+		}
+		select {
+		case c.memCh <- m:
+			return nil
+		default:
+		}
+		return c.putFull(ctx, m)
+	}
 	// A value, not a pointer: a message bound for the backend is only
 	// encoded, so it need not be allocated; kept() copies it to the heap
 	// for the paths that hold on to it.
-	m := Message{
-		ID:        ID(c.prod.nextID.Add(1)),
-		Body:      body,
-		Timestamp: c.stamp(),
-		ch:        c,
-		gen:       c.gen.Load(),
-	}
+	m := Message{ID: ID(c.prod.nextID.Add(1)), Body: body, Timestamp: c.stamp(), ch: c, gen: c.gen.Load()}
 	if po.Delay > 0 {
 		m.due = m.Timestamp.Add(po.Delay).UnixNano()
 	}
 	if !po.Expires.IsZero() {
 		m.expires = po.Expires.UnixNano()
 	}
-	c.prod.putMu.RLock()
-	defer c.prod.putMu.RUnlock()
-	if c.isClosed.Load() {
-		return ErrClosed
-	}
-	c.prod.puts.Add(1)
 	if m.due != 0 {
 		return c.putDeferred(ctx, &m)
 	}
-	if c.memCh != nil && c.diskPending.Load() == 0 {
-		kept := m.kept()
-		select {
-		case c.memCh <- kept:
-			return nil
-		default:
-		}
-	}
+	return c.putFull(ctx, &m)
+}
+
+// putFull places a message that found no room in the memory buffer, or
+// must go behind messages in the backend: the backend if there is one,
+// else it waits for room (or fails, with FailWhenFull).
+func (c *Channel) putFull(ctx context.Context, m *Message) error {
 	if c.backend != nil {
-		return c.putBackend(ctx, &m)
+		return c.putBackend(ctx, m)
 	}
 	if c.opts.FailWhenFull {
-		c.prod.puts.Add(-1)
+		c.prod.putFailures.Add(1)
 		return ErrFull
 	}
 	select {
 	case c.memCh <- m.kept():
 		return nil
 	case <-ctx.Done():
-		c.prod.puts.Add(-1)
+		c.prod.putFailures.Add(1)
 		return ctx.Err()
 	case <-c.closeCh:
-		c.prod.puts.Add(-1)
+		c.prod.putFailures.Add(1)
 		return ErrClosed
 	}
 }
@@ -242,7 +258,7 @@ func (c *Channel) putBackend(ctx context.Context, m *Message) error {
 	}
 	if err != nil {
 		c.delivered()
-		c.prod.puts.Add(-1)
+		c.prod.putFailures.Add(1)
 		if c.isClosed.Load() && errors.Is(err, context.Canceled) {
 			return ErrClosed
 		}
@@ -439,16 +455,37 @@ func (c *Channel) landLocked(m *Message) bool {
 }
 
 func (c *Channel) finished(m *Message) error {
-	c.cons.finishes.Add(1)
-	// c.stamp is one clock read; time.Since would take two for a message
-	// read back from disk, whose timestamp has no monotonic reading.
-	c.latency.Record(c.stamp().Sub(m.Timestamp))
+	n := c.cons.finishes.Add(1)
+	c.recordLatency(m, n)
 	if m.fromDisk {
 		if err := c.backend.Ack(m.seq); err != nil {
 			return fmt.Errorf("channel: acknowledge message %s in the backend: %w", m.ID, err)
 		}
 	}
 	return nil
+}
+
+// timeEvery is how many finishes share one clock read when they come fast.
+const timeEvery = 8
+
+// recordLatency counts m's Put-to-Finish latency; n is this finish's
+// number. A clock read costs ~50 ns on a virtual machine's clock, a fifth
+// of the memory path, so while there is a backlog (m was put before the last
+// timed finish) only one finish in timeEvery is timed, and the others are
+// counted in the bucket the last timed one landed in: the count stays exact
+// and the shape is a 1-in-8 sample of a busy channel. Without a backlog
+// every finish is timed.
+func (c *Channel) recordLatency(m *Message, n int64) {
+	put := m.Timestamp.UnixNano()
+	if n%timeEvery != 1 && put < c.cons.lastTimed.Load() {
+		c.latency.AddToBucket(int(c.cons.lastBucket.Load()))
+		return
+	}
+	// c.stamp is one clock read; time.Since would take two for a message
+	// read back from disk, whose timestamp has no monotonic reading.
+	now := c.stamp()
+	c.cons.lastBucket.Store(int32(c.latency.Record(now.Sub(m.Timestamp))))
+	c.cons.lastTimed.Store(now.UnixNano())
 }
 
 // FinishAll finishes a batch of messages, for consumers that work in
@@ -712,7 +749,8 @@ func (c *Channel) Stats() Stats {
 	if c.backend != nil {
 		st.BackendDepth = c.backend.Depth()
 	}
-	st.Puts, st.Spills, st.Requeues = c.prod.puts.Load(), c.prod.spills.Load(), c.cons.requeues.Load()
+	st.Puts = int64(c.prod.nextID.Load()-c.prod.firstID) - c.prod.putFailures.Load()
+	st.Spills, st.Requeues = c.prod.spills.Load(), c.cons.requeues.Load()
 	st.Timeouts, st.Finishes = c.cons.timeouts.Load(), c.cons.finishes.Load()
 	st.DeadLetters, st.Expired, st.BadRecords = c.cons.deadLetters.Load(), c.cons.expired.Load(), c.cons.badRecords.Load()
 	p := c.latency.Percentiles(0.5, 0.99, 0.999)

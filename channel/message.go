@@ -31,19 +31,19 @@ type Message struct {
 	Attempts  uint16    // deliveries so far, this one included
 
 	// Owned by the channel; guarded by ch.mu once the message is in
-	// flight, and by the goroutine holding it otherwise.
+	// flight, and by the goroutine holding it otherwise. The small fields
+	// sit next to Attempts so a Message fits the 144-byte size class.
+	fromDisk bool // seq is a backend record to acknowledge when done
+	state    msgState
+	gen      uint32 // Channel.gen when the message was put or read; Empty makes it stale
 	ch       *Channel
 	due      int64 // Unix ns: not to be delivered before this (deferred)
 	expires  int64 // Unix ns: dead-lettered if not delivered by then; 0 never
 	deadline int64 // Unix ns: in-flight timeout
 	seq      uint64
-	fromDisk bool // seq is a backend record to acknowledge when done
-	state    msgState
 	prev     *Message // in-flight list, ordered by deadline
 	next     *Message
-	heapIdx  int    // position in the deferred heap
-	acker    Acker  // set for messages delivered by another source (NewMessage)
-	gen      uint64 // Channel.gen when the message was put or read; Empty makes it stale
+	acker    Acker // set for messages delivered by another source (NewMessage)
 }
 
 type msgState uint8

@@ -143,15 +143,8 @@ type deferHeap []*Message
 
 func (h deferHeap) Len() int           { return len(h) }
 func (h deferHeap) Less(i, j int) bool { return h[i].due < h[j].due }
-func (h deferHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].heapIdx, h[j].heapIdx = i, j
-}
-func (h *deferHeap) Push(x any) {
-	m := x.(*Message)
-	m.heapIdx = len(*h)
-	*h = append(*h, m)
-}
+func (h deferHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *deferHeap) Push(x any)        { *h = append(*h, x.(*Message)) }
 func (h *deferHeap) Pop() any {
 	old := *h
 	m := old[len(old)-1]

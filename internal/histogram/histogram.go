@@ -47,11 +47,21 @@ func bucketUpper(i int) time.Duration {
 	return time.Duration(us) * time.Microsecond
 }
 
-func (h *Histogram) Record(d time.Duration) {
+// Record counts d and returns the bucket it went to, for AddToBucket.
+func (h *Histogram) Record(d time.Duration) int {
 	if d < 0 {
 		d = 0
 	}
-	h.buckets[bucketOf(d)].Add(1)
+	i := bucketOf(d)
+	h.buckets[i].Add(1)
+	return i
+}
+
+// AddToBucket counts one more duration in bucket i, as returned by
+// Record: for callers that time a sample of events and count the rest
+// alongside the last one timed.
+func (h *Histogram) AddToBucket(i int) {
+	h.buckets[min(max(i, 0), latencyBuckets-1)].Add(1)
 }
 
 // Percentiles returns the upper bounds of the buckets holding each
