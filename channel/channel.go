@@ -170,8 +170,7 @@ func (c *Channel) PutWith(ctx context.Context, body []byte, po PutOptions) error
 	c.prod.putMu.RLock()
 	defer c.prod.putMu.RUnlock()
 	if c.isClosed.Load() {
-		c.prod.putFailures.Add(1)
-		return ErrClosed
+		return ErrClosed // before an ID is taken, so not counted
 	}
 	if po.Delay <= 0 && c.memCh != nil && c.diskPending.Load() == 0 {
 		// The common case, a message for the memory buffer, is allocated
