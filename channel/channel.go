@@ -45,12 +45,13 @@ type Channel struct {
 	// every delivery. The pad keeps them on different cache lines.
 	_ [64]byte
 
-	// mu guards the fields below, and every message's state, deadline and
-	// list links while it is in flight, ready or deferred.
+	// flights are the messages in flight, in shards with their own locks
+	// (see flightList).
+	flights [flightShards]flightList
+
+	// mu guards the fields below, and every message's state while it is
+	// ready or deferred.
 	mu           sync.Mutex
-	flightHead   *Message // in-flight messages, oldest deadline first
-	flightTail   *Message
-	inFlight     int
 	ready        []*Message // requeued, timed out or due: delivered before the memory buffer
 	deferred     deferHeap
 	unpausedCh   chan struct{} // closed by Unpause
@@ -362,12 +363,13 @@ func (c *Channel) deliver(m *Message) (*Message, bool) {
 		c.deadLetter(m, ErrExpired)
 		return nil, false
 	}
-	c.mu.Lock()
+	f := c.flightFor(m)
+	f.mu.Lock()
 	m.Attempts++
 	m.deadline = now + int64(c.opts.MsgTimeout)
 	m.state = stateInFlight
-	c.linkLocked(m)
-	c.mu.Unlock()
+	f.link(m)
+	f.mu.Unlock()
 	return m, true
 }
 
@@ -433,24 +435,14 @@ func (m *Message) Finish() error {
 		return m.acker.Finish(m)
 	}
 	c := m.ch
-	c.mu.Lock()
-	if !c.landLocked(m) {
-		c.mu.Unlock()
+	f := c.flightFor(m)
+	f.mu.Lock()
+	landed := f.land(m)
+	f.mu.Unlock()
+	if !landed {
 		return c.notInFlight(m)
 	}
-	c.mu.Unlock()
 	return c.finished(m)
-}
-
-// landLocked takes m out of flight, reporting false if it was not in
-// flight (finished, requeued, timed out or emptied already).
-func (c *Channel) landLocked(m *Message) bool {
-	if m.state != stateInFlight {
-		return false
-	}
-	c.unlinkLocked(m)
-	m.state = stateDone
-	return true
 }
 
 func (c *Channel) finished(m *Message) error {
@@ -516,18 +508,21 @@ func (m *Message) Requeue(delay time.Duration) error {
 		return m.acker.Requeue(m, delay)
 	}
 	c := m.ch
-	c.mu.Lock()
-	if !c.landLocked(m) {
-		c.mu.Unlock()
+	f := c.flightFor(m)
+	f.mu.Lock()
+	if !f.land(m) {
+		f.mu.Unlock()
 		return c.notInFlight(m)
 	}
 	c.cons.requeues.Add(1)
 	if c.exhausted(m) {
-		c.mu.Unlock()
+		f.mu.Unlock()
 		c.deadLetter(m, ErrMaxAttempts)
 		return nil
 	}
 	again := m.redelivery()
+	// Still holding the shard: see flightList for why.
+	c.mu.Lock()
 	if delay > 0 {
 		again.due = time.Now().Add(delay).UnixNano()
 		c.deferred.push(again)
@@ -535,6 +530,7 @@ func (m *Message) Requeue(delay time.Duration) error {
 		c.ready = append(c.ready, again)
 	}
 	c.mu.Unlock()
+	f.mu.Unlock()
 	c.wakeClock()
 	return nil
 }
@@ -546,14 +542,15 @@ func (m *Message) Touch() error {
 		return m.acker.Touch(m)
 	}
 	c := m.ch
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	f := c.flightFor(m)
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if m.state != stateInFlight {
 		return c.notInFlight(m)
 	}
-	c.unlinkLocked(m)
+	f.unlink(m)
 	m.deadline = time.Now().UnixNano() + int64(c.opts.MsgTimeout)
-	c.linkLocked(m)
+	f.link(m)
 	return nil
 }
 
@@ -585,34 +582,6 @@ func (c *Channel) deadLetter(m *Message, reason error) {
 			c.log.Warn("channel: cannot acknowledge dead letter in the backend", "id", m.ID.String(), "err", err)
 		}
 	}
-}
-
-// linkLocked appends m to the in-flight list. Deadlines are now plus one
-// fixed timeout, so appending keeps the list sorted.
-func (c *Channel) linkLocked(m *Message) {
-	m.prev, m.next = c.flightTail, nil
-	if c.flightTail != nil {
-		c.flightTail.next = m
-	} else {
-		c.flightHead = m
-	}
-	c.flightTail = m
-	c.inFlight++
-}
-
-func (c *Channel) unlinkLocked(m *Message) {
-	if m.prev != nil {
-		m.prev.next = m.next
-	} else {
-		c.flightHead = m.next
-	}
-	if m.next != nil {
-		m.next.prev = m.prev
-	} else {
-		c.flightTail = m.prev
-	}
-	m.prev, m.next = nil, nil
-	c.inFlight--
 }
 
 func (c *Channel) wakeClock() {
@@ -680,14 +649,13 @@ func (c *Channel) Empty() error {
 		default:
 		}
 	}
+	c.lockFlights()
+	c.dropFlightsLocked()
 	c.mu.Lock()
-	for m := c.flightHead; m != nil; m = m.next {
-		m.state = stateDone
-	}
-	c.flightHead, c.flightTail, c.inFlight = nil, nil, 0
 	c.ready = nil
 	c.deferred = nil
 	c.mu.Unlock()
+	c.unlockFlights()
 	if c.backend != nil {
 		if err := c.backend.Empty(); err != nil {
 			return fmt.Errorf("channel: empty backend: %w", err)
@@ -734,9 +702,10 @@ type Stats struct {
 
 // Stats returns a snapshot of the channel's state and counters.
 func (c *Channel) Stats() Stats {
+	inFlight := c.inFlight()
 	c.mu.Lock()
 	st := Stats{
-		InFlight: c.inFlight,
+		InFlight: inFlight,
 		Deferred: len(c.deferred),
 		Ready:    len(c.ready),
 		Paused:   c.paused.Load(),
@@ -819,16 +788,14 @@ func (c *Channel) Close() error {
 	for len(c.memCh) > 0 {
 		held = append(held, <-c.memCh)
 	}
+	c.lockFlights()
 	c.mu.Lock()
 	held = append(held, c.ready...)
 	held = append(held, c.deferred...)
-	for m := c.flightHead; m != nil; m = m.next {
-		held = append(held, m)
-		m.state = stateDone
-	}
-	c.flightHead, c.flightTail, c.inFlight = nil, nil, 0
+	held = append(held, c.dropFlightsLocked()...)
 	c.ready, c.deferred = nil, nil
 	c.mu.Unlock()
+	c.unlockFlights()
 
 	if c.backend == nil {
 		if len(held) > 0 {

@@ -30,9 +30,10 @@ type Message struct {
 	Timestamp time.Time // when the message was first Put
 	Attempts  uint16    // deliveries so far, this one included
 
-	// Owned by the channel; guarded by ch.mu once the message is in
-	// flight, and by the goroutine holding it otherwise. The small fields
-	// sit next to Attempts so a Message fits the 144-byte size class.
+	// Owned by the channel; guarded by its in-flight shard's lock while in
+	// flight (see flightList), by ch.mu while ready or deferred, and by the
+	// goroutine holding it otherwise. The small fields sit next to
+	// Attempts so a Message fits the 144-byte size class.
 	fromDisk bool // seq is a backend record to acknowledge when done
 	state    msgState
 	gen      uint32 // Channel.gen when the message was put or read; Empty makes it stale

@@ -110,17 +110,28 @@ func (c *Channel) clock() {
 func (c *Channel) expireInFlight() {
 	now := time.Now().UnixNano()
 	var dead []*Message
-	c.mu.Lock()
-	for m := c.flightHead; m != nil && m.deadline <= now; m = c.flightHead {
-		c.landLocked(m)
-		c.cons.timeouts.Add(1)
-		if c.exhausted(m) {
-			dead = append(dead, m)
+	for i := range c.flights {
+		f := &c.flights[i]
+		f.mu.Lock()
+		if f.head == nil || f.head.deadline > now {
+			f.mu.Unlock()
 			continue
 		}
-		c.ready = append(c.ready, m.redelivery())
+		// Still holding the shard while they go to the ready list: see
+		// flightList.
+		c.mu.Lock()
+		for m := f.head; m != nil && m.deadline <= now; m = f.head {
+			f.land(m)
+			c.cons.timeouts.Add(1)
+			if c.exhausted(m) {
+				dead = append(dead, m)
+				continue
+			}
+			c.ready = append(c.ready, m.redelivery())
+		}
+		c.mu.Unlock()
+		f.mu.Unlock()
 	}
-	c.mu.Unlock()
 	for _, m := range dead {
 		c.deadLetter(m, ErrMaxAttempts)
 	}
