@@ -47,10 +47,9 @@
 // with nothing valid after it) is cut off and saved to a .bad file unless it
 // is all zeros; damage with valid records after it is kept for readers to
 // skip. Sealed segments are taken from the directory listing and their
-// files opened on first use, so Open costs about the same for ten million
-// records as for ten thousand. Index files are derived data, rebuilt from
-// the log when missing, short or wrong (a sealed segment's index header is
-// checked on first use). A damaged cursor file makes Open deliver every record on
+// files opened and checked on first use, so Open costs about the same for
+// ten million records as for ten thousand. Index files are derived data,
+// rebuilt from the log when missing, short or wrong. A damaged cursor file makes Open deliver every record on
 // disk again rather than start empty. A directory lock (flock) stops a
 // second Open, in this process or another.
 //

@@ -239,3 +239,40 @@ func TestLookupsRaceDeletion(t *testing.T) {
 		t.Fatalf("drained %d, want %d", len(got), n)
 	}
 }
+
+// TestDiskBytesAfterFirstUse: Open counts a sealed segment's index files
+// at their expected sizes without looking; once every segment has been
+// used, Stats.DiskBytes is exactly what the files take, and before that it
+// is off by no more than a few time-index entries per segment.
+func TestDiskBytesAfterFirstUse(t *testing.T) {
+	dir := t.TempDir()
+	putFixture(t, dir, 400)
+	var want int64
+	for _, suffix := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
+		names, _ := filepath.Glob(filepath.Join(dir, "*"+suffix))
+		for _, n := range names {
+			info, err := os.Stat(n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want += info.Size()
+		}
+	}
+	q, err := Open(dir, Options{MaxSegmentBytes: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	segs := int64(q.Stats().Segments)
+	if got := q.Stats().DiskBytes; got < want-segs*2*timeIndexEntrySize || got > want+segs*2*timeIndexEntrySize {
+		t.Fatalf("DiskBytes before first use %d, files take %d: more than two time-index entries per segment apart", got, want)
+	}
+	for i := range 400 {
+		if _, err := q.ReadAt(uint64(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := q.Stats().DiskBytes; got != want {
+		t.Fatalf("DiskBytes after every segment was used: %d, files take %d", got, want)
+	}
+}

@@ -432,7 +432,7 @@ type Stats struct {
 	ReadPos, WritePos Position
 
 	Segments  int   // segment files on disk
-	DiskBytes int64 // bytes of log, index and time-index files
+	DiskBytes int64 // bytes of log, index and time-index files (a sealed segment not read since Open has its time index estimated, within a few entries)
 
 	Puts  int64 // records accepted by Put since Open
 	Acks  int64 // records acknowledged since Open

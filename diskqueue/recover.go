@@ -310,9 +310,14 @@ func (q *Queue) checkLogHeader(seg *segment, f file, size int64) (damage error, 
 
 // openSealedLazily takes a segment that was sealed before Open from the
 // directory listing alone: sealed segments were fsynced whole at rotation,
-// so nothing in them needs recovering, and their files are opened (and
-// their headers checked) on first use, by segFiles. Only the index sizes
-// are checked here; an index of the wrong size is rebuilt now.
+// so nothing in them needs recovering, and their files are opened, and
+// their headers and index sizes checked, on first use (segFiles). One stat
+// of the log per sealed segment is all Open spends on it; a stat costs
+// microseconds on a virtual machine, and there may be thousands.
+//
+// Until then the index is counted at the size its record count implies
+// (what a sound index has) and the time index at an estimate; first use
+// puts the real sizes into Stats and the disk budget.
 func (q *Queue) openSealedLazily(seg *segment, next uint64) error {
 	size, err := q.listedSize(segmentName(seg.base, logSuffix))
 	if err != nil {
@@ -322,30 +327,10 @@ func (q *Queue) openSealedLazily(seg *segment, next uint64) error {
 	seg.end.Store(next)
 	seg.sealed.Store(true)
 	seg.maxTime.Store(unknownTime)
-	count := int64(next - seg.base)
-	indexBytes, _ := q.listedSize(segmentName(seg.base, indexSuffix))
-	timeBytes, _ := q.listedSize(segmentName(seg.base, timeIndexSuffix))
-	// The time index is checked by its shape only: its last entry (the
-	// segment's newest timestamp) is read when first needed (segMaxTime),
-	// and SeekTime checks the rest as it reads.
-	indexOK := indexBytes == fileHeaderSize+count*indexEntrySize
-	timeOK := timeBytes >= fileHeaderSize+timeIndexEntrySize && (timeBytes-fileHeaderSize)%timeIndexEntrySize == 0
-	seg.indexBytes.Store(max(indexBytes, 0))
-	seg.timeIndexBytes.Store(max(timeBytes, 0))
-	if indexOK && timeOK {
-		return nil
-	}
-	if q.readOnly {
-		// No rebuild: ReadAt checks every entry against the log and scans
-		// when one is wrong.
-		q.log.Warn("diskqueue: a sealed segment's indexes are damaged (read-only: not rebuilt)", "segment", seg.base)
-		return nil
-	}
-	f, err := q.openSealed(seg, true)
-	if err != nil {
-		return err
-	}
-	seg.files.Store(f)
+	seg.indexBytes.Store(fileHeaderSize + int64(next-seg.base)*indexEntrySize)
+	// An entry for the first and the last record, and about one per
+	// timeIndexIntervalBytes of log between them.
+	seg.timeIndexBytes.Store(fileHeaderSize + (2+(size-fileHeaderSize)/timeIndexIntervalBytes)*timeIndexEntrySize)
 	return nil
 }
 
@@ -365,23 +350,23 @@ func (q *Queue) segFiles(seg *segment) (*segFiles, error) {
 		return nil, fmt.Errorf("%w: segment %d was deleted", ErrNotFound, seg.base)
 	}
 	before := seg.diskBytes()
-	f, err := q.openSealed(seg, false)
+	f, err := q.openSealed(seg)
 	if err != nil {
 		return nil, err
 	}
-	// A rebuild may have changed the index files' sizes; Open counted the
-	// old ones.
+	// Open counted the index files at their expected sizes.
 	q.diskBytes.Add(seg.diskBytes() - before)
 	seg.files.Store(f)
 	return f, nil
 }
 
-// openSealed opens a sealed segment's log and index and checks their
-// headers. A damaged log header is only logged: readers check every record
-// anyway and skip the damaged ones. An index that is missing or whose
-// header is damaged, or any index when rebuild is set, is rebuilt from the
-// log (a read-only queue goes without, and lookups scan the log).
-func (q *Queue) openSealed(seg *segment, rebuild bool) (*segFiles, error) {
+// openSealed opens a sealed segment's log and index and checks them: a
+// damaged log header is only logged (readers check every record anyway and
+// skip the damaged ones); an index that is missing, has a damaged header or
+// the wrong size, or a time index of the wrong shape, is rebuilt from the
+// log (a read-only queue goes without, and lookups scan the log). It
+// records the index files' real sizes in seg.
+func (q *Queue) openSealed(seg *segment) (*segFiles, error) {
 	log, err := q.fs.OpenFile(seg.path(logSuffix), os.O_RDONLY, 0)
 	if err != nil {
 		return nil, fmt.Errorf("diskqueue: %w", err)
@@ -400,21 +385,28 @@ func (q *Queue) openSealed(seg *segment, rebuild bool) (*segFiles, error) {
 	case damage != nil:
 		q.log.Warn("diskqueue: segment header is damaged; its records are checked one by one and damaged ones skipped", "segment", seg.base, "err", damage)
 	}
+	count := int64(seg.end.Load() - seg.base)
+	timeBytes := q.statSize(seg.path(timeIndexSuffix))
+	timeOK := timeBytes >= fileHeaderSize+timeIndexEntrySize && (timeBytes-fileHeaderSize)%timeIndexEntrySize == 0
 	index, err := q.fs.OpenFile(seg.path(indexSuffix), os.O_RDONLY, 0)
+	indexBytes := fileSize(index)
+	rebuild := false
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		rebuild = true
 	case err != nil:
 		return fail(fmt.Errorf("diskqueue: %w", err))
-	case rebuild || !q.headerOK(index, magicIndex, seg.base):
+	case !timeOK || indexBytes != fileHeaderSize+count*indexEntrySize || !q.headerOK(index, magicIndex, seg.base):
 		index.Close()
 		index, rebuild = nil, true
 	}
+	seg.indexBytes.Store(max(indexBytes, 0))
+	seg.timeIndexBytes.Store(max(timeBytes, 0))
 	if !rebuild {
 		return &segFiles{log: log, index: index}, nil
 	}
 	if q.readOnly {
-		q.log.Warn("diskqueue: a sealed segment's index is damaged (read-only: not rebuilt); lookups in it scan the log", "segment", seg.base)
+		q.log.Warn("diskqueue: a sealed segment's indexes are damaged (read-only: not rebuilt); lookups in it scan the log", "segment", seg.base)
 		return &segFiles{log: log}, nil
 	}
 	if err := q.rebuildIndexes(seg, log); err != nil {
@@ -424,6 +416,16 @@ func (q *Queue) openSealed(seg *segment, rebuild bool) (*segFiles, error) {
 		return fail(fmt.Errorf("diskqueue: %w", err))
 	}
 	return &segFiles{log: log, index: index}, nil
+}
+
+// statSize is the size of the file at path, or -1 if it cannot be had.
+func (q *Queue) statSize(path string) int64 {
+	f, err := q.fs.OpenFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		return -1
+	}
+	defer f.Close()
+	return fileSize(f)
 }
 
 // rewriteHeader repairs the header of the segment the writer appends to.
