@@ -14,6 +14,7 @@ type fileSystem interface {
 	Remove(name string) error
 	Rename(oldName, newName string) error
 	ReadDir(dir string) ([]fs.DirEntry, error)
+	Stat(name string) (fs.FileInfo, error)
 	MkdirAll(dir string, perm fs.FileMode) error
 	// SyncDir makes a directory's entries (creations, renames, removals)
 	// durable.
@@ -48,6 +49,7 @@ func (osFS) OpenFile(name string, flag int, perm fs.FileMode) (file, error) {
 func (osFS) Remove(name string) error                    { return os.Remove(name) }
 func (osFS) Rename(oldName, newName string) error        { return os.Rename(oldName, newName) }
 func (osFS) ReadDir(dir string) ([]fs.DirEntry, error)   { return os.ReadDir(dir) }
+func (osFS) Stat(name string) (fs.FileInfo, error)       { return os.Stat(name) }
 func (osFS) MkdirAll(dir string, perm fs.FileMode) error { return os.MkdirAll(dir, perm) }
 
 func (osFS) SyncDir(dir string) error {

@@ -597,7 +597,10 @@ func (q *Queue) ReadAt(seq uint64) (Record, error) {
 }
 
 // readAtSlow is ReadAt when the index disagrees with the log: the log wins.
-// It walks the segment from the start; Open rebuilds the index.
+// It walks the segment from the start. (Open repairs the last segment's
+// index; a sealed segment's index is rebuilt only when its size or header
+// is wrong, so an entry scribbled over in place keeps costing a scan, and
+// Verify reports it.)
 func (q *Queue) readAtSlow(seg *segment, seq uint64, limit int64, cause error) (Record, error) {
 	r := &reader{q: q}
 	if err := r.reset(seg, fileHeaderSize, seg.base); err != nil {
@@ -609,7 +612,7 @@ func (q *Queue) readAtSlow(seg *segment, seq uint64, limit int64, cause error) (
 			break
 		}
 		if rec.Seq == seq {
-			q.log.Warn("diskqueue: index disagrees with log; it is rebuilt at the next Open", "segment", seg.base, "seq", seq, "err", cause)
+			q.log.Warn("diskqueue: index disagrees with log; found the record by scanning the segment (Verify reports the entry)", "segment", seg.base, "seq", seq, "err", cause)
 			return rec, nil
 		}
 		r.off += int64(n)

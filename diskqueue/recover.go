@@ -267,19 +267,16 @@ func (q *Queue) openSegment(base, next uint64, last bool) (*segment, error) {
 		seg.closeFiles()
 		return nil, err
 	}
-	if damage != nil {
-		if !intact {
-			seg.closeFiles()
-			if q.readOnly {
-				q.log.Warn("diskqueue: segment header is damaged; skipping it (read-only)", "segment", base, "err", damage)
-				return nil, nil
-			}
-			return nil, q.setAside(seg, size, damage, last)
+	switch {
+	case damage != nil && !intact:
+		seg.closeFiles()
+		if q.readOnly {
+			q.log.Warn("diskqueue: segment header is damaged; skipping it (read-only)", "segment", base, "err", damage)
+			return nil, nil
 		}
-		q.log.Warn("diskqueue: segment header is damaged but its records are intact; using the base in its name", "segment", base, "err", damage)
-		if !q.readOnly {
-			defer q.rewriteHeader(seg)
-		}
+		return nil, q.setAside(seg, size, damage, last)
+	case damage != nil && !q.readOnly:
+		defer q.rewriteHeader(seg)
 	}
 	return seg, q.recoverTail(seg, size)
 }
@@ -287,8 +284,8 @@ func (q *Queue) openSegment(base, next uint64, last bool) (*segment, error) {
 // checkLogHeader reads the header of seg's log. err is an I/O failure or a
 // format version this code does not know. damage reports a header that is
 // damaged; intact then says whether the first record checks out under the
-// base in the file name, in which case only the header is damaged: it
-// carries nothing the name does not.
+// base in the file name, in which case only the header is damaged (it
+// carries nothing the name does not), and that is logged here.
 func (q *Queue) checkLogHeader(seg *segment, f file, size int64) (damage error, intact bool, err error) {
 	head := make([]byte, fileHeaderSize)
 	if _, err := f.ReadAt(head, 0); err != nil && err != io.EOF {
@@ -305,7 +302,11 @@ func (q *Queue) checkLogHeader(seg *segment, f file, size int64) (damage error, 
 		return nil, true, nil
 	}
 	h, _, _, ferr := q.readFrameAt(f, fileHeaderSize, size)
-	return herr, size >= fileHeaderSize && ferr == nil && h.seq == seg.base, nil
+	intact = size >= fileHeaderSize && ferr == nil && h.seq == seg.base
+	if intact {
+		q.log.Warn("diskqueue: segment header is damaged but its records are intact; using the base in its name", "segment", seg.base, "err", herr)
+	}
+	return herr, intact, nil
 }
 
 // openSealedLazily takes a segment that was sealed before Open from the
@@ -379,10 +380,7 @@ func (q *Queue) openSealed(seg *segment) (*segFiles, error) {
 	if err != nil {
 		return fail(err)
 	}
-	switch {
-	case damage != nil && intact:
-		q.log.Warn("diskqueue: segment header is damaged but its records are intact; using the base in its name", "segment", seg.base, "err", damage)
-	case damage != nil:
+	if damage != nil && !intact {
 		q.log.Warn("diskqueue: segment header is damaged; its records are checked one by one and damaged ones skipped", "segment", seg.base, "err", damage)
 	}
 	count := int64(seg.end.Load() - seg.base)
@@ -420,12 +418,11 @@ func (q *Queue) openSealed(seg *segment) (*segFiles, error) {
 
 // statSize is the size of the file at path, or -1 if it cannot be had.
 func (q *Queue) statSize(path string) int64 {
-	f, err := q.fs.OpenFile(path, os.O_RDONLY, 0)
+	info, err := q.fs.Stat(path)
 	if err != nil {
 		return -1
 	}
-	defer f.Close()
-	return fileSize(f)
+	return info.Size()
 }
 
 // rewriteHeader repairs the header of the segment the writer appends to.
