@@ -176,10 +176,8 @@ func (c *Channel) PutWith(ctx context.Context, body []byte, po PutOptions) error
 	if po.Delay <= 0 && c.memCh != nil && c.diskPending.Load() == 0 {
 		// The common case, a message for the memory buffer, is allocated
 		// where it will live.
-		m := &Message{ID: ID(c.prod.nextID.Add(1)), Body: body, Timestamp: c.stamp(), ch: c, gen: c.gen.Load()}
-		if !po.Expires.IsZero() {
-			m.expires = po.Expires.UnixNano()
-		}
+		m := new(Message)
+		c.fill(m, body, po)
 		select {
 		case c.memCh <- m:
 			return nil
@@ -190,17 +188,23 @@ func (c *Channel) PutWith(ctx context.Context, body []byte, po PutOptions) error
 	// A value, not a pointer: a message bound for the backend is only
 	// encoded, so it need not be allocated; kept() copies it to the heap
 	// for the paths that hold on to it.
-	m := Message{ID: ID(c.prod.nextID.Add(1)), Body: body, Timestamp: c.stamp(), ch: c, gen: c.gen.Load()}
+	var m Message
+	c.fill(&m, body, po)
+	if m.due != 0 {
+		return c.putDeferred(ctx, &m)
+	}
+	return c.putFull(ctx, &m)
+}
+
+// fill makes m a new message: the next ID, stamped now.
+func (c *Channel) fill(m *Message, body []byte, po PutOptions) {
+	*m = Message{ID: ID(c.prod.nextID.Add(1)), Body: body, Timestamp: c.stamp(), ch: c, gen: c.gen.Load()}
 	if po.Delay > 0 {
 		m.due = m.Timestamp.Add(po.Delay).UnixNano()
 	}
 	if !po.Expires.IsZero() {
 		m.expires = po.Expires.UnixNano()
 	}
-	if m.due != 0 {
-		return c.putDeferred(ctx, &m)
-	}
-	return c.putFull(ctx, &m)
 }
 
 // putFull places a message that found no room in the memory buffer, or
