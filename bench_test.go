@@ -60,14 +60,7 @@ func BenchmarkMemoryPath(b *testing.B) {
 				ctx := context.Background()
 				runPipeline(b, consumers,
 					func() error { return c.Put(ctx, body) },
-					func() error {
-						m, err := c.Receive(ctx)
-						if err != nil {
-							return err
-						}
-						work.fn(m.Body)
-						return m.Finish()
-					})
+					receiveFinish(ctx, c, work.fn))
 			})
 			b.Run(fmt.Sprintf("work=%s/consumers=%d/impl=barechan", work.name, consumers), func(b *testing.B) {
 				ch := make(chan *benchMsg, 1024)
@@ -95,7 +88,7 @@ func BenchmarkSpillPath(b *testing.B) {
 		defer q.Close()
 		runPipeline(b, 1,
 			func() error { return q.Put(ctx, body) },
-			receiveFinish(ctx, q))
+			receiveFinish(ctx, q, nil))
 	})
 	b.Run("size=100/impl=channel-over-godiskqueue", func(b *testing.B) {
 		dq := godiskqueue.New("bench", b.TempDir(), 100<<20, 0, 1<<20, 2500, 2*time.Second, nop)
@@ -106,7 +99,7 @@ func BenchmarkSpillPath(b *testing.B) {
 		defer c.Close()
 		runPipeline(b, 1,
 			func() error { return c.Put(ctx, body) },
-			receiveFinish(ctx, c))
+			receiveFinish(ctx, c, nil))
 	})
 	// nsqd's channel as closely as it runs in-process: put selects the
 	// memory chan or encodes to go-diskqueue (mem-queue-size 0 sends all to
@@ -141,13 +134,16 @@ func BenchmarkSpillPath(b *testing.B) {
 	})
 }
 
-// receiveFinish is the consumer side of a pipeline: take one message and
-// finish it.
-func receiveFinish(ctx context.Context, r channel.Receiver) func() error {
+// receiveFinish is the consumer side of a pipeline: take one message, do
+// work on its body (if work is not nil) and finish it.
+func receiveFinish(ctx context.Context, r channel.Receiver, work func([]byte)) func() error {
 	return func() error {
 		m, err := r.Receive(ctx)
 		if err != nil {
 			return err
+		}
+		if work != nil {
+			work(m.Body)
 		}
 		return m.Finish()
 	}
