@@ -17,9 +17,21 @@ import (
 	"github.com/spillq/spillq/internal/crashtest"
 )
 
-// crashOpts are the options both the child and the parent use: small
-// segments so rotation, index sealing and deletion happen under fire.
-var crashOpts = diskqueue.Options{SyncEvery: 1, MaxSegmentBytes: 16 << 10}
+// crashConfigs are the option sets the crash test kills under, named for
+// SPILLQ_CRASH_CONFIG: the default sync policy (a Put that returned is in
+// the kernel, so a process crash must lose none) and fsync per record.
+// Small segments make rotation, sealing and deletion happen under fire.
+var crashConfigs = map[string]diskqueue.Options{
+	"default": {MaxSegmentBytes: 16 << 10},
+	"sync1":   {SyncEvery: 1, MaxSegmentBytes: 16 << 10},
+}
+
+func crashConfig() diskqueue.Options {
+	if o, ok := crashConfigs[os.Getenv("SPILLQ_CRASH_CONFIG")]; ok {
+		return o
+	}
+	return crashConfigs["sync1"]
+}
 
 // crashBody is the payload of producer p's record i. It is derived from
 // (p, i) alone, so the parent can tell a real payload from a made-up one.
@@ -41,16 +53,17 @@ func parseCrashBody(b []byte) (p, i int, ok bool) {
 	return p, i, string(crashBody(p, i)) == string(b)
 }
 
-// TestCrashChild is the process the crash test kills. It puts records with
-// SyncEvery 1 and reports "put P-I" after each Put returns; a consumer
-// reports "got P-I" before it acknowledges.
+// TestCrashChild is the process the crash test kills. Its producers report
+// "put P-I" after each Put returns; a consumer reports "got P-I" before it
+// acknowledges.
 func TestCrashChild(t *testing.T) {
 	dir, ok := crashtest.Dir()
 	if !ok {
 		t.Skip("run by TestCrash")
 	}
 	start, _ := strconv.Atoi(os.Getenv("SPILLQ_CRASH_START"))
-	opts := crashOpts
+	producers, _ := strconv.Atoi(os.Getenv("SPILLQ_CRASH_PRODUCERS"))
+	opts := crashConfig()
 	if point := os.Getenv("SPILLQ_CRASH_POINT"); point != "" {
 		// Die at the Nth pass of the named moment.
 		hit, _ := strconv.Atoi(os.Getenv("SPILLQ_CRASH_HIT"))
@@ -67,7 +80,7 @@ func TestCrashChild(t *testing.T) {
 		crashtest.Report("open-error", err)
 		select {}
 	}
-	for p := 0; p < 4; p++ {
+	for p := 0; p < max(producers, 1); p++ {
 		go func() {
 			for i := start; ; i++ {
 				if err := q.Put(context.Background(), crashBody(p, i)); err != nil {
@@ -107,10 +120,22 @@ func TestCrash(t *testing.T) {
 	if testing.Short() {
 		t.Skip("crash test runs subprocesses")
 	}
-	cycles := 20
+	cycles := 10
 	if n, err := strconv.Atoi(os.Getenv("SPILLQ_CRASH_CYCLES")); err == nil {
 		cycles = n
 	}
+	for _, c := range []struct {
+		config    string
+		producers int
+	}{{"default", 4}, {"default", 1}, {"sync1", 4}, {"sync1", 1}} {
+		t.Run(fmt.Sprintf("%s/producers=%d", c.config, c.producers), func(t *testing.T) {
+			crashCycles(t, c.config, c.producers, cycles)
+		})
+	}
+}
+
+func crashCycles(t *testing.T, config string, producers, cycles int) {
+	crashOpts := crashConfigs[config]
 	dir := t.TempDir()
 	seed := time.Now().UnixNano()
 	rng := rand.New(rand.NewPCG(uint64(seed), 0))
@@ -121,7 +146,8 @@ func TestCrash(t *testing.T) {
 	for cycle, point := range plan {
 		run := crashtest.Run{
 			Test: "TestCrashChild", Dir: dir,
-			Env:       []string{"SPILLQ_CRASH_START=" + strconv.Itoa(cycle*10_000_000)},
+			Env: []string{"SPILLQ_CRASH_START=" + strconv.Itoa(cycle*10_000_000),
+				"SPILLQ_CRASH_CONFIG=" + config, "SPILLQ_CRASH_PRODUCERS=" + strconv.Itoa(producers)},
 			KillAfter: 50 + rng.IntN(3000), KillKind: "put",
 		}
 		if point != "" {

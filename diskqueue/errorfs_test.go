@@ -161,10 +161,11 @@ func readAll(t *testing.T, q *Queue) [][]byte {
 	}
 }
 
-// TestENOSPCHoldsAndRecovers: a write failing with ENOSPC makes new Puts
-// fail with ErrDiskFull wrapping ENOSPC; nothing Put accepted is dropped;
-// once space returns, writing resumes by itself.
-func TestENOSPCHoldsAndRecovers(t *testing.T) {
+// TestENOSPCRefusesAndRecovers: on the write(2) path, a write failing with
+// ENOSPC makes that Put fail with ErrDiskFull wrapping ENOSPC and leaves
+// nothing of it behind; nothing Put accepted is dropped; once space
+// returns, Put works again.
+func TestENOSPCRefusesAndRecovers(t *testing.T) {
 	efs := &errorFS{shortWrite: true}
 	dir := t.TempDir()
 	q, err := Open(dir, Options{fsForTesting: efs, SyncEvery: 1000})
@@ -200,7 +201,6 @@ func TestENOSPCHoldsAndRecovers(t *testing.T) {
 		t.Fatalf("second Put on a full disk: got %v", err)
 	}
 	efs.heal()
-	// Sync waits for the held records, which the writer retries by itself.
 	if err := q.Sync(ctx); err != nil {
 		t.Fatalf("Sync after space returned: %v", err)
 	}
@@ -219,9 +219,6 @@ func TestENOSPCHoldsAndRecovers(t *testing.T) {
 		if !bytes.Equal(got[i], accepted[i]) {
 			t.Fatalf("record %d: got %q, want %q", i, got[i], accepted[i])
 		}
-	}
-	if q.Stats().RetriedWrites == 0 {
-		t.Fatal("RetriedWrites not counted")
 	}
 }
 

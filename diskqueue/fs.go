@@ -35,15 +35,22 @@ type file interface {
 	Close() error
 }
 
+// mapper is implemented by files that can be preallocated and mapped
+// (the real file system on Linux). The append path uses it when every
+// file of the active segment has it, and falls back to write(2) otherwise.
+type mapper interface {
+	// Allocate reserves space for [off, off+n) and extends the file to
+	// cover it; ENOSPC shows here.
+	Allocate(off, n int64) error
+	// Map maps the first n bytes of the file, shared and writable.
+	Map(n int) ([]byte, error)
+}
+
 // osFS is the real file system.
 type osFS struct{}
 
 func (osFS) OpenFile(name string, flag int, perm fs.FileMode) (file, error) {
-	f, err := os.OpenFile(name, flag, perm)
-	if err != nil {
-		return nil, err
-	}
-	return f, nil
+	return openOSFile(name, flag, perm)
 }
 
 func (osFS) Remove(name string) error                    { return os.Remove(name) }

@@ -87,6 +87,9 @@ type Options struct {
 	// crash is most interesting (see crashPoint); the crash test's child
 	// kills itself there.
 	crashPointForTesting func(point string)
+	// writePathForTesting makes Put use write(2) even where segments can
+	// be mapped, so tests cover the path other systems take.
+	writePathForTesting bool
 	// clockForTesting replaces time.Now for record timestamps, so golden
 	// files are reproducible and clocks can step backwards on cue.
 	clockForTesting func() time.Time

@@ -2,6 +2,7 @@ package diskqueue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -17,17 +18,6 @@ import (
 	"github.com/spillq/spillq/internal/broadcast"
 	"github.com/spillq/spillq/internal/histogram"
 )
-
-// pendingLimit bounds the bytes Put may buffer ahead of the writer; past it
-// Put waits for the writer to take the buffer (backpressure). A single
-// record larger than this is still accepted on its own.
-const pendingLimit = 1 << 20
-
-// batchCap is the capacity the writer gives batch buffers: room for the
-// limit plus one large frame, so appends rarely grow them. Two such buffers
-// live for the queue's life once it is written to (none for a read-only
-// queue): one filling, one being written.
-const batchCap = pendingLimit + 64<<10
 
 // Queue is a durable FIFO of records on disk. It is safe for concurrent use
 // by any number of producers and consumers.
@@ -46,20 +36,26 @@ type Queue struct {
 	readOnly bool
 	// listing is the directory as Open read it; only during Open.
 	listing map[string]os.DirEntry
+	// lastMaxTime carries the running maximum of timestamps from one
+	// segment to the next while Open recovers them.
+	lastMaxTime int64
 
 	// syncAlways is true when every Put waits for its record to be written
 	// and (unless NoSync) fsynced: SyncEvery == 1.
 	syncAlways bool
 
-	// mu guards the fields below: the producer side.
+	// mu guards the fields below: the producer side. Producers append
+	// under it (log.go).
 	mu       sync.Mutex
-	pending  *batch // records put but not yet taken by the writer
-	spare    []byte // the writer's last buffer, handed back for reuse
+	t        *tail   // the active segment; nil once Close has sealed it
+	sealQ    []*tail // segments rotated out, for the writer to seal
+	unsynced int     // records appended since the last fsync round began
+	dirDirty bool    // segments were created since the last directory fsync
 	closed   bool
 	writeErr error // first failed write or fsync; sticky
-	// fullErr is set while the writer cannot write for lack of space (ENOSPC)
-	// and cleared when a write succeeds again.
-	fullErr error
+	// mapped says appends copy into mapped, preallocated files; otherwise
+	// each Put writes with write(2). Chosen at Open.
+	mapped bool
 
 	wakeCh   chan struct{}   // capacity 1: there is work for the writer
 	emptyCh  chan chan error // Empty's requests to the writer
@@ -67,11 +63,22 @@ type Queue struct {
 	isClosed atomic.Bool     // set with closeCh, for checks on hot paths
 	writerCh chan struct{}   // closed when the writer goroutine has returned
 
-	taken   broadcast.Broadcast // the writer took the pending batch
-	written broadcast.Broadcast // new records are readable
-	freed   broadcast.Broadcast // disk space was freed, or a stalled write went through
+	// syncedSeq is the seq below which every record is on stable storage
+	// (with NoSync: in the kernel); the writer goroutine raises it and
+	// then notifies synced. syncWaiters counts the Puts and Syncs waiting.
+	syncedSeq atomic.Uint64
+	synced    broadcast.Broadcast
+	// roundStarted and roundDone number the writer's rounds, so Sync can
+	// wait for one that began after it was called.
+	roundStarted, roundDone atomic.Uint64
+	syncWaiters             atomic.Int64
+	failErr                 atomic.Pointer[error] // writeErr, readable without mu
 
-	// segMu guards segs. The writer is the only one that changes it.
+	written broadcast.Broadcast // new records are readable
+	freed   broadcast.Broadcast // disk space was freed
+
+	// segMu guards segs. Rotation (under mu) appends to it; the writer
+	// goroutine removes from it.
 	segMu sync.RWMutex
 	segs  []*segment // sorted by base; the last one is being written
 
@@ -80,8 +87,7 @@ type Queue struct {
 	rd     reader              // the next record Read hands out
 	acked  map[uint64]struct{} // acknowledged seqs above ackFloor
 
-	// w is the writer goroutine's state; nothing else touches it once Open
-	// returns.
+	// w is the writer goroutine's state.
 	w writer
 
 	// The cursors, written only under the lock named and readable without
@@ -91,8 +97,7 @@ type Queue struct {
 	inFlight atomic.Int64  // handed out by Read, not yet acknowledged; written under readMu
 
 	// Gauges and counters for Stats, readable without a lock.
-	bufferedBytes  atomic.Int64 // bytes put and not yet written
-	diskBytes      atomic.Int64 // bytes of every segment's three files
+	diskBytes      atomic.Int64 // bytes written to every segment's three files
 	deleteHint     atomic.Uint64
 	rollRequested  atomic.Bool
 	corruptRecords atomic.Int64
@@ -111,30 +116,6 @@ type Record struct {
 	Seq  uint64    // position in the log; consecutive, starting where the queue started
 	Time time.Time // when Put stored it (wall clock of the producer's machine)
 	Body []byte
-}
-
-// batch is a run of encoded records that the writer writes with one write
-// call. Producers fill the pending batch under q.mu; the writer then owns it.
-type batch struct {
-	buf    []byte
-	n      int     // records in buf
-	off    int     // bytes of buf already written; a stalled batch resumes here
-	commit *commit // nil unless someone waits for the batch to be written
-	sync   bool    // a waiter needs the batch fsynced, not just written
-}
-
-// commit reports the outcome of a batch to the Puts and Syncs that wait
-// for it. err is written before done is closed.
-type commit struct {
-	done chan struct{}
-	err  error
-}
-
-func (b *batch) waiter() *commit {
-	if b.commit == nil {
-		b.commit = &commit{done: make(chan struct{})}
-	}
-	return b.commit
 }
 
 // Open opens the queue in dir, creating the directory if needed, and
@@ -193,7 +174,6 @@ func newQueue(dir string, o Options) *Queue {
 		fs:         o.fsForTesting,
 		log:        o.Logger.With("queue", dir),
 		syncAlways: o.SyncEvery == 1,
-		pending:    &batch{}, // grows on first use; the writer makes full-size ones
 		wakeCh:     make(chan struct{}, 1),
 		emptyCh:    make(chan chan error),
 		closeCh:    make(chan struct{}),
@@ -204,21 +184,25 @@ func newQueue(dir string, o Options) *Queue {
 
 // Put appends a copy of body to the queue. Put does not keep body.
 //
-// With SyncEvery 1, Put returns once the record is on stable storage, and
-// concurrent Puts share one fsync. Otherwise Put returns once the record is
-// queued for the writer, which writes it within moments and fsyncs it by the
-// SyncEvery/SyncInterval policy; [Queue.Sync] waits for everything put so far.
+// When Put returns nil the record is in the operating system's page cache,
+// so it survives a crash of this process under every sync policy. With
+// SyncEvery 1 Put also waits until the record is on stable storage, and
+// concurrent Puts share one fsync (group commit); otherwise the writer
+// goroutine fsyncs by the SyncEvery/SyncInterval policy, and
+// [Queue.Sync] waits for everything put so far.
 //
-// Put blocks only while the writer is behind by more than a megabyte, while
-// waiting for its fsync, or (with BlockWhenFull) while the disk is full; ctx
-// bounds the wait. If ctx ends while Put waits for an fsync the record may
-// still be stored.
+// Put blocks only while waiting for its fsync or (with BlockWhenFull) while
+// the disk is full; ctx bounds the wait. If ctx ends while Put waits for an
+// fsync the record is stored but may not be durable yet.
 func (q *Queue) Put(ctx context.Context, body []byte) error {
 	if len(body) > q.opts.MaxRecordBytes {
 		return fmt.Errorf("%w: %d bytes, limit %d", ErrRecordTooLarge, len(body), q.opts.MaxRecordBytes)
 	}
 	if len(body) < q.opts.MinRecordBytes {
 		return fmt.Errorf("%w: %d bytes, minimum %d", ErrRecordTooSmall, len(body), q.opts.MinRecordBytes)
+	}
+	if q.readOnly {
+		return ErrReadOnly
 	}
 	var flags byte
 	stored := body
@@ -228,59 +212,45 @@ func (q *Queue) Put(ctx context.Context, body []byte) error {
 		}
 	}
 	frame := int64(frameSize(len(stored)))
-	if q.readOnly {
-		return ErrReadOnly
-	}
-	for {
+	for waited := false; ; waited = true {
 		q.mu.Lock()
 		if err := q.acceptingLocked(); err != nil {
 			q.mu.Unlock()
 			return err
 		}
-		if err := q.fullLocked(frame); err != nil {
+		err := q.fullLocked(frame)
+		var seq uint64
+		if err == nil {
+			seq, err = q.appendLocked(flags, stored)
+		}
+		if err != nil {
 			wait := q.freed.Wait()
 			q.mu.Unlock()
-			if !q.opts.BlockWhenFull {
+			if !q.opts.BlockWhenFull || !errors.Is(err, ErrDiskFull) {
 				return err
 			}
-			if err := q.waitFor(ctx, wait); err != nil {
-				return err
-			}
-			continue
-		}
-		if len(q.pending.buf) >= pendingLimit {
-			wait := q.taken.Wait()
-			q.mu.Unlock()
-			if err := q.waitFor(ctx, wait); err != nil {
+			if err := q.waitForSpace(ctx, wait); err != nil {
 				return err
 			}
 			continue
 		}
-		b := q.pending
-		b.buf = appendRecord(b.buf, flags, q.nextSeq.Load(), q.opts.clockForTesting().UnixNano(), stored)
-		b.n++
-		q.nextSeq.Add(1)
-		q.bufferedBytes.Add(frame + indexEntrySize)
-		first := b.n == 1
-		var c *commit
-		if q.syncAlways {
-			b.sync = true
-			c = b.waiter()
-		}
+		over := q.unsynced >= q.opts.SyncEvery
 		q.mu.Unlock()
-		q.puts.Add(1)
-		if first {
-			q.wake()
+		if waited {
+			q.retriedWrites.Add(1)
 		}
-		if c == nil {
+		q.puts.Add(1)
+		q.written.Notify()
+		if !q.syncAlways || q.opts.NoSync {
+			if over {
+				q.wake()
+			}
 			return nil
 		}
-		select {
-		case <-c.done:
-			return c.err
-		case <-ctx.Done():
-			return fmt.Errorf("diskqueue: put: waiting for fsync: %w", ctx.Err())
+		if err := q.waitSynced(ctx, seq+1, 0, false); err != nil {
+			return fmt.Errorf("diskqueue: put: %w", err)
 		}
+		return nil
 	}
 }
 
@@ -294,25 +264,18 @@ func (q *Queue) acceptingLocked() error {
 }
 
 // fullLocked reports ErrDiskFull if a frame of n more bytes would break the
-// disk budget or the writer is stalled on ENOSPC. When everything is
-// acknowledged but the active segment still holds records, it asks the
-// writer to roll so the old segment can go, since no consumer will ever free
-// that space otherwise.
+// disk budget. When everything is acknowledged but the active segment
+// still holds records, it asks the writer to roll so the old segment can
+// go, since no consumer will ever free that space otherwise.
 func (q *Queue) fullLocked(n int64) error {
-	if q.fullErr != nil {
-		return q.fullErr
-	}
 	max := q.opts.MaxDiskBytes
 	if max == 0 {
 		return nil
 	}
-	// Besides the frame and its index entry, writing what is buffered may
-	// add time-index entries and, at each rotation it causes, three file
-	// headers, a final time entry and a first one.
-	buffered := q.bufferedBytes.Load()
-	rotations := (buffered+n)/q.opts.MaxSegmentBytes + 1
-	reserve := rotations*(3*fileHeaderSize+2*timeIndexEntrySize) + (buffered/timeIndexIntervalBytes+1)*timeIndexEntrySize
-	used := q.diskBytes.Load() + buffered
+	// Besides the frame and its index entry, a rotation adds three file
+	// headers and a time entry or two.
+	reserve := int64(3*fileHeaderSize + 3*timeIndexEntrySize)
+	used := q.diskBytes.Load()
 	if used+n+indexEntrySize+reserve <= max {
 		return nil
 	}
@@ -323,15 +286,56 @@ func (q *Queue) fullLocked(n int64) error {
 	return fmt.Errorf("%w: %d bytes used, %d more would pass MaxDiskBytes %d", ErrDiskFull, used, n, max)
 }
 
-// waitFor blocks until ch is closed, ctx ends or the queue closes.
-func (q *Queue) waitFor(ctx context.Context, ch <-chan struct{}) error {
+// waitForSpace blocks until space may have been freed: this queue
+// deleted a segment (freed), or a while passed in which another process
+// may have freed some. It returns early when ctx ends or the queue closes.
+func (q *Queue) waitForSpace(ctx context.Context, freed <-chan struct{}) error {
+	retry := time.NewTimer(fullRetryInterval)
+	defer retry.Stop()
 	select {
-	case <-ch:
+	case <-freed:
+		return nil
+	case <-retry.C:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-q.closeCh:
 		return ErrClosed
+	}
+}
+
+// waitSynced waits until every record below want is on stable storage, or
+// a sticky error says it never will be. With round set it also waits for
+// a writer round that started after round was read.
+func (q *Queue) waitSynced(ctx context.Context, want uint64, round uint64, barrier bool) error {
+	q.syncWaiters.Add(1)
+	defer q.syncWaiters.Add(-1)
+	q.wake()
+	done := func() bool {
+		return q.syncedSeq.Load() >= want && (!barrier || q.roundDone.Load() > round)
+	}
+	for {
+		ch := q.synced.Wait()
+		if done() {
+			return nil
+		}
+		if err := q.failErr.Load(); err != nil {
+			return *err
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for fsync: %w", ctx.Err())
+		case <-q.writerCh:
+			// Closed: the writer's last round has run.
+			if q.syncedSeq.Load() >= want {
+				return nil
+			}
+			if err := q.failErr.Load(); err != nil {
+				return *err
+			}
+			return ErrClosed
+		}
 	}
 }
 
@@ -343,8 +347,10 @@ func (q *Queue) wake() {
 	}
 }
 
-// Sync waits until every record put before the call is written and, unless
-// NoSync is set, on stable storage.
+// Sync waits until every record put before the call is on stable storage
+// (with NoSync: in the kernel, where every record a Put returned for
+// already is) and the writer goroutine has done one round of housekeeping:
+// segments acknowledged before the call are deleted when it returns.
 func (q *Queue) Sync(ctx context.Context) error {
 	if q.readOnly {
 		return ErrReadOnly
@@ -354,16 +360,12 @@ func (q *Queue) Sync(ctx context.Context) error {
 		q.mu.Unlock()
 		return err
 	}
-	q.pending.sync = true
-	c := q.pending.waiter()
+	want := q.nextSeq.Load()
 	q.mu.Unlock()
-	q.wake()
-	select {
-	case <-c.done:
-		return c.err
-	case <-ctx.Done():
-		return fmt.Errorf("diskqueue: sync: %w", ctx.Err())
+	if err := q.waitSynced(ctx, want, q.roundStarted.Load(), true); err != nil {
+		return fmt.Errorf("diskqueue: sync: %w", err)
 	}
+	return nil
 }
 
 // Depth returns the number of records put and not yet acknowledged,
@@ -373,8 +375,9 @@ func (q *Queue) Depth() int64 {
 	return int64(q.nextSeq.Load() - q.ackFloor.Load())
 }
 
-// Close writes every record put so far, fsyncs it (unless NoSync), persists
-// the read cursor and releases the directory. Reads and Puts blocked in
+// Close fsyncs every record put so far (unless NoSync), cuts the active
+// segment's files to what was written, persists the read cursor and
+// releases the directory. Reads and Puts blocked in
 // other goroutines return [ErrClosed]. Records handed out by Read and not
 // acknowledged are delivered again after the next Open. A second Close
 // returns ErrClosed.
@@ -396,6 +399,11 @@ func (q *Queue) Close() error {
 	defer q.segMu.Unlock()
 	q.closeFiles()
 	err := q.w.closeErr
+	if err == nil {
+		if ferr := q.failErr.Load(); ferr != nil {
+			err = *ferr
+		}
+	}
 	if q.lock != nil {
 		if lerr := q.lock.Close(); err == nil && lerr != nil {
 			err = fmt.Errorf("diskqueue: close lock: %w", lerr)
@@ -411,6 +419,16 @@ func (q *Queue) closeFiles() {
 		s.closeFiles()
 	}
 	q.w.closeFiles()
+	if t := q.t; t != nil {
+		// Open failed after the active segment was readied.
+		for _, r := range []*region{&t.log, &t.index, &t.timeIdx} {
+			r.release()
+			if r.f != nil {
+				r.f.Close()
+			}
+		}
+		q.t = nil
+	}
 }
 
 // Stats is a snapshot of a queue's cursors, sizes and counters.
@@ -428,7 +446,6 @@ type Stats struct {
 	// WriteSeq is the write cursor: the seq the next Put gets.
 	WriteSeq uint64
 	// ReadPos and WritePos are the cursors as segment and byte offset.
-	// WritePos counts only written bytes, not records still buffered.
 	ReadPos, WritePos Position
 
 	Segments  int   // segment files on disk
@@ -446,8 +463,14 @@ type Stats struct {
 	IndexRebuilds int64
 	// ReadErrors counts I/O errors returned by reads (not corruption).
 	ReadErrors int64
-	// RetriedWrites counts batches written again after ENOSPC.
+	// RetriedWrites counts Puts that found the disk full, waited
+	// (BlockWhenFull) and then went through.
 	RetriedWrites int64
+	// WritePath is how Put reaches the kernel, chosen at Open: "mmap"
+	// (records copied into preallocated, mapped segment files: no system
+	// call per Put) or "write" (the producer's own write(2), where the OS
+	// or file system cannot preallocate and map).
+	WritePath string
 	// SyncP50 and SyncP99 are fsync latencies of the log (the upper bound
 	// of the histogram bucket holding each percentile, within 19%).
 	SyncP50, SyncP99 time.Duration
@@ -485,6 +508,10 @@ func (q *Queue) Stats() Stats {
 		RetriedWrites:  q.retriedWrites.Load(),
 	}
 	st.Depth = int64(st.WriteSeq - st.ReadSeq)
+	st.WritePath = "write"
+	if q.mapped {
+		st.WritePath = "mmap"
+	}
 	p := q.syncLatency.Percentiles(0.5, 0.99)
 	st.SyncP50, st.SyncP99 = p[0], p[1]
 	q.segMu.RLock()

@@ -356,6 +356,12 @@ func (q *Queue) locate(seq uint64) (*segment, int64, uint64, error) {
 		if seq > end {
 			return nil, 0, 0, fmt.Errorf("%w: seq %d is past the end %d", ErrNotFound, seq, end)
 		}
+		if !sealed {
+			// Being appended to: size may already count a record whose
+			// end is not published yet, so it is no offset for seq. Once
+			// seq is written its index entry says where it starts.
+			return nil, 0, 0, errNoData
+		}
 		return seg, size, end, nil
 	}
 	offs, err := q.indexEntries(seg, seq, 1)

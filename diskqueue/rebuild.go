@@ -154,44 +154,64 @@ func (q *Queue) writeAtomically(path string, header, body []byte) error {
 // off: with SyncEvery 1 no Put of it returned, and with any other policy it
 // was never promised to survive a crash. A bad record with valid records
 // after it is damage, not a torn write: it stays, and readers skip it.
-func (q *Queue) recoverTail(seg *segment, size int64) error {
-	w := &q.w
+func (q *Queue) recoverTail(seg *segment, size int64) (*tail, error) {
 	maxBody := maxBodyForRead(q.opts.MaxRecordBytes)
 	log := seg.files.Load().log // opened by openSegment
 	if q.readOnly {
-		return q.scanTail(seg, log, size)
+		return nil, q.scanTail(seg, log, size)
 	}
+	w := &tail{seg: seg, maxTime: q.lastMaxTime}
 	var err error
 	open := func(suffix string) (file, error) {
 		return q.fs.OpenFile(seg.path(suffix), os.O_RDWR|os.O_CREATE, 0o644)
 	}
-	if w.log, err = open(logSuffix); err != nil {
-		return fmt.Errorf("diskqueue: open: %w", err)
+	closeAll := func() {
+		for _, f := range []file{w.log.f, w.index.f, w.timeIdx.f} {
+			if f != nil {
+				f.Close()
+			}
+		}
 	}
-	if w.index, err = open(indexSuffix); err != nil {
-		return fmt.Errorf("diskqueue: open: %w", err)
+	if w.log.f, err = open(logSuffix); err != nil {
+		return nil, fmt.Errorf("diskqueue: open: %w", err)
 	}
-	if w.timeIndex, err = open(timeIndexSuffix); err != nil {
-		return fmt.Errorf("diskqueue: open: %w", err)
+	if w.index.f, err = open(indexSuffix); err != nil {
+		closeAll()
+		return nil, fmt.Errorf("diskqueue: open: %w", err)
+	}
+	if w.timeIdx.f, err = open(timeIndexSuffix); err != nil {
+		closeAll()
+		return nil, fmt.Errorf("diskqueue: open: %w", err)
 	}
 	index, err := q.fs.OpenFile(seg.path(indexSuffix), os.O_RDONLY, 0)
 	if err != nil {
-		return fmt.Errorf("diskqueue: open: %w", err)
+		closeAll()
+		return nil, fmt.Errorf("diskqueue: open: %w", err)
 	}
 	seg.setFiles(log, index)
+	t, err := q.recoverTailFiles(w, seg, log, size, maxBody)
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	return t, nil
+}
 
+// recoverTailFiles is recoverTail once the files are open.
+func (q *Queue) recoverTailFiles(w *tail, seg *segment, log file, size int64, maxBody int) (*tail, error) {
+	wIndex, wLog, wTime := w.index.f, w.log.f, w.timeIdx.f
 	// Index entries, and the last one that points at its record.
-	indexSize := fileSize(w.index)
+	indexSize := fileSize(wIndex)
 	entries := int64(0)
 	indexDamaged := false
-	if q.headerOK(w.index, magicIndex, seg.base) {
-		entries = (indexSize - fileHeaderSize) / indexEntrySize
+	if q.headerOK(wIndex, magicIndex, seg.base) {
+		entries = writtenEntries(wIndex, (indexSize-fileHeaderSize)/indexEntrySize, indexEntrySize)
 	} else if indexSize > 0 {
 		indexDamaged = true
 	}
 	entry := func(j int64) (int64, bool) {
 		var e [indexEntrySize]byte
-		if _, err := w.index.ReadAt(e[:], fileHeaderSize+j*indexEntrySize); err != nil {
+		if _, err := wIndex.ReadAt(e[:], fileHeaderSize+j*indexEntrySize); err != nil {
 			return 0, false
 		}
 		off := int64(binary.BigEndian.Uint32(e[:]))
@@ -221,12 +241,12 @@ func (q *Queue) recoverTail(seg *segment, size int64) error {
 	// Time-index entries kept: those for records the index vouches for.
 	// Only the end of the file is read, so Open does not grow with the
 	// segment; SeekTime checks the rest when it reads the file.
-	tEntries, tFirst, terr := readTimeTail(w.timeIndex, seg.base, func(e timeEntry) bool {
+	tEntries, tFirst, terr := readTimeTail(wTime, seg.base, func(e timeEntry) bool {
 		return trusted >= 0 && e.seq <= seg.base+uint64(trusted)
 	})
 	if terr != nil {
 		tEntries, tFirst = nil, 0
-		indexDamaged = indexDamaged || fileSize(w.timeIndex) > 0
+		indexDamaged = indexDamaged || fileSize(wTime) > 0
 	}
 	tKept := tFirst + int64(len(tEntries)) // entries kept in the file
 
@@ -257,13 +277,13 @@ func (q *Queue) recoverTail(seg *segment, size int64) error {
 			break
 		}
 		if !errors.Is(sc.Err(), ErrCorrupt) && !errors.Is(sc.Err(), errShortFrame) {
-			return fmt.Errorf("diskqueue: open: recover %s: %w", seg.path(logSuffix), sc.Err())
+			return nil, fmt.Errorf("diskqueue: open: recover %s: %w", seg.path(logSuffix), sc.Err())
 		}
 		// Valid records after the bad one mean damage inside the log, not
 		// a torn tail. Looking 64 index entries ahead bounds Open's cost.
 		const lookahead = 64
 		stop := min(seg.base+uint64(entries), sc.seq+1+lookahead)
-		off, seq, ok := q.resumeAfter(seg.base, log, w.index, sc.Offset(), sc.seq, size, stop)
+		off, seq, ok := q.resumeAfter(seg.base, log, wIndex, sc.Offset(), sc.seq, size, stop)
 		if !ok {
 			break
 		}
@@ -273,8 +293,8 @@ func (q *Queue) recoverTail(seg *segment, size int64) error {
 	}
 	end := sc.seq
 	if goodEnd < size {
-		if err := q.cutTail(seg, w.log, goodEnd, size); err != nil {
-			return err
+		if err := q.cutTail(seg, wLog, goodEnd, size); err != nil {
+			return nil, err
 		}
 	}
 
@@ -294,8 +314,8 @@ func (q *Queue) recoverTail(seg *segment, size int64) error {
 	if keepIndex == 0 {
 		idxAt = 0
 	}
-	if err := rewriteTail(w.index, idxAt, idx); err != nil {
-		return fmt.Errorf("diskqueue: open: rewrite %s: %w", seg.path(indexSuffix), err)
+	if err := rewriteTail(wIndex, idxAt, idx); err != nil {
+		return nil, fmt.Errorf("diskqueue: open: rewrite %s: %w", seg.path(indexSuffix), err)
 	}
 	// The scan re-derived the entry at startSeq; keep the stored one, and
 	// write only what follows the entries kept.
@@ -307,23 +327,23 @@ func (q *Queue) recoverTail(seg *segment, size int64) error {
 	if terr != nil {
 		tidxAt, tidx = 0, append(appendFileHeader(nil, magicTimeIndex, seg.base), b.tidx...)
 	}
-	if err := rewriteTail(w.timeIndex, tidxAt, tidx); err != nil {
-		return fmt.Errorf("diskqueue: open: rewrite %s: %w", seg.path(timeIndexSuffix), err)
+	if err := rewriteTail(wTime, tidxAt, tidx); err != nil {
+		return nil, fmt.Errorf("diskqueue: open: rewrite %s: %w", seg.path(timeIndexSuffix), err)
 	}
 	timeIndexSize := tidxAt + int64(len(tidx))
 
-	w.seg = seg
 	w.size, w.end = goodEnd, end
 	w.indexSize = fileHeaderSize + gotEntries*indexEntrySize
-	w.timeIndexSize = timeIndexSize
+	w.timeSize = timeIndexSize
 	w.maxTime = b.maxTime
 	w.lastTimeOff, w.lastTimeSeq = b.lastTimeOff, b.lastTimeSeq
 	seg.size.Store(goodEnd)
 	seg.end.Store(end)
 	seg.maxTime.Store(b.maxTime)
 	seg.indexBytes.Store(w.indexSize)
-	seg.timeIndexBytes.Store(w.timeIndexSize)
-	return nil
+	seg.timeIndexBytes.Store(w.timeSize)
+	seg.writing.Store(true)
+	return w, nil
 }
 
 // scanTail is recoverTail for a read-only queue: it finds where the last
@@ -341,7 +361,7 @@ func (q *Queue) scanTail(seg *segment, log file, size int64) error {
 	startSeq, startOff := seg.base, int64(fileHeaderSize)
 	if idx != nil && q.headerOK(idx, magicIndex, seg.base) {
 		// Walk back from the last entry to one that points at its record.
-		for j := (fileSize(idx)-fileHeaderSize)/indexEntrySize - 1; j >= 0; j-- {
+		for j := writtenEntries(idx, (fileSize(idx)-fileHeaderSize)/indexEntrySize, indexEntrySize) - 1; j >= 0; j-- {
 			var e [indexEntrySize]byte
 			if _, err := idx.ReadAt(e[:], fileHeaderSize+j*indexEntrySize); err != nil {
 				break
@@ -359,9 +379,14 @@ func (q *Queue) scanTail(seg *segment, log file, size int64) error {
 	}
 	// The newest timestamp: the time index's running maximum up to the
 	// trusted records, then the records scanned after them.
-	maxTime := q.w.maxTime
+	maxTime := q.lastMaxTime
 	if tidx, err := q.fs.OpenFile(seg.path(timeIndexSuffix), os.O_RDONLY, 0); err == nil {
 		n := max(fileSize(tidx), 0)
+		if n >= fileHeaderSize {
+			// A live writer's time index is preallocated: zeros follow
+			// what was written.
+			n = fileHeaderSize + writtenEntries(tidx, (n-fileHeaderSize)/timeIndexEntrySize, timeIndexEntrySize)*timeIndexEntrySize
+		}
 		seg.timeIndexBytes.Store(n)
 		buf := make([]byte, n)
 		if _, err := tidx.ReadAt(buf, 0); err == nil || err == io.EOF {
@@ -385,7 +410,9 @@ func (q *Queue) scanTail(seg *segment, log file, size int64) error {
 	seg.maxTime.Store(maxTime)
 	// Bytes past sc.Offset() that do not check out are a torn write or one
 	// in progress; Verify reports them, and Open would cut them.
-	seg.indexBytes.Store(max(fileSize(idx), 0))
+	if n := fileSize(idx); n >= fileHeaderSize {
+		seg.indexBytes.Store(fileHeaderSize + writtenEntries(idx, (n-fileHeaderSize)/indexEntrySize, indexEntrySize)*indexEntrySize)
+	}
 	return nil
 }
 
@@ -459,7 +486,7 @@ func readTimeTail(f file, base uint64, keep func(timeEntry) bool) ([]timeEntry, 
 	} else if got != base {
 		return nil, 0, fmt.Errorf("%w: time index header base %d, want %d", ErrCorrupt, got, base)
 	}
-	count := (n - fileHeaderSize) / timeIndexEntrySize
+	count := writtenEntries(f, (n-fileHeaderSize)/timeIndexEntrySize, timeIndexEntrySize)
 	for from := max(count-timeTailEntries, 0); ; from = 0 {
 		buf := make([]byte, (count-from)*timeIndexEntrySize)
 		if _, err := f.ReadAt(buf, fileHeaderSize+from*timeIndexEntrySize); err != nil && err != io.EOF {
@@ -485,4 +512,33 @@ func rewriteTail(f file, off int64, b []byte) error {
 		return err
 	}
 	return f.Truncate(off + int64(len(b)))
+}
+
+// writtenEntries returns how many of the count fixed-size entries after a
+// file's header were written. A preallocated file has zeros after them, and
+// no written entry is all zeros (an index entry is an offset past the
+// header, a time entry holds a timestamp). Entries are written in order, so
+// the written ones are a prefix and a binary search finds its end; a
+// read error counts as the end.
+func writtenEntries(f file, count, size int64) int64 {
+	written := func(j int64) bool {
+		e := make([]byte, size)
+		if _, err := f.ReadAt(e, fileHeaderSize+j*size); err != nil {
+			return false
+		}
+		return !allZero(e)
+	}
+	if count == 0 || written(count-1) {
+		return count
+	}
+	lo, hi := int64(-1), count-1 // entry lo is written (or -1), hi is not
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		if written(mid) {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return hi
 }

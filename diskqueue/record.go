@@ -76,14 +76,20 @@ func appendRecord(dst []byte, flags byte, seq uint64, ts int64, body []byte) []b
 		dst = grown
 	}
 	dst = dst[:start+n]
-	frame := dst[start:]
-	binary.BigEndian.PutUint32(frame[0:4], uint32(n-lengthSize))
+	encodeRecord(dst[start:], flags, seq, ts, body)
+	return dst
+}
+
+// encodeRecord writes the frame of one record into frame, which must be
+// exactly frameSize(len(body)) bytes: the append path encodes straight into
+// the mapped log with it.
+func encodeRecord(frame []byte, flags byte, seq uint64, ts int64, body []byte) {
+	binary.BigEndian.PutUint32(frame[0:4], uint32(len(frame)-lengthSize))
 	frame[8] = flags
 	binary.BigEndian.PutUint64(frame[9:17], seq)
 	binary.BigEndian.PutUint64(frame[17:25], uint64(ts))
 	copy(frame[recordHeaderSize:], body)
 	binary.BigEndian.PutUint32(frame[4:8], frameCRC(frame))
-	return dst
 }
 
 // frameCRC computes the checksum of a complete frame, skipping the CRC field.
@@ -164,4 +170,11 @@ func decodeFileHeader(b []byte, want [4]byte) (uint64, error) {
 		return 0, fmt.Errorf("%w: reserved header bytes are not zero", ErrCorrupt)
 	}
 	return binary.BigEndian.Uint64(b[8:16]), nil
+}
+
+// appendTimeEntry appends one time-index entry: the running maximum of
+// timestamps up to seq, then seq.
+func appendTimeEntry(dst []byte, ts int64, seq uint64) []byte {
+	dst = binary.BigEndian.AppendUint64(dst, uint64(ts))
+	return binary.BigEndian.AppendUint64(dst, seq)
 }

@@ -136,10 +136,10 @@ func (q *Queue) recover() error {
 		if !last {
 			next = bases[i+1]
 		}
-		if last && len(q.segs) > 0 {
-			// The tail's time index continues the running maximum of the
+		if len(q.segs) > 0 && (last || q.maybeUnsealed(base)) {
+			// A tail's time index continues the running maximum of the
 			// segments before it.
-			q.w.maxTime = q.segMaxTime(q.segs[len(q.segs)-1])
+			q.lastMaxTime = q.segMaxTime(q.segs[len(q.segs)-1])
 		}
 		seg, err := q.openSegment(base, next, last)
 		if err != nil {
@@ -163,6 +163,12 @@ func (q *Queue) recover() error {
 			return err
 		}
 	}
+	if t := q.t; t != nil && !t.mapped && !q.opts.writePathForTesting {
+		if err := q.startAppending(t, true); err != nil {
+			return err
+		}
+	}
+	q.mapped = q.t != nil && q.t.mapped
 	for _, s := range q.segs {
 		q.diskBytes.Add(s.diskBytes())
 	}
@@ -212,16 +218,24 @@ func (q *Queue) startSegment(base uint64) error {
 		q.segs = append(q.segs, seg)
 		return nil
 	}
-	seg, files, err := q.createSegment(base)
+	seg, t, err := q.createSegment(base, q.lastMaxTime, !q.opts.writePathForTesting)
 	if err != nil {
 		return err
 	}
 	q.segs = append(q.segs, seg)
-	q.w.seg = seg
-	q.w.log, q.w.index, q.w.timeIndex = files[0], files[1], files[2]
-	q.w.size, q.w.indexSize, q.w.timeIndexSize = fileHeaderSize, fileHeaderSize, fileHeaderSize
-	q.w.end, q.w.lastTimeSeq = base, maxSeq
+	q.t = t
+	q.dirDirty = true
 	return nil
+}
+
+// maybeUnsealed reports whether the sealed-looking segment at base may not
+// have been sealed: a crash came after appends moved on and before the
+// writer cut it to size. Such a log still has its preallocated size, a
+// multiple of allocUnit; a sealed one has that size only by chance, and
+// then checking its tail costs a few reads and changes nothing.
+func (q *Queue) maybeUnsealed(base uint64) bool {
+	size, err := q.listedSize(segmentName(base, logSuffix))
+	return err == nil && size > fileHeaderSize && size%allocUnit == 0
 }
 
 // removeOrphanIndexes deletes index files whose log is gone (a crash between
@@ -248,7 +262,7 @@ func (q *Queue) removeOrphanIndexes(entries []os.DirEntry, bases []uint64) {
 // returned; the caller then starts a fresh segment at its base.
 func (q *Queue) openSegment(base, next uint64, last bool) (*segment, error) {
 	seg := &segment{dir: q.dir, base: base}
-	if !last {
+	if !last && !q.maybeUnsealed(base) {
 		return seg, q.openSealedLazily(seg, next)
 	}
 	name := seg.path(logSuffix)
@@ -268,6 +282,11 @@ func (q *Queue) openSegment(base, next uint64, last bool) (*segment, error) {
 		return nil, err
 	}
 	switch {
+	case damage != nil && !intact && q.readOnly && last && q.beingCreated(f, size):
+		// A live writer has just created this segment and not yet written
+		// its header: it is empty, not damaged.
+		seg.closeFiles()
+		return nil, q.startSegment(base)
 	case damage != nil && !intact:
 		seg.closeFiles()
 		if q.readOnly {
@@ -278,7 +297,38 @@ func (q *Queue) openSegment(base, next uint64, last bool) (*segment, error) {
 	case damage != nil && !q.readOnly:
 		defer q.rewriteHeader(seg)
 	}
-	return seg, q.recoverTail(seg, size)
+	t, err := q.recoverTail(seg, size)
+	if err != nil {
+		seg.closeFiles()
+		return nil, err
+	}
+	switch {
+	case last && t != nil:
+		q.t = t
+	case t != nil:
+		// An older segment a crash left unsealed: finish what the writer
+		// would have done.
+		if err := q.seal(t); err != nil {
+			seg.closeFiles()
+			return nil, fmt.Errorf("diskqueue: open: %w", err)
+		}
+		fallthrough
+	case !last:
+		seg.sealed.Store(true)
+	}
+	return seg, nil
+}
+
+// beingCreated reports whether a log's header is missing or all zeros: a
+// segment a writer is creating at this moment (or a crash tore while it was
+// created, before any record could be written in it).
+func (q *Queue) beingCreated(f file, size int64) bool {
+	if size < fileHeaderSize {
+		return true
+	}
+	head := make([]byte, fileHeaderSize)
+	_, err := f.ReadAt(head, 0)
+	return err == nil && allZero(head)
 }
 
 // checkLogHeader reads the header of seg's log. err is an I/O failure or a
@@ -427,10 +477,10 @@ func (q *Queue) statSize(path string) int64 {
 
 // rewriteHeader repairs the header of the segment the writer appends to.
 func (q *Queue) rewriteHeader(seg *segment) {
-	if q.w.log == nil {
+	if q.t == nil || q.t.seg != seg {
 		return
 	}
-	if _, err := q.w.log.WriteAt(appendFileHeader(nil, magicLog, seg.base), 0); err != nil {
+	if _, err := q.t.log.f.WriteAt(appendFileHeader(nil, magicLog, seg.base), 0); err != nil {
 		q.log.Warn("diskqueue: cannot repair segment header", "segment", seg.base, "err", err)
 	}
 }

@@ -43,9 +43,10 @@ func parseSegmentName(name, suffix string) (uint64, bool) {
 
 // segment is one log file with its index and time index.
 //
-// The fields set at creation never change. The atomics are written only by
-// the writer goroutine (or by Open before any goroutine starts) and read by
-// anyone holding the segment: they publish how much of the log is readable.
+// The fields set at creation never change. The atomics are written by the
+// producer appending under q.mu or by the writer goroutine (or by Open
+// before any goroutine starts), and read by anyone holding the segment:
+// they publish how much of the log is readable.
 type segment struct {
 	dir  string
 	base uint64 // seq of the first record; also the file name
@@ -66,8 +67,13 @@ type segment struct {
 	// end, so a reader that sees end also sees the bytes behind it.
 	size atomic.Int64
 	end  atomic.Uint64
-	// sealed is set once the writer has moved on; size and end are final.
+	// sealed is set once appends have moved on to the next segment; size
+	// and end are final. (The files are cut to size and fsynced a moment
+	// later by the writer goroutine; writing says when that is done.)
 	sealed atomic.Bool
+	// writing is set while the segment has write handles: it is being
+	// appended to or waits to be sealed. Retention leaves it alone.
+	writing atomic.Bool
 	// maxTime is the newest record timestamp (running maximum) seen up to
 	// end, in Unix nanoseconds; retention by age uses it.
 	maxTime atomic.Int64

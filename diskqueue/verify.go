@@ -21,7 +21,12 @@ type Report struct {
 	ReadSeq  uint64 // the stored read cursor
 	WriteSeq uint64
 	BadFiles []string // quarantined .bad files present in the directory
-	Problems []Problem
+	// PendingTail is how many bytes after the last good record of the last
+	// segment are not zero: a record being written at this moment, or one
+	// a crash tore (no Put returned for it, and the next Open cuts it off).
+	// It is not a problem. Zeros there are space preallocated for appends.
+	PendingTail int64
+	Problems    []Problem
 }
 
 // OK reports whether Verify found nothing wrong.
@@ -86,8 +91,10 @@ func (q *Queue) verifySegment(seg *segment, rep *Report) {
 		return // the in-memory segment of an empty queue
 	}
 	if n := fileSize(f.log); n > size && !seg.sealed.Load() {
-		rep.Problems = append(rep.Problems, Problem{File: logName, Offset: size,
-			Err: fmt.Errorf("%d bytes after the last good record (a torn write, or one being written now)", n-size)})
+		// The last segment ends in space preallocated for appends (zeros)
+		// and perhaps a record being written right now, or one a crash
+		// tore, which the next Open cuts off. None of that is damage.
+		rep.PendingTail = q.tailBytes(f.log, size, n)
 	}
 	var index []byte
 	if f.index != nil {
@@ -113,6 +120,8 @@ func (q *Queue) verifySegment(seg *segment, rep *Report) {
 				if seg.sealed.Load() {
 					rep.Problems = append(rep.Problems, Problem{File: indexName, Offset: i, Seq: h.seq, Err: errors.New("no index entry")})
 				}
+			case binary.BigEndian.Uint32(index[i:]) == 0 && !seg.sealed.Load():
+				// Not written yet: a live writer copies the record first.
 			case int64(binary.BigEndian.Uint32(index[i:])) != off:
 				rep.Problems = append(rep.Problems, Problem{File: indexName, Offset: i, Seq: h.seq,
 					Err: fmt.Errorf("entry says offset %d, the record is at %d", binary.BigEndian.Uint32(index[i:]), off)})
@@ -168,4 +177,23 @@ func (h *collectHandler) messages() []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return append([]string(nil), h.msgs...)
+}
+
+// tailBytes returns how many bytes of log from size up to n come before the
+// last one that is not zero.
+func (q *Queue) tailBytes(log file, size, n int64) int64 {
+	const block = 64 << 10
+	buf := make([]byte, block)
+	last := size
+	for off := size; off < n; off += block {
+		b := buf[:min(block, n-off)]
+		m, _ := log.ReadAt(b, off)
+		for i := m - 1; i >= 0; i-- {
+			if b[i] != 0 {
+				last = off + int64(i) + 1
+				break
+			}
+		}
+	}
+	return last - size
 }

@@ -243,6 +243,9 @@ func cmdVerify(args []string, _ io.Reader, out io.Writer) error {
 	for _, b := range rep.BadFiles {
 		fmt.Fprintf(out, "note: quarantined file %s (inspect, then delete by hand)\n", b)
 	}
+	if rep.PendingTail > 0 {
+		fmt.Fprintf(out, "note: %d bytes after the last record: a write in progress, or a torn write left by a crash (no Put returned for it; the next Open cuts it off)\n", rep.PendingTail)
+	}
 	if rep.OK() {
 		fmt.Fprintln(out, "ok")
 		return nil

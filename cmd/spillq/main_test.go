@@ -135,7 +135,9 @@ func TestRepairFixesATornTail(t *testing.T) {
 	f, _ := os.OpenFile(name, os.O_APPEND|os.O_WRONLY, 0)
 	f.Write([]byte{0, 0, 0, 40, 1, 2, 3}) // half a record
 	f.Close()
-	if out, code := tool(t, "", "verify", dir); code != 1 || !strings.Contains(out, "torn write") {
+	// Half a record at the end is what a live writer leaves mid-copy as
+	// much as what a crash leaves: a note, not a problem.
+	if out, code := tool(t, "", "verify", dir); code != 0 || !strings.Contains(out, "7 bytes after the last record") {
 		t.Fatalf("verify before repair (%d):\n%s", code, out)
 	}
 	out, code := tool(t, "", "repair", dir)
