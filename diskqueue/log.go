@@ -128,13 +128,13 @@ func (r *region) write(off int64, b []byte) error {
 // atomic store, so a reader in another process that sees the index entry
 // also sees the record it points at (the record was copied before it).
 func (r *region) putEntry(off int64, v uint32) error {
-	var b [4]byte
-	binary.BigEndian.PutUint32(b[:], v)
 	if r.m != nil {
-		atomic.StoreUint32((*uint32)(unsafe.Pointer(&r.m[off])), *(*uint32)(unsafe.Pointer(&b[0])))
+		var b [4]byte
+		binary.BigEndian.PutUint32(b[:], v)
+		atomic.StoreUint32((*uint32)(unsafe.Pointer(&r.m[off])), binary.NativeEndian.Uint32(b[:]))
 		return nil
 	}
-	_, err := r.f.WriteAt(b[:], off)
+	_, err := r.f.WriteAt(binary.BigEndian.AppendUint32(nil, v), off)
 	return err
 }
 
