@@ -3,7 +3,7 @@ package diskqueue
 // Hooks for the external tests (package diskqueue_test), compiled only
 // into test binaries.
 
-// CrashPoints lists the moments writer.go names with crashPoint, where
+// CrashPoints lists the moments log.go and writer.go name with crashPoint, where
 // SetCrashPoint can stop a test's child.
 var CrashPoints = []string{"index-flush", "rotate-sealed", "rotate-created", "cursor-persist", "retention-delete"}
 

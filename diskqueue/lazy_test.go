@@ -248,7 +248,7 @@ func TestDiskBytesAfterFirstUse(t *testing.T) {
 	dir := t.TempDir()
 	putFixture(t, dir, 400)
 	var want int64
-	for _, suffix := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
+	for _, suffix := range []string{logSuffix, indexSuffix, timeIndexSuffix, ackSuffix} {
 		names, _ := filepath.Glob(filepath.Join(dir, "*"+suffix))
 		for _, n := range names {
 			info, err := os.Stat(n)

@@ -160,6 +160,11 @@ type tail struct {
 	maxTime             int64  // running maximum of record timestamps, across segments
 	mapped              bool
 	scratch             []byte // the write path's frame buffer
+	// ack is the segment's acknowledgement file, whose preallocation
+	// appends grow; ackCap is how many records it has room for: the
+	// segment rotates when it is reached.
+	ack    *ackFile
+	ackCap uint64
 }
 
 // mapLimits are the largest sizes the active segment's three files can
@@ -214,7 +219,7 @@ var errFault = errors.New("diskqueue: fault writing a mapped segment file (was i
 // before a byte is written; a failed write(2) is cut back.
 func (q *Queue) appendLocked(flags byte, stored []byte) (seq uint64, err error) {
 	n := int64(frameSize(len(stored)))
-	if t := q.t; t.size > fileHeaderSize && t.size+n > q.opts.MaxSegmentBytes {
+	if t := q.t; t.size > fileHeaderSize && (t.size+n > q.opts.MaxSegmentBytes || t.end-t.seg.base >= t.ackCap) {
 		if err := q.rotateLocked(); err != nil {
 			return 0, err
 		}
@@ -266,8 +271,10 @@ func (q *Queue) appendLocked(flags byte, stored []byte) (seq uint64, err error) 
 	t.end = seq + 1
 	t.maxTime = maxTime
 	q.unsynced++
-	q.publishLocked(t)
+	// nextSeq first: a record may be read and acknowledged as soon as its
+	// segment's end is published, and Depth (nextSeq - floor) must not dip.
 	q.nextSeq.Store(seq + 1)
+	q.publishLocked(t)
 	return seq, nil
 }
 
@@ -285,6 +292,9 @@ func (q *Queue) reserve(t *tail, n int64, timeEntry bool) error {
 	if err == nil && timeEntry {
 		err = t.timeIdx.ensure(t.timeSize + timeIndexEntrySize)
 	}
+	if err == nil && t.ack != nil {
+		err = t.ack.reserve(t.end - t.seg.base + 1)
+	}
 	if err != nil {
 		if isNoSpace(err) {
 			return fmt.Errorf("%w: %w", ErrDiskFull, err)
@@ -292,7 +302,7 @@ func (q *Queue) reserve(t *tail, n int64, timeEntry bool) error {
 		q.failLocked(err)
 		return err
 	}
-	if t.log.alloc-(t.size+n) < logChunk/2 || t.log.prefaulted < t.log.alloc {
+	if t.log.alloc < min(t.size+n+logChunk/2, q.opts.MaxSegmentBytes) || t.log.prefaulted < t.log.alloc {
 		q.wake()
 	}
 	return nil
@@ -376,7 +386,10 @@ func (q *Queue) createSegment(base uint64, maxTime int64, mapped bool) (*segment
 			}
 		}
 		seg.closeFiles()
-		for _, suffix := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
+		if seg.ack != nil {
+			seg.ack.close()
+		}
+		for _, suffix := range []string{logSuffix, indexSuffix, timeIndexSuffix, ackSuffix} {
 			q.fs.Remove(seg.path(suffix))
 		}
 		return nil, nil, fmt.Errorf("diskqueue: create segment %d: %w", base, err)
@@ -402,6 +415,12 @@ func (q *Queue) createSegment(base uint64, maxTime int64, mapped bool) (*segment
 		}
 	}
 	t.size, t.indexSize, t.timeSize = fileHeaderSize, fileHeaderSize, fileHeaderSize
+	capacity := q.recordCapacity()
+	a, err := q.createAckFile(seg, capacity, mapped, true)
+	if err != nil {
+		return fail(err)
+	}
+	seg.ack, t.ack, t.ackCap = a, a, capacity
 	log, err := q.fs.OpenFile(seg.path(logSuffix), os.O_RDONLY, 0)
 	if err != nil {
 		return fail(err)
@@ -464,6 +483,12 @@ func (q *Queue) sealFiles(t *tail) error {
 				// may have dropped the pages, so writing again proves nothing.
 				return fmt.Errorf("diskqueue: seal: fsync %s: %w", t.seg.path(c.name), err)
 			}
+		}
+	}
+	if t.ack != nil {
+		// Acks touch only the bits of records that exist, all inside.
+		if err := t.ack.f.Truncate(ackFileSize(t.end - t.seg.base)); err != nil {
+			return fmt.Errorf("diskqueue: seal %s: %w", t.seg.path(ackSuffix), err)
 		}
 	}
 	q.crashPoint("rotate-sealed")

@@ -84,8 +84,12 @@ type Queue struct {
 
 	// readMu guards the fields below: the consumer side.
 	readMu sync.Mutex
-	rd     reader              // the next record Read hands out
-	acked  map[uint64]struct{} // acknowledged seqs above ackFloor
+	rd     reader // the next record Read hands out
+	// ackedMax is the highest seq acknowledged (at Open: an upper bound of
+	// those acknowledged before). Read checks the bitmap only for records
+	// at or below it: in a steady run acks trail the reader and it costs
+	// nothing.
+	ackedMax uint64
 
 	// w is the writer goroutine's state.
 	w writer
@@ -94,7 +98,10 @@ type Queue struct {
 	// one (Depth, Stats, the writer's housekeeping).
 	nextSeq  atomic.Uint64 // seq the next Put gets; written under mu
 	ackFloor atomic.Uint64 // oldest record not yet acknowledged; written under readMu
-	inFlight atomic.Int64  // handed out by Read, not yet acknowledged; written under readMu
+	// ackedAbove counts acknowledged records above ackFloor (acked out of
+	// order, or before a restart ahead of the floor); written under readMu.
+	ackedAbove atomic.Int64
+	inFlight   atomic.Int64 // handed out by Read, not yet acknowledged; written under readMu
 
 	// Gauges and counters for Stats, readable without a lock.
 	diskBytes      atomic.Int64 // bytes written to every segment's three files
@@ -178,7 +185,6 @@ func newQueue(dir string, o Options) *Queue {
 		emptyCh:    make(chan chan error),
 		closeCh:    make(chan struct{}),
 		writerCh:   make(chan struct{}),
-		acked:      make(map[uint64]struct{}),
 	}
 }
 
@@ -273,8 +279,8 @@ func (q *Queue) fullLocked(n int64) error {
 		return nil
 	}
 	// Besides the frame and its index entry, a rotation adds three file
-	// headers and a time entry or two.
-	reserve := int64(3*fileHeaderSize + 3*timeIndexEntrySize)
+	// headers, a time entry or two and an acknowledgement file.
+	reserve := int64(3*fileHeaderSize+3*timeIndexEntrySize) + ackFileSize(q.recordCapacity())
 	used := q.diskBytes.Load()
 	if used+n+indexEntrySize+reserve <= max {
 		return nil
@@ -369,10 +375,9 @@ func (q *Queue) Sync(ctx context.Context) error {
 }
 
 // Depth returns the number of records put and not yet acknowledged,
-// including those handed out by Read and still in flight. It is derived from
-// the cursors, so it cannot drift.
+// including those handed out by Read and still in flight.
 func (q *Queue) Depth() int64 {
-	return int64(q.nextSeq.Load() - q.ackFloor.Load())
+	return int64(q.nextSeq.Load()-q.ackFloor.Load()) - q.ackedAbove.Load()
 }
 
 // Close fsyncs every record put so far (unless NoSync), cuts the active
@@ -417,6 +422,10 @@ func (q *Queue) Close() error {
 func (q *Queue) closeFiles() {
 	for _, s := range q.segs {
 		s.closeFiles()
+		if s.ack != nil {
+			s.ack.close()
+			s.ack = nil
+		}
 	}
 	q.w.closeFiles()
 	if t := q.t; t != nil {
@@ -433,7 +442,8 @@ func (q *Queue) closeFiles() {
 
 // Stats is a snapshot of a queue's cursors, sizes and counters.
 type Stats struct {
-	// Depth is WriteSeq - ReadSeq: records not yet acknowledged.
+	// Depth is the records not yet acknowledged: WriteSeq - ReadSeq, less
+	// those above ReadSeq acknowledged out of order.
 	Depth int64
 	// InFlight is the records handed out by Read and not yet acknowledged.
 	InFlight int64
@@ -507,7 +517,7 @@ func (q *Queue) Stats() Stats {
 		ReadErrors:     q.readErrors.Load(),
 		RetriedWrites:  q.retriedWrites.Load(),
 	}
-	st.Depth = int64(st.WriteSeq - st.ReadSeq)
+	st.Depth = int64(st.WriteSeq-st.ReadSeq) - q.ackedAbove.Load()
 	st.WritePath = "write"
 	if q.mapped {
 		st.WritePath = "mmap"

@@ -137,6 +137,10 @@ func readError(seg *segment, off int64, err error) error {
 // failed: that one is worth retrying.
 func (r *reader) next() (Record, error) {
 	for {
+		if r.seg != nil && r.seg.gone.Load() {
+			// Every record in it was acknowledged and its files deleted.
+			r.seq, r.seg = max(r.seq, r.seg.end.Load()), nil
+		}
 		if r.seg == nil {
 			seg, off, seq, err := r.q.locate(r.seq)
 			if err != nil {
@@ -154,10 +158,14 @@ func (r *reader) next() (Record, error) {
 				return Record{}, errNoData
 			}
 			nxt := r.q.segmentAfter(r.seg)
+			prev, from := r.seq, r.off
+			for nxt != nil && nxt.gone.Load() {
+				prev = max(prev, nxt.end.Load())
+				nxt = r.q.segmentAfter(nxt)
+			}
 			if nxt == nil {
 				return Record{}, errNoData
 			}
-			prev, from := r.seq, r.off
 			if err := r.reset(nxt, fileHeaderSize, nxt.base); err != nil {
 				return Record{}, err
 			}
@@ -168,6 +176,12 @@ func (r *reader) next() (Record, error) {
 		}
 		rec, n, err := r.decodeAt(r.off, limit)
 		if err == nil {
+			if !sealed && rec.Seq >= r.seg.end.Load() {
+				// The producer has published the bytes (size) and not yet
+				// the seq (end): the record is not handed out before
+				// everything else can see it exists.
+				return Record{}, errNoData
+			}
 			r.off += int64(n)
 			r.seq++
 			return rec, nil
@@ -179,6 +193,12 @@ func (r *reader) next() (Record, error) {
 		r.off, r.seq = d.to, d.next
 		return Record{}, d
 	}
+}
+
+// unread steps back over rec, just returned by next, so the next call
+// returns it again.
+func (r *reader) unread(rec Record) {
+	r.seg, r.seq = nil, rec.Seq
 }
 
 // decodeAt decodes the record at off, which must be r.seq.
@@ -344,7 +364,14 @@ func (q *Queue) locate(seq uint64) (*segment, int64, uint64, error) {
 	}
 	i := sort.Search(len(segs), func(i int) bool { return segs[i].base > seq }) - 1
 	if i < 0 {
-		return segs[0], fileHeaderSize, segs[0].base, nil
+		i, seq = 0, segs[0].base
+	}
+	for i+1 < len(segs) && segs[i].gone.Load() {
+		i++
+		seq = max(seq, segs[i].base)
+	}
+	if i < len(segs) && segs[i].base == seq && segs[i].end.Load() > seq {
+		return segs[i], fileHeaderSize, seq, nil
 	}
 	seg := segs[i]
 	sealed := seg.sealed.Load()
@@ -453,6 +480,30 @@ func (q *Queue) tryRead() (Record, error) {
 		}
 		rec, err := q.rd.next()
 		if err == nil {
+			seg := q.rd.seg
+			a, err := q.ackFor(seg)
+			if err != nil {
+				q.rd.unread(rec)
+				q.readErrors.Add(1)
+				return Record{}, err
+			}
+			if rec.Seq <= q.ackedMax {
+				// Acknowledged before a restart, out of order.
+				set, err := a.isSet(rec.Seq - seg.base)
+				if err != nil {
+					q.rd.unread(rec)
+					return Record{}, err
+				}
+				if set {
+					continue
+				}
+			}
+			// Record that this far may be handed out before it is, so a
+			// crash cannot leave an acknowledgement Open would not count.
+			if err := a.raiseReadEnd(rec.Seq+1, seg.base+a.cap); err != nil {
+				q.rd.unread(rec)
+				return Record{}, err
+			}
 			q.inFlight.Add(1)
 			return rec, nil
 		}
@@ -488,8 +539,25 @@ func (q *Queue) quarantine(d *damageError) {
 	}
 	q.log.Warn("diskqueue: skipped damaged records", attrs...)
 	for s := d.first; s < d.next; s++ {
-		q.markAckedLocked(s)
+		seg := q.segmentAt(s)
+		if seg == nil || seg.gone.Load() {
+			continue
+		}
+		if set, err := q.isAckedLocked(seg, s); err == nil && !set {
+			if err := q.markAckedLocked(seg, s); err != nil {
+				q.log.Warn("diskqueue: cannot acknowledge a damaged record; it is skipped again after a restart", "seq", s, "err", err)
+			}
+		}
 	}
+}
+
+// isAckedLocked reports whether seq's bit is set. The caller holds q.readMu.
+func (q *Queue) isAckedLocked(seg *segment, seq uint64) (bool, error) {
+	a, err := q.ackFor(seg)
+	if err != nil {
+		return false, err
+	}
+	return a.isSet(seq - seg.base)
 }
 
 // copyBad copies bytes [from, to) of seg's log to a new file name.
@@ -506,9 +574,13 @@ func (q *Queue) copyBad(seg *segment, from, to int64, name string) error {
 }
 
 // Ack acknowledges a record returned by [Queue.Read]. Acknowledgements may
-// come in any order; the read cursor advances past the oldest record not yet
-// acknowledged, and segments behind it are deleted (or retained, by
-// Options). It returns [ErrNotInFlight] for a seq not handed out or already
+// come in any order. When Ack returns nil the acknowledgement is recorded
+// in the segment's acknowledgement file, in the kernel: after a crash of
+// the process the record is not delivered again (after a power cut, only
+// acknowledgements since the last fsync may be lost). The read cursor
+// advances past the oldest record not yet acknowledged, and a segment every
+// record of which is acknowledged is deleted (or retained, by Options). It
+// returns [ErrNotInFlight] for a seq not handed out or already
 // acknowledged.
 func (q *Queue) Ack(seq uint64) error {
 	q.readMu.Lock()
@@ -516,35 +588,25 @@ func (q *Queue) Ack(seq uint64) error {
 	if seq < q.ackFloor.Load() || seq >= q.rd.seq {
 		return fmt.Errorf("%w: seq %d", ErrNotInFlight, seq)
 	}
-	if _, dup := q.acked[seq]; dup {
+	seg := q.segmentAt(seq)
+	if seg == nil || seg.gone.Load() {
 		return fmt.Errorf("%w: seq %d already acknowledged", ErrNotInFlight, seq)
 	}
-	q.markAckedLocked(seq)
+	a, err := q.ackFor(seg)
+	if err != nil {
+		return fmt.Errorf("diskqueue: ack %d: %w", seq, err)
+	}
+	if set, err := a.isSet(seq - seg.base); err != nil {
+		return fmt.Errorf("diskqueue: ack %d: %w", seq, err)
+	} else if set {
+		return fmt.Errorf("%w: seq %d already acknowledged", ErrNotInFlight, seq)
+	}
+	if err := q.markAckedLocked(seg, seq); err != nil {
+		return fmt.Errorf("diskqueue: ack %d: %w", seq, err)
+	}
 	q.inFlight.Add(-1)
 	q.acks.Add(1)
 	return nil
-}
-
-// markAckedLocked records seq as acknowledged and moves the floor over every
-// acknowledged record it now touches.
-func (q *Queue) markAckedLocked(seq uint64) {
-	floor := q.ackFloor.Load()
-	if seq != floor {
-		q.acked[seq] = struct{}{}
-		return
-	}
-	floor++
-	for len(q.acked) > 0 {
-		if _, ok := q.acked[floor]; !ok {
-			break
-		}
-		delete(q.acked, floor)
-		floor++
-	}
-	q.ackFloor.Store(floor)
-	if floor >= q.deleteHint.Load() {
-		q.wake()
-	}
 }
 
 // ReadAt returns the record with sequence number seq, whether or not it has

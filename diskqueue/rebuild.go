@@ -424,7 +424,8 @@ func (q *Queue) cutTail(seg *segment, log file, from, size int64) error {
 		return fmt.Errorf("diskqueue: open: read tail of %s: %w", seg.path(logSuffix), err)
 	}
 	attrs := []any{"segment", seg.base, "offset", from, "bytes", len(tail)}
-	if !allZero(tail) {
+	torn := !allZero(tail) // zeros alone are space preallocated for appends
+	if torn {
 		name := fmt.Sprintf("%s.%d%s", seg.path(logSuffix), from, badSuffix)
 		if err := q.copyBytes(name, tail); err != nil {
 			return fmt.Errorf("diskqueue: open: save torn tail: %w", err)
@@ -440,7 +441,9 @@ func (q *Queue) cutTail(seg *segment, log file, from, size int64) error {
 			return fmt.Errorf("diskqueue: open: fsync %s: %w", seg.path(logSuffix), err)
 		}
 	}
-	q.log.Warn("diskqueue: cut a torn write off the end of the log", attrs...)
+	if torn {
+		q.log.Warn("diskqueue: cut a torn write off the end of the log", attrs...)
+	}
 	return nil
 }
 

@@ -99,7 +99,7 @@ func (q *Queue) recover() error {
 			}
 		case strings.HasSuffix(name, badSuffix):
 			bad++
-		case strings.HasSuffix(name, indexSuffix), strings.HasSuffix(name, timeIndexSuffix):
+		case strings.HasSuffix(name, indexSuffix), strings.HasSuffix(name, timeIndexSuffix), strings.HasSuffix(name, ackSuffix):
 			// Paired with a log below; orphans are removed after.
 		default:
 			unknown = append(unknown, name)
@@ -112,8 +112,9 @@ func (q *Queue) recover() error {
 		q.log.Warn("diskqueue: directory holds quarantined .bad files; inspect and delete them by hand", "count", bad)
 	}
 	slices.Sort(bases)
+	bases, ghosts := q.findTombstones(bases)
 	if !q.readOnly {
-		q.removeOrphanIndexes(entries, bases)
+		q.removeOrphanIndexes(entries, bases, ghosts)
 	}
 
 	cur, haveCursor, cerr := loadCursor(q.fs, filepath.Join(q.dir, cursorName), q.opts.NoSync, q.readOnly)
@@ -136,6 +137,26 @@ func (q *Queue) recover() error {
 		if !last {
 			next = bases[i+1]
 		}
+		// Tombstones of segments deleted ahead of an older one stand for
+		// their gap; leading ones (nothing older left) are cleared away.
+		for len(ghosts) > 0 && ghosts[0] < base {
+			g := ghosts[0]
+			ghosts = ghosts[1:]
+			if len(q.segs) == 0 {
+				q.removeTombstone(g)
+				continue
+			}
+			ghost := &segment{dir: q.dir, base: g, closed: true}
+			end := base
+			if len(ghosts) > 0 {
+				end = min(end, ghosts[0])
+			}
+			ghost.end.Store(end)
+			ghost.sealed.Store(true)
+			ghost.gone.Store(true)
+			ghost.acked.Store(int64(end - g))
+			q.segs = append(q.segs, ghost)
+		}
 		if len(q.segs) > 0 && (last || q.maybeUnsealed(base)) {
 			// A tail's time index continues the running maximum of the
 			// segments before it.
@@ -148,6 +169,9 @@ func (q *Queue) recover() error {
 		if seg != nil {
 			q.segs = append(q.segs, seg)
 		}
+	}
+	for _, g := range ghosts {
+		q.removeTombstone(g) // after the last log: nothing to stand for
 	}
 	if len(q.segs) == 0 || q.segs[len(q.segs)-1].sealed.Load() {
 		// No segments yet, or the last one was unusable: start a new one
@@ -203,8 +227,68 @@ func (q *Queue) recover() error {
 		}
 	}
 	q.w.persisted = readSeq
+	if err := q.loadAcks(); err != nil {
+		return fmt.Errorf("diskqueue: open: %w", err)
+	}
+	if t := q.t; t != nil {
+		a, err := q.ackFor(t.seg)
+		if err != nil {
+			return fmt.Errorf("diskqueue: open: %w", err)
+		}
+		t.ack, t.ackCap = a, a.cap
+	}
 	q.updateDeleteHint()
 	return nil
+}
+
+// findTombstones picks out the acknowledgement tombstones among the
+// segments (ack.go): it returns the bases of logs still to open and, in
+// order, those of segments deleted as fully acknowledged. A log whose
+// tombstone is already written was being deleted when a crash came: its
+// files are removed now.
+func (q *Queue) findTombstones(bases []uint64) (logs, ghosts []uint64) {
+	for name := range q.listing {
+		base, ok := parseSegmentName(name, ackSuffix)
+		if !ok {
+			continue
+		}
+		if size, err := q.listedSize(name); err != nil || size != ackHeaderSize {
+			continue
+		}
+		b, err := readFile(q.fs, filepath.Join(q.dir, name))
+		if err != nil {
+			continue
+		}
+		if _, flags, err := decodeAckHeader(b, base); err == nil && flags&ackGone != 0 {
+			ghosts = append(ghosts, base)
+		}
+	}
+	slices.Sort(ghosts)
+	for _, base := range bases {
+		if _, found := slices.BinarySearch(ghosts, base); !found {
+			logs = append(logs, base)
+			continue
+		}
+		if q.readOnly {
+			continue
+		}
+		for _, suffix := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
+			if err := q.fs.Remove(filepath.Join(q.dir, segmentName(base, suffix))); err != nil && !errors.Is(err, os.ErrNotExist) {
+				q.log.Warn("diskqueue: cannot remove an acknowledged segment", "segment", base, "err", err)
+			}
+		}
+	}
+	return logs, ghosts
+}
+
+// removeTombstone deletes a tombstone no longer needed.
+func (q *Queue) removeTombstone(base uint64) {
+	if q.readOnly {
+		return
+	}
+	if err := q.fs.Remove(filepath.Join(q.dir, segmentName(base, ackSuffix))); err != nil && !errors.Is(err, os.ErrNotExist) {
+		q.log.Warn("diskqueue: cannot remove a tombstone", "segment", base, "err", err)
+	}
 }
 
 // startSegment begins an empty last segment at base during Open. A
@@ -240,11 +324,14 @@ func (q *Queue) maybeUnsealed(base uint64) bool {
 
 // removeOrphanIndexes deletes index files whose log is gone (a crash between
 // the removals of a consumed segment's files).
-func (q *Queue) removeOrphanIndexes(entries []os.DirEntry, bases []uint64) {
+func (q *Queue) removeOrphanIndexes(entries []os.DirEntry, bases, ghosts []uint64) {
 	for _, e := range entries {
-		for _, suffix := range []string{indexSuffix, timeIndexSuffix} {
+		for _, suffix := range []string{indexSuffix, timeIndexSuffix, ackSuffix} {
 			base, ok := parseSegmentName(e.Name(), suffix)
 			if !ok {
+				continue
+			}
+			if _, ghost := slices.BinarySearch(ghosts, base); ghost && suffix == ackSuffix {
 				continue
 			}
 			if _, found := slices.BinarySearch(bases, base); !found {

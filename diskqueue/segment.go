@@ -15,6 +15,7 @@ const (
 	logSuffix       = ".log"
 	indexSuffix     = ".index"
 	timeIndexSuffix = ".timeindex"
+	ackSuffix       = ".ack"
 	badSuffix       = ".bad"
 	tmpSuffix       = ".tmp"
 	cursorName      = "cursor"
@@ -86,15 +87,33 @@ type segment struct {
 	// for Stats and the disk budget.
 	indexBytes     atomic.Int64
 	timeIndexBytes atomic.Int64
+
+	// ack is the segment's acknowledgement bitmap (ack.go), opened on first
+	// use; guarded by q.readMu.
+	ack *ackFile
+	// acked counts the segment's acknowledged records, once ack is open
+	// (or the floor has passed the segment); retention reads it without a
+	// lock.
+	acked atomic.Int64
+	// gone is set when every record was acknowledged and the segment's
+	// files were deleted while an older segment still held records: it
+	// stays in the list, as its tombstone stays on disk, so the gap it
+	// leaves is not taken for lost data. Readers skip it.
+	gone atomic.Bool
 }
 
 func (s *segment) path(suffix string) string {
 	return filepath.Join(s.dir, segmentName(s.base, suffix))
 }
 
-// diskBytes is what the segment's three files take on disk.
+// diskBytes is what the segment's files hold: the log, the two indexes and
+// the acknowledgement bitmap of its records (a tombstone, for a segment
+// gone). Space preallocated ahead of the records is not counted.
 func (s *segment) diskBytes() int64 {
-	return s.size.Load() + s.indexBytes.Load() + s.timeIndexBytes.Load()
+	if s.gone.Load() {
+		return ackHeaderSize
+	}
+	return s.size.Load() + s.indexBytes.Load() + s.timeIndexBytes.Load() + ackFileSize(s.end.Load()-s.base)
 }
 
 // segFiles are a segment's read handles. index is nil when the segment has

@@ -180,8 +180,9 @@ func (q *Queue) prepareAhead() {
 		q.mu.Unlock()
 		return
 	}
-	if t.log.alloc-t.size < logChunk/2 {
-		t.log.ensure(t.log.alloc + 1)
+	// Stay half a chunk ahead, but not past what the segment can hold.
+	if want := min(t.size+logChunk/2, q.opts.MaxSegmentBytes); want > t.log.alloc {
+		t.log.ensure(want)
 	}
 	from, to := t.log.prefaulted, t.log.alloc
 	t.log.prefaulted = to
@@ -256,47 +257,129 @@ func (q *Queue) housekeep(now time.Time) {
 	q.segMu.RLock()
 	segs := q.segs
 	q.segMu.RUnlock()
-	// consumed: the prefix of sealed segments whose records are all acked.
-	consumed := 0
-	for consumed < len(segs)-1 && segs[consumed+1].base <= floor && !segs[consumed].writing.Load() {
-		consumed++
+	// Candidates: sealed segments (never the last) every record of which
+	// is acknowledged, whether the floor has passed them or an older
+	// segment still holds unacknowledged records.
+	done := func(s *segment) bool {
+		return !s.writing.Load() && (s.end.Load() <= floor || s.acked.Load() >= int64(s.end.Load()-s.base))
 	}
-	// Keep the newest consumed segments that retention allows, and delete
-	// the rest oldest first.
-	keepFrom := consumed
+	var cands []int
+	for i := 0; i < len(segs)-1; i++ {
+		if !segs[i].gone.Load() && done(segs[i]) {
+			cands = append(cands, i)
+		}
+	}
+	// Keep the newest that retention allows, and delete the rest oldest
+	// first.
+	keep := len(cands) // cands[keep:] are kept
 	var kept int64
 	retain := q.opts.RetainBytes > 0 || q.opts.RetainAge > 0
-	for i := consumed - 1; retain && i >= 0; i-- {
-		b := segs[i].diskBytes()
+	for k := len(cands) - 1; retain && k >= 0; k-- {
+		s := segs[cands[k]]
+		b := s.diskBytes()
 		if q.opts.RetainBytes > 0 && kept+b > q.opts.RetainBytes {
 			break
 		}
-		if q.opts.RetainAge > 0 && now.Sub(time.Unix(0, q.segMaxTime(segs[i]))) > q.opts.RetainAge {
+		if q.opts.RetainAge > 0 && now.Sub(time.Unix(0, q.segMaxTime(s))) > q.opts.RetainAge {
 			break
 		}
 		kept += b
-		keepFrom = i
+		keep = k
 	}
 	// The disk budget outranks retention.
 	if max := q.opts.MaxDiskBytes; max > 0 {
-		for keepFrom < consumed && q.diskBytes.Load()-bytesOf(segs[:keepFrom]) > max {
-			keepFrom++
+		var freed int64
+		for k := 0; k < len(cands); k++ {
+			if k < keep {
+				freed += segs[cands[k]].diskBytes()
+				continue
+			}
+			if q.diskBytes.Load()-freed <= max {
+				break
+			}
+			freed += segs[cands[k]].diskBytes()
+			keep = k + 1
 		}
 	}
-	if keepFrom == 0 {
+	// Leading tombstones (nothing older left) go too.
+	head := 0
+	for head < len(segs)-1 && segs[head].gone.Load() {
+		head++
+	}
+	if keep == 0 && head == 0 {
 		return
 	}
 	// Store the cursor first so that, after a crash, it does not point into
 	// a segment that no longer exists (Open would cope, but this is cheaper).
 	q.persistCursor()
-	q.segMu.Lock()
-	q.segs = append([]*segment(nil), q.segs[keepFrom:]...)
-	q.segMu.Unlock()
-	for _, s := range segs[:keepFrom] {
-		q.removeSegment(s)
+	del := make(map[int]bool, keep)
+	for _, i := range cands[:keep] {
+		del[i] = true
+	}
+	// The prefix of segments going or gone leaves the list; a segment
+	// deleted behind an unacknowledged one leaves a tombstone.
+	prefix := 0
+	for prefix < len(segs)-1 && (del[prefix] || segs[prefix].gone.Load()) {
+		prefix++
+	}
+	for i := range segs[:prefix] {
+		if segs[i].gone.Load() {
+			q.removeTombstone(segs[i].base)
+		} else {
+			q.removeSegment(segs[i])
+		}
+	}
+	for _, i := range cands[:keep] {
+		if i >= prefix {
+			q.ghostSegment(segs[i])
+		}
+	}
+	if prefix > 0 {
+		q.segMu.Lock()
+		q.segs = append([]*segment(nil), q.segs[prefix:]...)
+		q.segMu.Unlock()
 	}
 	q.updateDeleteHint()
 	q.freed.Notify()
+}
+
+// ghostSegment deletes a fully acknowledged segment that older
+// unacknowledged records keep from leaving the list: its acknowledgement
+// file becomes a tombstone first, so a crash in between leaves a tombstone
+// beside the log (Open finishes the deletion), never a gap taken for loss.
+func (q *Queue) ghostSegment(s *segment) {
+	q.readMu.Lock()
+	a := s.ack
+	s.ack = nil
+	if a == nil {
+		var err error
+		if a, _, err = q.openAckFile(s, 0); err != nil {
+			a = nil
+		}
+	}
+	before := s.diskBytes()
+	s.gone.Store(true)
+	q.diskBytes.Add(s.diskBytes() - before)
+	q.readMu.Unlock()
+	if a != nil {
+		if err := q.tombstone(s, a); err != nil {
+			q.log.Warn("diskqueue: cannot mark an acknowledged segment deleted; keeping it", "segment", s.base, "err", err)
+			s.gone.Store(false)
+			q.diskBytes.Add(before - ackHeaderSize)
+			return
+		}
+	} else if err := q.writeTombstone(s); err != nil {
+		q.log.Warn("diskqueue: cannot mark an acknowledged segment deleted; keeping it", "segment", s.base, "err", err)
+		s.gone.Store(false)
+		q.diskBytes.Add(before - ackHeaderSize)
+		return
+	}
+	s.closeFiles()
+	for _, suffix := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
+		if err := q.fs.Remove(s.path(suffix)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			q.log.Warn("diskqueue: cannot remove an acknowledged segment", "segment", s.base, "err", err)
+		}
+	}
 }
 
 func bytesOf(segs []*segment) int64 {
@@ -311,7 +394,8 @@ func bytesOf(segs []*segment) int64 {
 // A failure is logged: the files stay and are cleaned up at the next Open.
 func (q *Queue) removeSegment(s *segment) {
 	s.closeFiles()
-	for i, suffix := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
+	q.closeAck(s)
+	for i, suffix := range []string{logSuffix, indexSuffix, timeIndexSuffix, ackSuffix} {
 		if i == 1 {
 			q.crashPoint("retention-delete") // the log is gone, its indexes not yet
 		}
@@ -382,7 +466,7 @@ func (q *Queue) empty() error {
 	q.readMu.Lock()
 	q.rd.reset(t.seg, t.size, t.end)
 	q.ackFloor.Store(t.end)
-	clear(q.acked)
+	q.ackedAbove.Store(0)
 	q.inFlight.Store(0)
 	q.readMu.Unlock()
 	q.mu.Unlock()

@@ -1,0 +1,630 @@
+package diskqueue
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math/bits"
+	"os"
+	"runtime/debug"
+	"sort"
+)
+
+// Acknowledgements. Each segment has an acknowledgement file beside it
+// (NNNN.ack): a header and a bitmap with one bit per record, set by Ack the
+// moment it is made. On Linux the file is preallocated and mapped, so an
+// Ack is a store into the page cache and survives a crash of the process;
+// elsewhere it is a one-byte write(2). After a crash exactly the records
+// whose bits are clear are delivered again. A power cut loses the bits set
+// since the last fsync of the file (the sync tick and Close fsync them), so
+// it may deliver again records finished just before it.
+//
+// The read cursor file still holds the oldest unacknowledged record (the
+// floor); it is a starting point, not the truth: Open moves the floor over
+// the bits set above it.
+//
+//	header (32 bytes):
+//	0       4     5       6          8                16              24          32
+//	| magic | ver | flags | reserved | base uint64 BE | readEnd uint64 | reserved   |
+//	bitmap: bit i (byte i/8, bit i%8, least significant first) = record base+i
+//
+// readEnd bounds the records that have ever been handed out by Read (it is
+// raised ahead of the reader, 1024 records at a time), so Open counts the
+// bits below it and no further. flags bit 0 (ackGone) marks a tombstone: every
+// record of the segment was acknowledged and its other files deleted while
+// an older segment still held unacknowledged records; the tombstone keeps
+// that gap in the log from looking like lost data.
+const (
+	ackHeaderSize = 32
+	ackVersion    = 1
+	ackGone       = 1 << 0
+	// readEndStep is how far ahead of the reader readEnd is raised, so the
+	// header is written once per that many reads.
+	readEndStep = 1024
+)
+
+var magicAck = [4]byte{'S', 'Q', 'A', 'K'}
+
+// ackFile is one segment's acknowledgement bitmap. It is guarded by
+// q.readMu, except count, which retention reads without it.
+type ackFile struct {
+	f       file
+	m       []byte // header and bitmap mapped shared; nil on the write path
+	cap     uint64 // records the bitmap has room for
+	readEnd uint64 // the stored readEnd
+	name    string
+	// alloc is how much of the file is preallocated, on the mapped path;
+	// guarded by q.mu, since appends grow it (reserve).
+	alloc int64
+	// mem says m is a private copy in memory: a read-only view's
+	// acknowledgements are never stored.
+	mem bool
+}
+
+// memAckFile is a read-only view's acknowledgement state: a copy of the
+// file's bits, or none, that Ack changes in memory only.
+func memAckFile(name string, base, capacity uint64, from []byte) *ackFile {
+	m := make([]byte, ackFileSize(capacity))
+	copy(m, encodeAckHeader(base, 0, 0))
+	if len(from) > ackHeaderSize {
+		copy(m[ackHeaderSize:], from[ackHeaderSize:])
+	}
+	readEnd := uint64(0)
+	if len(from) >= ackHeaderSize {
+		readEnd = binary.BigEndian.Uint64(from[16:24])
+	}
+	return &ackFile{m: m, cap: capacity, readEnd: readEnd, name: name, mem: true}
+}
+
+func ackFileSize(capacity uint64) int64 { return ackHeaderSize + int64((capacity+7)/8) }
+
+func encodeAckHeader(base, readEnd uint64, flags byte) []byte {
+	b := make([]byte, ackHeaderSize)
+	copy(b, magicAck[:])
+	b[4], b[5] = ackVersion, flags
+	binary.BigEndian.PutUint64(b[8:], base)
+	binary.BigEndian.PutUint64(b[16:], readEnd)
+	return b
+}
+
+// decodeAckHeader checks an acknowledgement file's header.
+func decodeAckHeader(b []byte, base uint64) (readEnd uint64, flags byte, err error) {
+	if len(b) < ackHeaderSize {
+		return 0, 0, fmt.Errorf("%w: acknowledgement header is %d bytes", ErrCorrupt, len(b))
+	}
+	if [4]byte(b[0:4]) != magicAck {
+		return 0, 0, fmt.Errorf("%w: acknowledgement file has bad magic %q", ErrCorrupt, b[0:4])
+	}
+	if b[4] != ackVersion {
+		return 0, 0, fmt.Errorf("%w: acknowledgement format version %d (this build reads %d)", ErrUnsupportedVersion, b[4], ackVersion)
+	}
+	if got := binary.BigEndian.Uint64(b[8:16]); got != base {
+		return 0, 0, fmt.Errorf("%w: acknowledgement header has base %d, want %d", ErrCorrupt, got, base)
+	}
+	if b[5]&^ackGone != 0 {
+		return 0, 0, fmt.Errorf("%w: unknown acknowledgement flags %#x", ErrCorrupt, b[5])
+	}
+	return binary.BigEndian.Uint64(b[16:24]), b[5], nil
+}
+
+// guardFault turns a fault on a mapping (the file cut short or failing
+// underneath) into an error; deferred after debug.SetPanicOnFault(true).
+func guardFault(err *error, what string) {
+	if r := recover(); r != nil {
+		*err = fmt.Errorf("%w: %s: %v", errFault, what, r)
+	}
+}
+
+// ackChunk is the most an acknowledgement file grows by at once (room for
+// half a million records); it starts at one allocUnit and doubles.
+const ackChunk = 64 << 10
+
+// createAckFile makes a zeroed acknowledgement file for a segment, with room
+// for capacity records. Where it can be mapped (and mapped says to try),
+// grow says the bitmap is preallocated as records are appended
+// (reserveAck), so a full disk shows at Put and no Ack ever fails for lack
+// of space; otherwise it is preallocated whole.
+func (q *Queue) createAckFile(seg *segment, capacity uint64, mapped, grow bool) (*ackFile, error) {
+	name := seg.path(ackSuffix)
+	f, err := q.fs.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	a := &ackFile{f: f, cap: capacity, name: name}
+	size := ackFileSize(capacity)
+	if mf, ok := f.(mapper); ok && mapped {
+		alloc := size
+		if grow {
+			alloc = min(size, allocUnit)
+		}
+		err = mf.Allocate(0, alloc)
+		if err == nil {
+			a.alloc = alloc
+			a.m, err = mf.Map(int(size))
+		}
+		if err != nil && notSupported(err) {
+			a.m, a.alloc, err = nil, 0, nil
+		}
+	}
+	if err == nil && a.m == nil {
+		err = f.Truncate(size)
+	}
+	if err == nil {
+		err = a.writeAt(encodeAckHeader(seg.base, 0, 0), 0)
+	}
+	if err != nil {
+		a.close()
+		q.fs.Remove(name)
+		return nil, fmt.Errorf("diskqueue: create %s: %w", name, err)
+	}
+	return a, nil
+}
+
+// reserve preallocates the bitmap for the first records records, before
+// the last of them is appended. The caller holds q.mu (the producer side
+// owns alloc); Acks write only bits of records that exist, inside it.
+func (a *ackFile) reserve(records uint64) error {
+	need := ackFileSize(records)
+	if a.m == nil || a.mem || need <= a.alloc {
+		return nil
+	}
+	want := min(max(need, a.alloc+min(a.alloc, ackChunk)), int64(len(a.m)))
+	want = min(roundUp(want, allocUnit), int64(len(a.m)))
+	mf := a.f.(mapper)
+	err := mf.Allocate(a.alloc, want-a.alloc)
+	if err != nil && isNoSpace(err) && need < want {
+		want = need
+		err = mf.Allocate(a.alloc, want-a.alloc)
+	}
+	if err != nil {
+		a.f.Truncate(a.alloc)
+		return err
+	}
+	a.alloc = want
+	return nil
+}
+
+// openAckFile opens a segment's existing acknowledgement file, with room
+// for at least capacity records. It returns os.ErrNotExist (wrapped) when
+// there is none, and ErrCorrupt for one whose header does not check out.
+func (q *Queue) openAckFile(seg *segment, capacity uint64) (*ackFile, byte, error) {
+	name := seg.path(ackSuffix)
+	if q.readOnly {
+		b, err := readFile(q.fs, name)
+		if err != nil {
+			return nil, 0, err
+		}
+		_, flags, err := decodeAckHeader(b, seg.base)
+		if err != nil {
+			return nil, 0, fmt.Errorf("%s: %w", name, err)
+		}
+		capacity := max(uint64(max(len(b)-ackHeaderSize, 0))*8, capacity)
+		return memAckFile(name, seg.base, capacity, b), flags, nil
+	}
+	f, err := q.fs.OpenFile(name, os.O_RDWR, 0)
+	if err != nil {
+		return nil, 0, err
+	}
+	head := make([]byte, ackHeaderSize)
+	if n, err := f.ReadAt(head, 0); n < ackHeaderSize {
+		f.Close()
+		if err == io.EOF {
+			return nil, 0, fmt.Errorf("%w: %s is %d bytes", ErrCorrupt, name, n)
+		}
+		return nil, 0, fmt.Errorf("diskqueue: read %s: %w", name, err)
+	}
+	readEnd, flags, err := decodeAckHeader(head, seg.base)
+	if err != nil {
+		f.Close()
+		return nil, 0, fmt.Errorf("%s: %w", name, err)
+	}
+	size := fileSize(f)
+	if size < 0 {
+		f.Close()
+		return nil, 0, fmt.Errorf("diskqueue: stat %s", name)
+	}
+	mapLen := max(size, ackFileSize(capacity))
+	a := &ackFile{f: f, readEnd: readEnd, name: name, cap: uint64(size-ackHeaderSize) * 8}
+	if mf, ok := f.(mapper); ok && flags&ackGone == 0 {
+		m, err := mf.Map(int(mapLen))
+		switch {
+		case err == nil:
+			a.m, a.alloc, a.cap = m, size, uint64(mapLen-ackHeaderSize)*8
+		case !notSupported(err):
+			f.Close()
+			return nil, 0, fmt.Errorf("diskqueue: map %s: %w", name, err)
+		}
+	}
+	if a.m == nil && size < mapLen {
+		// The write path grows it sparse.
+		if err := f.Truncate(mapLen); err != nil {
+			f.Close()
+			return nil, 0, fmt.Errorf("diskqueue: grow %s: %w", name, err)
+		}
+		a.cap = uint64(mapLen-ackHeaderSize) * 8
+	}
+	return a, flags, nil
+}
+
+func (a *ackFile) close() {
+	if a.m != nil && !a.mem {
+		unmap(a.m)
+	}
+	a.m = nil
+	if a.f != nil {
+		a.f.Close()
+	}
+}
+
+// readFile reads a whole file through the file-system seam.
+func readFile(fsys fileSystem, name string) ([]byte, error) {
+	f, err := fsys.OpenFile(name, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b := make([]byte, max(fileSize(f), 0))
+	n, err := f.ReadAt(b, 0)
+	if err != nil && n < len(b) {
+		return nil, err
+	}
+	return b[:n], nil
+}
+
+func (a *ackFile) writeAt(b []byte, off int64) (err error) {
+	if a.m != nil {
+		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+		defer guardFault(&err, a.name)
+		copy(a.m[off:], b)
+		return nil
+	}
+	_, err = a.f.WriteAt(b, off)
+	return err
+}
+
+// isSet reports whether record i (counted from the segment's base) is
+// acknowledged.
+func (a *ackFile) isSet(i uint64) (set bool, err error) {
+	if i >= a.cap {
+		return false, nil
+	}
+	off := ackHeaderSize + int64(i/8)
+	if a.m != nil {
+		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+		defer guardFault(&err, a.name)
+		return a.m[off]&(1<<(i%8)) != 0, nil
+	}
+	var b [1]byte
+	if _, err := a.f.ReadAt(b[:], off); err != nil {
+		return false, fmt.Errorf("diskqueue: read %s: %w", a.name, err)
+	}
+	return b[0]&(1<<(i%8)) != 0, nil
+}
+
+// set acknowledges record i.
+func (a *ackFile) set(i uint64) (err error) {
+	if i >= a.cap {
+		return fmt.Errorf("%w: %s has room for %d records, not record %d", ErrCorrupt, a.name, a.cap, i)
+	}
+	off := ackHeaderSize + int64(i/8)
+	if a.m != nil {
+		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+		defer guardFault(&err, a.name)
+		a.m[off] |= 1 << (i % 8)
+		return nil
+	}
+	var b [1]byte
+	if _, err := a.f.ReadAt(b[:], off); err != nil {
+		return fmt.Errorf("diskqueue: read %s: %w", a.name, err)
+	}
+	b[0] |= 1 << (i % 8)
+	if _, err := a.f.WriteAt(b[:], off); err != nil {
+		return fmt.Errorf("diskqueue: write %s: %w", a.name, err)
+	}
+	return nil
+}
+
+// raiseReadEnd records that records up to end (a seq) may have been handed
+// out, storing a little beyond it so the header is written rarely.
+func (a *ackFile) raiseReadEnd(end, limit uint64) error {
+	if end <= a.readEnd {
+		return nil
+	}
+	next := min(end+readEndStep, limit)
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], next)
+	if err := a.writeAt(b[:], 16); err != nil {
+		return err
+	}
+	a.readEnd = next
+	return nil
+}
+
+// bitmap returns bytes [from/8, to/8] of the bitmap (record indexes), read
+// from the mapping or the file.
+func (a *ackFile) bitmap(from, to uint64) (b []byte, err error) {
+	to = min(to, a.cap)
+	if from >= to {
+		return nil, nil
+	}
+	lo, hi := int64(from/8), int64((to+7)/8)
+	if a.m != nil {
+		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+		defer guardFault(&err, a.name)
+		return append([]byte(nil), a.m[ackHeaderSize+lo:ackHeaderSize+hi]...), nil
+	}
+	b = make([]byte, hi-lo)
+	if _, err := a.f.ReadAt(b, ackHeaderSize+lo); err != nil {
+		return nil, fmt.Errorf("diskqueue: read %s: %w", a.name, err)
+	}
+	return b, nil
+}
+
+// countSet counts the set bits for records [from, to).
+func (a *ackFile) countSet(from, to uint64) (int64, error) {
+	to = min(to, a.cap)
+	b, err := a.bitmap(from, to)
+	if err != nil || len(b) == 0 {
+		return 0, err
+	}
+	var n int64
+	for i := from; i < to; {
+		v := b[i/8-from/8]
+		if i%8 == 0 && i+8 <= to {
+			n += int64(bits.OnesCount8(v))
+			i += 8
+			continue
+		}
+		if v&(1<<(i%8)) != 0 {
+			n++
+		}
+		i++
+	}
+	return n, nil
+}
+
+// firstClear returns the first record index in [from, to) whose bit is
+// clear, or to.
+func (a *ackFile) firstClear(from, to uint64) (uint64, error) {
+	to = min(to, a.cap)
+	for from < to {
+		chunk := min(to, (from/8+4096)*8)
+		b, err := a.bitmap(from, chunk)
+		if err != nil {
+			return from, err
+		}
+		for k, v := range b {
+			i := (from/8 + uint64(k)) * 8
+			if v == 0xff {
+				continue
+			}
+			for j := uint64(bits.TrailingZeros8(^v)); j < 8; j++ {
+				if v&(1<<j) == 0 && i+j >= from {
+					return min(i+j, to), nil
+				}
+			}
+		}
+		from = chunk
+	}
+	return to, nil
+}
+
+// tombstone marks a fully acknowledged segment's acknowledgement file as
+// standing for the segment's deleted files, and cuts the bitmap off.
+func (q *Queue) tombstone(seg *segment, a *ackFile) error {
+	a.close()
+	return q.writeTombstone(seg)
+}
+
+// writeTombstone writes seg's acknowledgement file as a tombstone.
+func (q *Queue) writeTombstone(seg *segment) error {
+	f, err := q.fs.OpenFile(seg.path(ackSuffix), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(encodeAckHeader(seg.base, seg.end.Load(), ackGone), 0); err != nil {
+		return err
+	}
+	if err := f.Truncate(ackHeaderSize); err != nil {
+		return err
+	}
+	if !q.opts.NoSync {
+		return f.Sync()
+	}
+	return nil
+}
+
+// recordCapacity is the most records a segment can hold under the current
+// options: the size of a new segment's bitmap.
+func (q *Queue) recordCapacity() uint64 {
+	// A segment rotates before a record would take it past
+	// MaxSegmentBytes, so only a segment of one record is larger.
+	return uint64((q.opts.MaxSegmentBytes-fileHeaderSize)/recordHeaderSize + 1)
+}
+
+// ackFor returns seg's acknowledgement file, opening it on first use, or
+// creating it for a segment written before acknowledgement files existed
+// (format v1) or whose file is damaged (its acknowledgements above the
+// floor are then delivered again: at-least-once). The caller holds
+// q.readMu.
+func (q *Queue) ackFor(seg *segment) (*ackFile, error) {
+	if seg.ack != nil {
+		return seg.ack, nil
+	}
+	if seg.gone.Load() {
+		return nil, fmt.Errorf("%w: segment %d was acknowledged and deleted", ErrNotFound, seg.base)
+	}
+	capacity := seg.end.Load() - seg.base
+	if seg.writing.Load() {
+		capacity = max(capacity, q.recordCapacity())
+	}
+	a, flags, err := q.openAckFile(seg, capacity)
+	switch {
+	case err == nil && flags&ackGone != 0:
+		// A tombstone beside a log that still exists: a crash came while
+		// the segment was being deleted. Every record was acknowledged.
+		a.close()
+		return nil, fmt.Errorf("%w: segment %d was acknowledged and is being deleted", ErrNotFound, seg.base)
+	case err == nil:
+	case q.readOnly:
+		// Nothing to read the bits from: start from none.
+		a = memAckFile(seg.path(ackSuffix), seg.base, capacity, nil)
+	case errors.Is(err, os.ErrNotExist) || errors.Is(err, ErrCorrupt):
+		if !errors.Is(err, os.ErrNotExist) {
+			q.log.Warn("diskqueue: acknowledgement file is damaged; its records above the read cursor are delivered again", "segment", seg.base, "err", err)
+		}
+		if a, err = q.createAckFile(seg, capacity, q.mapped, seg.writing.Load()); err != nil {
+			if isNoSpace(err) {
+				return nil, fmt.Errorf("%w: %w", ErrDiskFull, err)
+			}
+			return nil, err
+		}
+	default:
+		return nil, err
+	}
+	seg.ack = a
+	return a, nil
+}
+
+// closeAck releases seg's acknowledgement file, under q.readMu so that no
+// Ack is writing into its mapping meanwhile.
+func (q *Queue) closeAck(seg *segment) {
+	q.readMu.Lock()
+	defer q.readMu.Unlock()
+	if seg.ack != nil {
+		seg.ack.close()
+		seg.ack = nil
+	}
+}
+
+// segmentAt returns the segment (gone or not) whose range holds seq, or nil.
+func (q *Queue) segmentAt(seq uint64) *segment {
+	q.segMu.RLock()
+	segs := q.segs
+	q.segMu.RUnlock()
+	i := sort.Search(len(segs), func(i int) bool { return segs[i].base > seq }) - 1
+	if i < 0 || seq >= segs[i].end.Load() {
+		return nil
+	}
+	return segs[i]
+}
+
+// advanceFloorLocked moves the floor (the oldest unacknowledged record)
+// over every acknowledged record it now touches, segment by segment. The
+// caller holds q.readMu.
+func (q *Queue) advanceFloorLocked() error {
+	floor := q.ackFloor.Load()
+	var err error
+	for {
+		// Bounded by the segments' published ends, not by nextSeq: a
+		// producer publishes a record's segment end before nextSeq, and
+		// the record may be read and acknowledged in between.
+		seg := q.segmentAt(floor)
+		if seg == nil {
+			break
+		}
+		segEnd := seg.end.Load()
+		if seg.gone.Load() {
+			q.ackedAbove.Add(-int64(segEnd - floor))
+			floor = segEnd
+			continue
+		}
+		var a *ackFile
+		if a, err = q.ackFor(seg); err != nil {
+			break
+		}
+		var j uint64
+		if j, err = a.firstClear(floor-seg.base, segEnd-seg.base); err != nil {
+			break
+		}
+		next := seg.base + j
+		q.ackedAbove.Add(-int64(next - floor))
+		floor = next
+		if next < segEnd {
+			break
+		}
+	}
+	if floor != q.ackFloor.Load() {
+		q.ackFloor.Store(floor)
+		if floor >= q.deleteHint.Load() {
+			q.wake()
+		}
+	}
+	return err
+}
+
+// markAckedLocked records seq, which was handed out and not acknowledged,
+// as acknowledged. The caller holds q.readMu.
+func (q *Queue) markAckedLocked(seg *segment, seq uint64) error {
+	a, err := q.ackFor(seg)
+	if err != nil {
+		return err
+	}
+	if err := a.set(seq - seg.base); err != nil {
+		return err
+	}
+	q.ackedMax = max(q.ackedMax, seq)
+	q.ackedAbove.Add(1)
+	if n := seg.acked.Add(1); n >= int64(seg.end.Load()-seg.base) && seg.sealed.Load() {
+		q.wake() // the whole segment can go
+	}
+	if seq == q.ackFloor.Load() {
+		// The acknowledgement is recorded; a floor that cannot move now
+		// (a failed read of the next segment's bitmap) moves on a later one.
+		if err := q.advanceFloorLocked(); err != nil {
+			q.log.Warn("diskqueue: cannot advance the read cursor yet", "seq", seq, "err", err)
+		}
+	}
+	return nil
+}
+
+// loadAcks runs in Open once the floor is known: it opens the
+// acknowledgement files from the floor on, counts the records acknowledged
+// above it (only up to each file's readEnd: nothing past it was ever handed
+// out, so Open reads no more than the last run's reading reached), and
+// moves the floor over them.
+func (q *Queue) loadAcks() error {
+	floor := q.ackFloor.Load()
+	q.segMu.RLock()
+	segs := q.segs
+	q.segMu.RUnlock()
+	for _, seg := range segs {
+		end := seg.end.Load()
+		if end <= floor {
+			seg.acked.Store(int64(end - seg.base))
+			continue
+		}
+		if seg.gone.Load() {
+			n := int64(end - max(floor, seg.base))
+			seg.acked.Store(int64(end - seg.base))
+			q.ackedAbove.Add(n)
+			q.ackedMax = max(q.ackedMax, end-1)
+			continue
+		}
+		a, err := q.ackFor(seg)
+		if err != nil {
+			return err
+		}
+		lo := max(floor, seg.base)
+		hi := min(a.readEnd, end)
+		if hi <= lo {
+			seg.acked.Store(int64(lo - seg.base))
+			if a.readEnd <= seg.base {
+				break // never read: neither is anything after it
+			}
+			continue
+		}
+		n, err := a.countSet(lo-seg.base, hi-seg.base)
+		if err != nil {
+			return err
+		}
+		seg.acked.Store(int64(lo-seg.base) + n)
+		q.ackedAbove.Add(n)
+		if n > 0 {
+			q.ackedMax = max(q.ackedMax, hi-1)
+		}
+	}
+	return q.advanceFloorLocked()
+}
