@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/spillq/spillq/channel"
@@ -50,6 +51,13 @@ type Options struct {
 	// 100 MiB segments, fsync every 2500 records or 2 seconds. Set
 	// Disk.SyncEvery to 1 for Put to return only once the message is on
 	// stable storage, and Disk.Compress to snappy-compress spilled bodies.
+	//
+	// Disk.MaxRecordBytes is the largest message body Put accepts (zero
+	// means 1 MiB); Open sizes the log's records to hold such a body in its
+	// envelope (up to [channel.MaxEnvelopeOverhead] bytes more), and Put
+	// refuses a larger body with [channel.ErrTooLarge], even when it would
+	// fit in memory. Disk.MinRecordBytes applies to the record, envelope
+	// included, which is never shorter than 20 bytes.
 	Disk diskqueue.Options
 
 	// Logger receives warnings from both layers. Nil discards.
@@ -70,13 +78,25 @@ func Open(dir string, opts Options) (*Queue, error) {
 	if dopts.Logger == nil {
 		dopts.Logger = opts.Logger
 	}
+	maxBody := dopts.MaxRecordBytes
+	if maxBody == 0 {
+		maxBody = diskqueue.DefaultMaxRecordBytes
+	}
+	if maxBody < 0 || maxBody > math.MaxInt32-channel.MaxEnvelopeOverhead {
+		return nil, fmt.Errorf("spillq: %w: Disk.MaxRecordBytes %d is outside [0, %d)", diskqueue.ErrInvalidOptions, maxBody, math.MaxInt32-channel.MaxEnvelopeOverhead)
+	}
+	// The caller's limit is on the body; the log stores it in an envelope.
+	dopts.MaxRecordBytes = maxBody + channel.MaxEnvelopeOverhead
 	dq, err := diskqueue.Open(dir, dopts)
 	if err != nil {
+		if errors.Is(err, diskqueue.ErrInvalidOptions) {
+			return nil, fmt.Errorf("spillq: %w (Disk.MaxRecordBytes %d is the body limit; records on disk are up to %d bytes longer)", err, maxBody, channel.MaxEnvelopeOverhead)
+		}
 		return nil, fmt.Errorf("spillq: %w", err)
 	}
 	ch, err := channel.New(channel.Options{
 		MemQueueSize: opts.MemQueueSize,
-		Backend:      DiskBackend(dq),
+		Backend:      limitedDiskBackend{diskBackend{dq}, dopts.MaxRecordBytes},
 		MsgTimeout:   opts.MsgTimeout,
 		MaxAttempts:  opts.MaxAttempts,
 		DeadLetter:   opts.DeadLetter,
@@ -95,9 +115,23 @@ func (q *Queue) Disk() *diskqueue.Queue { return q.disk }
 
 // DiskBackend adapts a disk queue as a [channel.Backend] (and
 // [channel.Replayer]). The channel takes ownership of it.
+//
+// A diskqueue.Queue does not report its MaxRecordBytes, so a channel over
+// this backend cannot refuse an oversized body at Put: with a memory
+// buffer, such a message is refused only when it reaches the queue, which
+// may be at Close. [Open] knows the limit and refuses at Put.
 func DiskBackend(q *diskqueue.Queue) channel.Backend { return diskBackend{q} }
 
 type diskBackend struct{ q *diskqueue.Queue }
+
+// limitedDiskBackend is a diskBackend that knows its queue's
+// Options.MaxRecordBytes, and tells the channel (a channel.RecordLimiter).
+type limitedDiskBackend struct {
+	diskBackend
+	maxRecord int
+}
+
+func (d limitedDiskBackend) MaxRecordBytes() int { return d.maxRecord }
 
 func (d diskBackend) Put(ctx context.Context, body []byte) error { return d.q.Put(ctx, body) }
 

@@ -31,6 +31,16 @@ type Backend interface {
 	Close() error
 }
 
+// RecordLimiter is implemented by backends that refuse records over a
+// size, such as spillq's disk queue. [New] reads the limit once, and Put
+// refuses with [ErrTooLarge] any body that would not fit in a record once
+// in its envelope, rather than accept it into memory and fail to keep it
+// at Close.
+type RecordLimiter interface {
+	// MaxRecordBytes is the largest record Put accepts.
+	MaxRecordBytes() int
+}
+
 // Replayer is implemented by backends that keep acknowledged records for
 // replay, such as spillq's disk queue with retention.
 type Replayer interface {

@@ -117,3 +117,21 @@ func (errorBackend) Ack(uint64) error { return errBackend }
 func (errorBackend) Depth() int64     { return 0 }
 func (errorBackend) Empty() error     { return errBackend }
 func (errorBackend) Close() error     { return nil }
+
+// limitedBackend is a memBackend that refuses records over maxRecord bytes,
+// as a disk queue does, and says so (a channel.RecordLimiter).
+type limitedBackend struct {
+	*memBackend
+	maxRecord int
+}
+
+var errRecordTooLarge = errors.New("limitedBackend: record too large")
+
+func (b limitedBackend) Put(ctx context.Context, body []byte) error {
+	if len(body) > b.maxRecord {
+		return errRecordTooLarge
+	}
+	return b.memBackend.Put(ctx, body)
+}
+
+func (b limitedBackend) MaxRecordBytes() int { return b.maxRecord }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,6 +32,10 @@ type Channel struct {
 	wg        sync.WaitGroup
 
 	isClosed atomic.Bool
+
+	// maxBody is the largest body the backend can store in an envelope;
+	// math.MaxInt when it states no limit. Set by New, read-only after.
+	maxBody int
 
 	// diskPending counts messages stored in the backend and not yet handed
 	// to a consumer (or to the deferred heap). While it is above zero, Put
@@ -115,6 +120,14 @@ func New(opts Options) (*Channel, error) {
 		readyCh:   make(chan *Message),
 		closeCh:   make(chan struct{}),
 		clockWake: make(chan struct{}, 1),
+		maxBody:   math.MaxInt,
+	}
+	if l, ok := o.Backend.(RecordLimiter); ok {
+		limit := l.MaxRecordBytes()
+		if limit < MaxEnvelopeOverhead {
+			return nil, fmt.Errorf("%w: the backend's record limit of %d bytes leaves no room for a body (the envelope takes up to %d)", ErrInvalidOptions, limit, MaxEnvelopeOverhead)
+		}
+		c.maxBody = limit - MaxEnvelopeOverhead
 	}
 	c.closeCtx, c.cancel = context.WithCancel(context.Background())
 	c.started = time.Now()
@@ -167,11 +180,17 @@ func (c *Channel) Put(ctx context.Context, body []byte) error {
 }
 
 // PutWith is Put with a delay or an expiry.
+//
+// A body larger than the backend can store is refused with [ErrTooLarge]
+// (see [RecordLimiter]), wherever it would have gone first.
 func (c *Channel) PutWith(ctx context.Context, body []byte, po PutOptions) error {
 	c.prod.putMu.RLock()
 	defer c.prod.putMu.RUnlock()
 	if c.isClosed.Load() {
 		return ErrClosed // before an ID is taken, so not counted
+	}
+	if len(body) > c.maxBody {
+		return fmt.Errorf("%w: body of %d bytes, limit %d", ErrTooLarge, len(body), c.maxBody)
 	}
 	if po.Delay <= 0 && c.memCh != nil && c.diskPending.Load() == 0 {
 		// The common case, a message for the memory buffer, is allocated

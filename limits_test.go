@@ -1,0 +1,70 @@
+package spillq_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/spillq/spillq"
+	"github.com/spillq/spillq/channel"
+	"github.com/spillq/spillq/diskqueue"
+)
+
+// TestMaxRecordBytesIsTheBodyLimit: Disk.MaxRecordBytes, through Open,
+// limits the body the caller puts, not the envelope the channel stores: a
+// body of exactly the limit goes through the disk and back, one byte more
+// is refused at Put with the body's own size in the error, memory buffer
+// or not.
+func TestMaxRecordBytesIsTheBodyLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		limit int // Disk.MaxRecordBytes
+		body  int // the limit in effect
+	}{
+		{"default", 0, diskqueue.DefaultMaxRecordBytes},
+		{"set", 1000, 1000},
+	} {
+		for _, mem := range []int{0, 10} {
+			t.Run(fmt.Sprintf("%s/mem=%d", tc.name, mem), func(t *testing.T) {
+				dir := t.TempDir()
+				q := open(t, dir, spillq.Options{MemQueueSize: mem, Disk: diskqueue.Options{MaxRecordBytes: tc.limit}})
+				ctx := context.Background()
+				exact := bytes.Repeat([]byte("e"), tc.body)
+				if err := q.Put(ctx, exact); err != nil {
+					t.Fatalf("Put of a body of exactly the limit (%d bytes): %v", tc.body, err)
+				}
+				err := q.Put(ctx, append(exact, 'x'))
+				if !errors.Is(err, channel.ErrTooLarge) {
+					t.Fatalf("Put of %d bytes over a %d-byte limit: got %v, want ErrTooLarge", tc.body+1, tc.body, err)
+				}
+				if want := fmt.Sprintf("body of %d bytes, limit %d", tc.body+1, tc.body); !strings.Contains(err.Error(), want) {
+					t.Fatalf("error %q does not say %q", err, want)
+				}
+				if err := q.Close(); err != nil {
+					t.Fatalf("Close: %v", err)
+				}
+				q = open(t, dir, spillq.Options{MemQueueSize: mem, Disk: diskqueue.Options{MaxRecordBytes: tc.limit}})
+				defer q.Close()
+				m := recv(t, q)
+				if !bytes.Equal(m.Body, exact) {
+					t.Fatalf("after reopen got a %d-byte body, want the %d-byte one put", len(m.Body), len(exact))
+				}
+				m.Finish()
+				if d := q.Depth(); d != 0 {
+					t.Fatalf("Depth %d after the one message, want 0: the refused Put was kept", d)
+				}
+			})
+		}
+	}
+}
+
+func TestMaxRecordBytesOutOfRange(t *testing.T) {
+	for _, limit := range []int{-1, 1<<31 - 1} {
+		if _, err := spillq.Open(t.TempDir(), spillq.Options{Disk: diskqueue.Options{MaxRecordBytes: limit}}); !errors.Is(err, diskqueue.ErrInvalidOptions) {
+			t.Fatalf("Disk.MaxRecordBytes %d: got %v, want ErrInvalidOptions", limit, err)
+		}
+	}
+}
