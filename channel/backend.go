@@ -1,15 +1,10 @@
 package channel
 
-import (
-	"context"
-	"fmt"
-	"sync/atomic"
-
-	godiskqueue "github.com/nsqio/go-diskqueue"
-)
+import "context"
 
 // Backend is the disk tier a Channel spills to. spillq's disk queue
-// satisfies it through spillq.Open; [GoDiskQueue] adapts nsqd's.
+// satisfies it through spillq.Open; package
+// [github.com/spillq/spillq/diskqueue/godq] adapts nsqd's go-diskqueue.
 //
 // Read hands out records in order; a record stays in the backend until
 // Ack, so one read but never acknowledged (the process crashed while it
@@ -47,45 +42,3 @@ type Replayer interface {
 	// Replay yields the stored bodies of records with from <= seq < to.
 	Replay(from, to uint64) func(yield func(body []byte, err error) bool)
 }
-
-// GoDiskQueue adapts a github.com/nsqio/go-diskqueue queue as a Backend,
-// for comparison and for services moving over from it.
-//
-// Its guarantees are go-diskqueue's, weaker than spillq's: a record counts
-// as acknowledged as soon as it is read from ReadChan, so messages in
-// flight when the process crashes are lost rather than delivered again;
-// Put ignores its context; and records carry no checksum.
-func GoDiskQueue(dq godiskqueue.Interface) Backend {
-	return &goDiskQueue{dq: dq}
-}
-
-type goDiskQueue struct {
-	dq  godiskqueue.Interface
-	seq atomic.Uint64 // local numbering of records read; go-diskqueue has none
-}
-
-func (g *goDiskQueue) Put(_ context.Context, body []byte) error {
-	if err := g.dq.Put(body); err != nil {
-		return fmt.Errorf("channel: go-diskqueue put: %w", err)
-	}
-	return nil
-}
-
-func (g *goDiskQueue) Read(ctx context.Context) (uint64, []byte, error) {
-	select {
-	case b, ok := <-g.dq.ReadChan():
-		if !ok {
-			return 0, nil, ErrClosed
-		}
-		return g.seq.Add(1), b, nil
-	case <-ctx.Done():
-		return 0, nil, ctx.Err()
-	}
-}
-
-// Ack is a no-op: go-diskqueue removed the record when Read took it.
-func (g *goDiskQueue) Ack(uint64) error { return nil }
-
-func (g *goDiskQueue) Depth() int64 { return g.dq.Depth() }
-func (g *goDiskQueue) Empty() error { return g.dq.Empty() }
-func (g *goDiskQueue) Close() error { return g.dq.Close() }
