@@ -35,12 +35,29 @@ const minSegmentBytes = 1 << 10
 // in go-diskqueue; syncTimeout <= 0 means the default of 2 seconds;
 // maxMsgSize <= 0 means the default of 1 MiB.
 //
+// A backlog that go-diskqueue left under the same name and path
+// (name.diskqueue.meta.dat and its data files) is imported on open: its
+// unread records, from the read position in its metadata, are put into the
+// spillq queue ahead of anything new, then the go-diskqueue files are
+// removed (a damaged one is kept as .bad, as go-diskqueue does), and logf
+// says what happened. A crash during the import loses nothing and puts no
+// record twice: the next open resumes it. Do not run go-diskqueue on the
+// same files at the same time.
+//
 // go-diskqueue's New cannot fail, so neither can this: if the queue cannot
-// be opened (another process holds it, say), the error is logged through
-// logf and returned by every method.
+// be opened (another process holds it, say) or the backlog cannot be
+// imported, the error is logged through logf and returned by every method.
 func NewCompat(name string, dataPath string, maxBytesPerFile int64,
 	minMsgSize int32, maxMsgSize int32,
 	syncEvery int64, syncTimeout time.Duration, logf godiskqueue.AppLogFunc) godiskqueue.Interface {
+	return newCompat(name, dataPath, maxBytesPerFile, minMsgSize, maxMsgSize, syncEvery, syncTimeout, logf, nil)
+}
+
+// newCompat is NewCompat with the import's crash points (see importer).
+func newCompat(name string, dataPath string, maxBytesPerFile int64,
+	minMsgSize int32, maxMsgSize int32,
+	syncEvery int64, syncTimeout time.Duration, logf godiskqueue.AppLogFunc,
+	crashPointForTesting func(point string)) godiskqueue.Interface {
 	if logf == nil {
 		logf = func(godiskqueue.LogLevel, string, ...interface{}) {}
 	}
@@ -71,6 +88,19 @@ func NewCompat(name string, dataPath string, maxBytesPerFile int64,
 		Logger:          slog.New(&logfHandler{logf: logf, prefix: fmt.Sprintf("DISKQUEUE(%s): ", name)}),
 	}
 	q, err := diskqueue.Open(c.dir, opts)
+	if err == nil {
+		im := &importer{
+			q: q, dataPath: dataPath, name: name, logf: logf,
+			minBody: opts.MinRecordBytes, maxBody: opts.MaxRecordBytes,
+			crashPoint: crashPointForTesting,
+		}
+		if im.maxBody == 0 {
+			im.maxBody = diskqueue.DefaultMaxRecordBytes
+		}
+		if err = im.run(context.Background()); err != nil {
+			q.Close()
+		}
+	}
 	if err != nil {
 		logf(godiskqueue.ERROR, "DISKQUEUE(%s) failed to open - %s", name, err)
 		c.err = err
