@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/spillq/spillq/internal/broadcast"
 	"github.com/spillq/spillq/internal/histogram"
 )
 
@@ -21,14 +22,13 @@ type Channel struct {
 	backend Backend // nil: memory only
 	log     *slog.Logger
 
-	memCh   chan *Message // the memory buffer; nil with a Backend and MemQueueSize 0
-	diskCh  chan *Message // the pump's read-ahead of backend records; nil without a Backend
-	readyCh chan *Message // the clock's hand-off of requeued, timed-out and due messages
+	memCh  chan *Message // the memory buffer; nil with a Backend and MemQueueSize 0
+	diskCh chan *Message // the pump's read-ahead of backend records; nil without a Backend
 
 	closeCh   chan struct{}   // closed by Close
 	closeCtx  context.Context // cancelled by Close, for blocking backend calls
 	cancel    context.CancelFunc
-	clockWake chan struct{} // capacity 1: the ready list or deferred heap changed
+	clockWake chan struct{} // capacity 1: the deferred heap changed
 	wg        sync.WaitGroup
 
 	isClosed atomic.Bool
@@ -56,8 +56,14 @@ type Channel struct {
 
 	// mu guards the fields below, and every message's state while it is
 	// ready or deferred.
-	mu           sync.Mutex
-	ready        []*Message // requeued, timed out or due: delivered before the memory buffer
+	mu    sync.Mutex
+	ready []*Message // requeued, timed out or due: delivered before the memory buffer
+	// readyN is len(ready), written under mu, so that the receive path
+	// sees an empty ready list without taking the lock.
+	readyN atomic.Int64
+	// readyBell wakes the receivers waiting in take when ready gains a
+	// message.
+	readyBell    broadcast.Broadcast
 	deferred     deferHeap
 	unpausedCh   chan struct{} // closed by Unpause
 	messagesOnce sync.Once
@@ -117,7 +123,6 @@ func New(opts Options) (*Channel, error) {
 		opts:      o,
 		backend:   o.Backend,
 		log:       o.Logger,
-		readyCh:   make(chan *Message),
 		closeCh:   make(chan struct{}),
 		clockWake: make(chan struct{}, 1),
 		maxBody:   math.MaxInt,
@@ -347,31 +352,73 @@ func (c *Channel) Receive(ctx context.Context) (*Message, error) {
 	}
 }
 
-// take gets the next message from any source.
+// take gets the next message from any source: the ready list, then the
+// memory buffer, then the backend.
+//
+// Receivers take from the ready list themselves rather than through a
+// hand-off from the clock goroutine, so a message requeued by this
+// goroutine a moment ago is already there for its next Receive.
 func (c *Channel) take(ctx context.Context) (*Message, error) {
-	select {
-	case m := <-c.readyCh:
-		return m, nil
-	default:
+	for {
+		if m := c.popReady(); m != nil {
+			return m, nil
+		}
+		select {
+		case m := <-c.memCh:
+			return m, nil
+		default:
+		}
+		wait := c.readyBell.Wait()
+		// Look again now that we are registered for the next ready
+		// message, so one added between the two is not missed.
+		if m := c.popReady(); m != nil {
+			return m, nil
+		}
+		select {
+		case m := <-c.diskCh:
+			// Before the waiting select, so that a done ctx still gets a
+			// message the pump has ready.
+			c.delivered()
+			return m, nil
+		default:
+		}
+		select {
+		case <-wait:
+		case m := <-c.memCh:
+			return m, nil
+		case m := <-c.diskCh:
+			c.delivered()
+			return m, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-c.closeCh:
+			return nil, ErrClosed
+		}
 	}
-	select {
-	case m := <-c.memCh:
-		return m, nil
-	default:
+}
+
+// popReady takes the oldest message from the ready list, or returns nil.
+func (c *Channel) popReady() *Message {
+	if c.readyN.Load() == 0 {
+		return nil
 	}
-	select {
-	case m := <-c.readyCh:
-		return m, nil
-	case m := <-c.memCh:
-		return m, nil
-	case m := <-c.diskCh:
-		c.delivered()
-		return m, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-c.closeCh:
-		return nil, ErrClosed
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.ready) == 0 {
+		return nil
 	}
+	m := c.ready[0]
+	c.ready[0] = nil
+	c.ready = c.ready[1:]
+	c.readyN.Store(int64(len(c.ready)))
+	return m
+}
+
+// addReadyLocked appends m to the ready list; the caller holds c.mu, and
+// rings readyBell once it has let go of it.
+func (c *Channel) addReadyLocked(m *Message) {
+	c.ready = append(c.ready, m)
+	c.readyN.Store(int64(len(c.ready)))
 }
 
 // deliver puts a taken message in flight. It returns false for a message
@@ -550,11 +597,15 @@ func (m *Message) Requeue(delay time.Duration) error {
 		again.due = time.Now().Add(delay).UnixNano()
 		c.deferred.push(again)
 	} else {
-		c.ready = append(c.ready, again)
+		c.addReadyLocked(again)
 	}
 	c.mu.Unlock()
 	f.mu.Unlock()
-	c.wakeClock()
+	if delay > 0 {
+		c.wakeClock()
+	} else {
+		c.readyBell.Notify()
+	}
 	return nil
 }
 
@@ -676,6 +727,7 @@ func (c *Channel) Empty() error {
 	c.dropFlightsLocked()
 	c.mu.Lock()
 	c.ready = nil
+	c.readyN.Store(0)
 	c.deferred = nil
 	c.mu.Unlock()
 	c.unlockFlights()
@@ -691,10 +743,7 @@ func (c *Channel) Empty() error {
 // Depth is the number of messages waiting for delivery: in memory, in the
 // backend and requeued. It leaves out messages in flight and deferred.
 func (c *Channel) Depth() int64 {
-	c.mu.Lock()
-	ready := len(c.ready)
-	c.mu.Unlock()
-	return int64(len(c.memCh)) + c.diskPending.Load() + int64(ready)
+	return int64(len(c.memCh)) + c.diskPending.Load() + c.readyN.Load()
 }
 
 // Stats is a snapshot of a channel's state and counters.
@@ -821,6 +870,7 @@ func (c *Channel) Close() error {
 	held = append(held, c.deferred...)
 	held = append(held, c.dropFlightsLocked()...)
 	c.ready, c.deferred = nil, nil
+	c.readyN.Store(0)
 	c.mu.Unlock()
 	c.unlockFlights()
 
