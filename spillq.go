@@ -114,7 +114,8 @@ func Open(dir string, opts Options) (*Queue, error) {
 func (q *Queue) Disk() *diskqueue.Queue { return q.disk }
 
 // DiskBackend adapts a disk queue as a [channel.Backend] (and
-// [channel.Replayer]). The channel takes ownership of it.
+// [channel.Replayer] and [channel.BacklogScanner]). The channel takes
+// ownership of it; q must not have been read from.
 //
 // A diskqueue.Queue does not report its MaxRecordBytes, so a channel over
 // this backend cannot refuse an oversized body at Put: with a memory
@@ -147,6 +148,23 @@ func (d diskBackend) Ack(seq uint64) error { return d.q.Ack(seq) }
 func (d diskBackend) Depth() int64         { return d.q.Depth() }
 func (d diskBackend) Empty() error         { return d.q.Empty() }
 func (d diskBackend) Close() error         { return d.q.Close() }
+
+// ScanBacklog makes a diskBackend a [channel.BacklogScanner]: the records
+// from the read cursor to the write cursor. Damaged ones are left out; Read
+// reports them when it reaches them.
+func (d diskBackend) ScanBacklog() (uint64, func(yield func(uint64, []byte, error) bool)) {
+	st := d.q.Stats()
+	return st.WriteSeq, func(yield func(uint64, []byte, error) bool) {
+		for rec, err := range d.q.Scan(st.ReadSeq, st.WriteSeq) {
+			if errors.Is(err, diskqueue.ErrCorrupt) {
+				continue
+			}
+			if !yield(rec.Seq, rec.Body, err) {
+				return
+			}
+		}
+	}
+}
 
 func (d diskBackend) Replay(from, to uint64) func(yield func([]byte, error) bool) {
 	return func(yield func([]byte, error) bool) {

@@ -36,6 +36,17 @@ type RecordLimiter interface {
 	MaxRecordBytes() int
 }
 
+// BacklogScanner is implemented by backends that can list the records they
+// hold without handing them out, such as spillq's disk queue. [New] reads
+// the backlog once, in the background, to count the deferred messages in
+// it for [Stats] (after a restart they may sit behind many others).
+type BacklogScanner interface {
+	// ScanBacklog returns end, the seq Read will give the first record put
+	// after the call, and an iterator over the records stored before the
+	// call and not yet read, in seq order, with the seqs Read gives them.
+	ScanBacklog() (end uint64, records func(yield func(seq uint64, body []byte, err error) bool))
+}
+
 // Replayer is implemented by backends that keep acknowledged records for
 // replay, such as spillq's disk queue with retention.
 type Replayer interface {

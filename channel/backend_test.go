@@ -73,6 +73,23 @@ func (b *memBackend) Ack(seq uint64) error {
 	return nil
 }
 
+// ScanBacklog makes memBackend a channel.BacklogScanner.
+func (b *memBackend) ScanBacklog() (uint64, func(yield func(uint64, []byte, error) bool)) {
+	b.mu.Lock()
+	from, end := b.next, uint64(len(b.records))
+	b.mu.Unlock()
+	return end, func(yield func(uint64, []byte, error) bool) {
+		for seq := from; seq < end; seq++ {
+			b.mu.Lock()
+			acked, body := b.acked[seq], b.records[seq]
+			b.mu.Unlock()
+			if !acked && !yield(seq, body, nil) {
+				return
+			}
+		}
+	}
+}
+
 func (b *memBackend) Depth() int64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -42,6 +42,9 @@ type Channel struct {
 	// sends new messages to the backend too, so they stay behind the older
 	// ones there: that is what keeps put order across the spill.
 	diskPending atomic.Int64
+	// diskDeferred counts those of diskPending that are deferred messages,
+	// for Stats.
+	diskDeferred diskDeferred
 	// gen is bumped by Empty; a message handed over with an older gen was
 	// discarded and is dropped on receipt.
 	gen atomic.Uint32
@@ -150,6 +153,12 @@ func New(opts Options) (*Channel, error) {
 		// keeps put order; Empty's generation check drops stale ones.
 		c.diskCh = make(chan *Message, diskReadAhead)
 		c.diskPending.Store(c.backend.Depth())
+		if s, ok := c.backend.(BacklogScanner); ok {
+			end, records := s.ScanBacklog()
+			c.diskDeferred.end = end
+			c.wg.Add(1)
+			go c.scanBacklog(records)
+		}
 		c.wg.Add(1)
 		go c.pump()
 	}
@@ -276,6 +285,10 @@ var envelopes = sync.Pool{New: func() any { return new([]byte) }}
 
 func (c *Channel) putBackend(ctx context.Context, m *Message) error {
 	c.diskPending.Add(1)
+	if m.due != 0 {
+		// Before the Put: the pump may read the record back at once.
+		c.diskDeferred.put()
+	}
 	buf := envelopes.Get().(*[]byte)
 	*buf = appendEnvelope((*buf)[:0], m)
 	bctx, release := c.bound(ctx)
@@ -286,6 +299,9 @@ func (c *Channel) putBackend(ctx context.Context, m *Message) error {
 	}
 	if err != nil {
 		c.delivered()
+		if m.due != 0 {
+			c.diskDeferred.unput()
+		}
 		c.prod.putFailures.Add(1)
 		if c.isClosed.Load() && errors.Is(err, context.Canceled) {
 			return ErrClosed
@@ -305,14 +321,7 @@ func (c *Channel) stamp() time.Time {
 
 // delivered lowers diskPending by one, never below zero: an Empty racing a
 // Put can leave a record the count no longer includes.
-func (c *Channel) delivered() {
-	for {
-		n := c.diskPending.Load()
-		if n <= 0 || c.diskPending.CompareAndSwap(n, n-1) {
-			return
-		}
-	}
-}
+func (c *Channel) delivered() { decrementToZero(&c.diskPending) }
 
 // bound returns a context that also ends when the channel closes, and the
 // function that releases it, which must be called. Most callers pass
@@ -736,26 +745,46 @@ func (c *Channel) Empty() error {
 			return fmt.Errorf("channel: empty backend: %w", err)
 		}
 		c.diskPending.Store(0)
+		c.diskDeferred.empty()
 	}
 	return nil
 }
 
-// Depth is the number of messages waiting for delivery: in memory, in the
-// backend and requeued. It leaves out messages in flight and deferred.
+// Depth is the number of messages waiting for delivery: Stats' MemoryDepth
+// + DiskDepth + Ready. It leaves out messages in flight and deferred ones,
+// in memory or in the backend.
 func (c *Channel) Depth() int64 {
-	return int64(len(c.memCh)) + c.diskPending.Load() + c.readyN.Load()
+	return int64(len(c.memCh)) + c.diskDepth() + c.readyN.Load()
+}
+
+// diskDepth is the messages in the backend waiting for delivery.
+func (c *Channel) diskDepth() int64 {
+	return max(c.diskPending.Load()-c.diskDeferred.n.Load(), 0)
 }
 
 // Stats is a snapshot of a channel's state and counters.
 type Stats struct {
-	MemoryDepth  int   // messages in the memory buffer
-	MemoryBound  int   // MemQueueSize
-	DiskDepth    int64 // messages in the backend waiting for delivery
-	BackendDepth int64 // records in the backend not acknowledged, including those held in flight or deferred
-	InFlight     int   // delivered, not yet finished or requeued
-	Deferred     int   // waiting for their due time
-	Ready        int   // requeued or timed out, waiting for delivery
-	Paused       bool
+	MemoryDepth int // messages in the memory buffer
+	MemoryBound int // MemQueueSize
+	// DiskDepth is the messages stored in the backend and waiting for
+	// delivery: not yet handed to a consumer, and not deferred.
+	DiskDepth int64
+	// BackendDepth is the records in the backend not acknowledged,
+	// including those of messages in flight or deferred.
+	BackendDepth int64
+	InFlight     int // delivered, not yet finished or requeued
+	// Deferred is the messages put or requeued with a delay and not yet
+	// released for delivery, wherever they wait: in memory until their due
+	// time, or in the backend until the channel reads them back. One in
+	// the backend counts here until it is read back, even if its due time
+	// passes first because a backlog stands before it. After a restart the
+	// channel finds the deferred messages already in the backend by
+	// reading the backlog once, in the background (when the backend is a
+	// [BacklogScanner]); until that read reaches one, it counts in
+	// DiskDepth.
+	Deferred int
+	Ready    int // requeued, timed out or released when due, waiting for delivery
+	Paused   bool
 
 	Puts        int64 // messages accepted by Put
 	Spills      int64 // of those, written to the backend
@@ -780,14 +809,14 @@ func (c *Channel) Stats() Stats {
 	c.mu.Lock()
 	st := Stats{
 		InFlight: inFlight,
-		Deferred: len(c.deferred),
+		Deferred: len(c.deferred) + int(c.diskDeferred.n.Load()),
 		Ready:    len(c.ready),
 		Paused:   c.paused.Load(),
 	}
 	c.mu.Unlock()
 	st.MemoryDepth = len(c.memCh)
 	st.MemoryBound = c.opts.MemQueueSize
-	st.DiskDepth = c.diskPending.Load()
+	st.DiskDepth = c.diskDepth()
 	if c.backend != nil {
 		st.BackendDepth = c.backend.Depth()
 	}

@@ -96,6 +96,12 @@ func appendEnvelope(dst []byte, m *Message) []byte {
 	return append(dst, m.Body...)
 }
 
+// envelopeHasDue reports whether b is an envelope that carries a due time,
+// without decoding the rest.
+func envelopeHasDue(b []byte) bool {
+	return len(b) >= envFixedSize && b[0] == envelopeVersion && b[1]&envFlagDue != 0
+}
+
 // decodeEnvelope parses a backend record. The body aliases b.
 func decodeEnvelope(b []byte) (*Message, error) {
 	if len(b) < envFixedSize {

@@ -25,6 +25,9 @@ func (c *Channel) pump() {
 				return
 			}
 		}
+		// By the same test as the scan's, so a record it counted is
+		// uncounted here even if it turns out not to decode.
+		c.diskDeferred.read(seq, envelopeHasDue(body))
 		gen := c.gen.Load()
 		m, err := decodeEnvelope(body)
 		if err != nil {
