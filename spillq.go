@@ -72,7 +72,9 @@ type Queue struct {
 }
 
 // Open opens (or creates) the queue in dir and delivers again whatever was
-// stored there and not finished.
+// stored there and not finished. A backlog found there is read once more in
+// the background, so that Stats can count the deferred messages in it (see
+// [channel.Stats]); Close stops that read.
 func Open(dir string, opts Options) (*Queue, error) {
 	dopts := opts.Disk
 	if dopts.Logger == nil {
