@@ -44,6 +44,9 @@ type BacklogScanner interface {
 	// ScanBacklog returns end, the seq Read will give the first record put
 	// after the call, and an iterator over the records stored before the
 	// call and not yet read, in seq order, with the seqs Read gives them.
+	// The iterator runs on its own goroutine while the channel reads the
+	// same records; it must not wait for new records, and it stops when
+	// yield returns false (at Close).
 	ScanBacklog() (end uint64, records func(yield func(seq uint64, body []byte, err error) bool))
 }
 

@@ -46,7 +46,8 @@ func (m goMeta) String() string {
 	return fmt.Sprintf("%d\n%d,%d\n%d,%d\n", m.depth, m.readFileNum, m.readPos, m.writeFileNum, m.writePos)
 }
 
-// importer moves a go-diskqueue backlog into a spillq queue, once.
+// importer moves a go-diskqueue backlog into a spillq queue, once. It runs
+// in NewCompat, before the queue is handed out, on that one goroutine.
 //
 // Crash safety rests on two files and one count. The marker, written
 // atomically before the first record is put, holds the queue's WriteSeq at
