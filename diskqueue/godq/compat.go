@@ -87,19 +87,10 @@ func newCompat(name string, dataPath string, maxBytesPerFile int64,
 		SyncInterval:    syncTimeout,
 		Logger:          slog.New(&logfHandler{logf: logf, prefix: fmt.Sprintf("DISKQUEUE(%s): ", name)}),
 	}
-	q, err := diskqueue.Open(c.dir, opts)
+	err := importBacklog(c.dir, dataPath, name, opts, logf, crashPointForTesting)
+	var q *diskqueue.Queue
 	if err == nil {
-		im := &importer{
-			q: q, dataPath: dataPath, name: name, logf: logf,
-			minBody: opts.MinRecordBytes, maxBody: opts.MaxRecordBytes,
-			crashPoint: crashPointForTesting,
-		}
-		if im.maxBody == 0 {
-			im.maxBody = diskqueue.DefaultMaxRecordBytes
-		}
-		if err = im.run(context.Background()); err != nil {
-			q.Close()
-		}
+		q, err = diskqueue.Open(c.dir, opts)
 	}
 	if err != nil {
 		logf(godiskqueue.ERROR, "DISKQUEUE(%s) failed to open - %s", name, err)
@@ -287,6 +278,36 @@ func (c *compatQueue) exit(remove bool) error {
 		if rerr := os.RemoveAll(c.dir); rerr != nil && err == nil {
 			err = rerr
 		}
+	}
+	return err
+}
+
+// importBacklog imports the go-diskqueue backlog named name in dataPath,
+// if there is one, into the queue in dir (see importer). The queue is
+// opened for the import alone, with an fsync only at the end: the caller's
+// policy (every record, by default) would cost one fsync per record, and
+// an import cut short by a crash resumes where the queue's records end.
+func importBacklog(dir, dataPath, name string, opts diskqueue.Options, logf godiskqueue.AppLogFunc, crashPoint func(string)) error {
+	im := &importer{
+		dataPath: dataPath, name: name, logf: logf,
+		minBody: opts.MinRecordBytes, maxBody: opts.MaxRecordBytes,
+		crashPoint: crashPoint,
+	}
+	if im.maxBody == 0 {
+		im.maxBody = diskqueue.DefaultMaxRecordBytes
+	}
+	if !im.pending() {
+		return nil
+	}
+	opts.SyncEvery = math.MaxInt
+	q, err := diskqueue.Open(dir, opts)
+	if err != nil {
+		return err
+	}
+	im.q = q
+	err = im.run(context.Background())
+	if cerr := q.Close(); err == nil {
+		err = cerr
 	}
 	return err
 }

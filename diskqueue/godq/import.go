@@ -84,6 +84,17 @@ func (im *importer) crash(point string) {
 	}
 }
 
+// pending reports whether there is a backlog to import or an interrupted
+// import to finish.
+func (im *importer) pending() bool {
+	for _, path := range []string{im.metaPath(), im.markerPath()} {
+		if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+			return true // an error other than absence is run's to report
+		}
+	}
+	return false
+}
+
 // run imports the backlog if there is one, and finishes an interrupted
 // import.
 func (im *importer) run(ctx context.Context) error {

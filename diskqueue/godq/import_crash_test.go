@@ -13,8 +13,8 @@ import (
 
 // TestImportCrash kills a child process at each step of an import, then
 // opens the queue again: the backlog must come out whole, in order, each
-// record once, and the old files must be gone. The child syncs every 2500
-// records, so a kill during the puts also takes records the queue had
+// record once, and the old files must be gone. The import syncs only at
+// its end, so a kill during the puts also takes records the queue had
 // accepted but not yet written.
 func TestImportCrash(t *testing.T) {
 	if testing.Short() {
