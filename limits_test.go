@@ -61,10 +61,43 @@ func TestMaxRecordBytesIsTheBodyLimit(t *testing.T) {
 	}
 }
 
-func TestMaxRecordBytesOutOfRange(t *testing.T) {
-	for _, limit := range []int{-1, 1<<31 - 1} {
-		if _, err := spillq.Open(t.TempDir(), spillq.Options{Disk: diskqueue.Options{MaxRecordBytes: limit}}); !errors.Is(err, diskqueue.ErrInvalidOptions) {
-			t.Fatalf("Disk.MaxRecordBytes %d: got %v, want ErrInvalidOptions", limit, err)
+// TestMinRecordBytesIsTheBodyLimit: so is Disk.MinRecordBytes, though the
+// envelope alone is longer than the minimum.
+func TestMinRecordBytesIsTheBodyLimit(t *testing.T) {
+	for _, mem := range []int{0, 10} {
+		t.Run(fmt.Sprintf("mem=%d", mem), func(t *testing.T) {
+			dir := t.TempDir()
+			o := spillq.Options{MemQueueSize: mem, Disk: diskqueue.Options{MinRecordBytes: 8}}
+			q := open(t, dir, o)
+			ctx := context.Background()
+			err := q.Put(ctx, []byte("1234567"))
+			if !errors.Is(err, channel.ErrTooSmall) || !strings.Contains(err.Error(), "body of 7 bytes, minimum 8") {
+				t.Fatalf("Put of 7 bytes with Disk.MinRecordBytes 8: got %v, want ErrTooSmall with both sizes", err)
+			}
+			if err := q.Put(ctx, []byte("12345678")); err != nil {
+				t.Fatalf("Put of exactly the minimum: %v", err)
+			}
+			if err := q.Close(); err != nil {
+				t.Fatal(err)
+			}
+			q = open(t, dir, o)
+			defer q.Close()
+			if m := recv(t, q); string(m.Body) != "12345678" {
+				t.Fatalf("after reopen got %q", m.Body)
+			}
+		})
+	}
+}
+
+func TestRecordBytesOutOfRange(t *testing.T) {
+	for _, o := range []diskqueue.Options{
+		{MaxRecordBytes: -1},
+		{MaxRecordBytes: 1<<31 - 1},
+		{MinRecordBytes: -1},
+		{MinRecordBytes: 101, MaxRecordBytes: 100},
+	} {
+		if _, err := spillq.Open(t.TempDir(), spillq.Options{Disk: o}); !errors.Is(err, diskqueue.ErrInvalidOptions) {
+			t.Fatalf("Disk.MinRecordBytes %d, MaxRecordBytes %d: got %v, want ErrInvalidOptions", o.MinRecordBytes, o.MaxRecordBytes, err)
 		}
 	}
 }

@@ -52,12 +52,12 @@ type Options struct {
 	// Disk.SyncEvery to 1 for Put to return only once the message is on
 	// stable storage, and Disk.Compress to snappy-compress spilled bodies.
 	//
-	// Disk.MaxRecordBytes is the largest message body Put accepts (zero
-	// means 1 MiB); Open sizes the log's records to hold such a body in its
-	// envelope (up to [channel.MaxEnvelopeOverhead] bytes more), and Put
-	// refuses a larger body with [channel.ErrTooLarge], even when it would
-	// fit in memory. Disk.MinRecordBytes applies to the record, envelope
-	// included, which is never shorter than 20 bytes.
+	// Disk.MaxRecordBytes and Disk.MinRecordBytes bound the message body
+	// Put accepts (zero means 1 MiB and no minimum); Open sizes the log's
+	// records to hold such a body in its envelope (up to
+	// [channel.MaxEnvelopeOverhead] bytes more), and Put refuses a body out
+	// of range with [channel.ErrTooLarge] or [channel.ErrTooSmall], even
+	// when it would fit in memory.
 	Disk diskqueue.Options
 
 	// Logger receives warnings from both layers. Nil discards.
@@ -84,11 +84,21 @@ func Open(dir string, opts Options) (*Queue, error) {
 	if maxBody == 0 {
 		maxBody = diskqueue.DefaultMaxRecordBytes
 	}
-	if maxBody < 0 || maxBody > math.MaxInt32-channel.MaxEnvelopeOverhead {
+	minBody := dopts.MinRecordBytes
+	switch {
+	case maxBody < 0 || maxBody > math.MaxInt32-channel.MaxEnvelopeOverhead:
 		return nil, fmt.Errorf("spillq: %w: Disk.MaxRecordBytes %d is outside [0, %d)", diskqueue.ErrInvalidOptions, maxBody, math.MaxInt32-channel.MaxEnvelopeOverhead)
+	case minBody < 0 || minBody > maxBody:
+		return nil, fmt.Errorf("spillq: %w: Disk.MinRecordBytes %d is outside [0, MaxRecordBytes=%d]", diskqueue.ErrInvalidOptions, minBody, maxBody)
 	}
-	// The caller's limit is on the body; the log stores it in an envelope.
+	// The caller's limits are on the body; the log stores it in an
+	// envelope. The channel refuses bodies out of range before they reach
+	// the log (limitedDiskBackend), so the log's own limits only have to
+	// let every envelope of a body in range through.
 	dopts.MaxRecordBytes = maxBody + channel.MaxEnvelopeOverhead
+	if minBody > 0 {
+		dopts.MinRecordBytes = minBody + channel.MinEnvelopeOverhead
+	}
 	dq, err := diskqueue.Open(dir, dopts)
 	if err != nil {
 		if errors.Is(err, diskqueue.ErrInvalidOptions) {
@@ -98,7 +108,7 @@ func Open(dir string, opts Options) (*Queue, error) {
 	}
 	ch, err := channel.New(channel.Options{
 		MemQueueSize: opts.MemQueueSize,
-		Backend:      limitedDiskBackend{diskBackend{dq}, dopts.MaxRecordBytes},
+		Backend:      limitedDiskBackend{diskBackend{dq}, dopts.MinRecordBytes, dopts.MaxRecordBytes},
 		MsgTimeout:   opts.MsgTimeout,
 		MaxAttempts:  opts.MaxAttempts,
 		DeadLetter:   opts.DeadLetter,
@@ -119,21 +129,23 @@ func (q *Queue) Disk() *diskqueue.Queue { return q.disk }
 // [channel.Replayer] and [channel.BacklogScanner]). The channel takes
 // ownership of it; q must not have been read from.
 //
-// A diskqueue.Queue does not report its MaxRecordBytes, so a channel over
-// this backend cannot refuse an oversized body at Put: with a memory
+// A diskqueue.Queue does not report its record limits, so a channel over
+// this backend cannot refuse a body out of range at Put: with a memory
 // buffer, such a message is refused only when it reaches the queue, which
-// may be at Close. [Open] knows the limit and refuses at Put.
+// may be at Close. [Open] knows the limits and refuses at Put.
 func DiskBackend(q *diskqueue.Queue) channel.Backend { return diskBackend{q} }
 
 type diskBackend struct{ q *diskqueue.Queue }
 
 // limitedDiskBackend is a diskBackend that knows its queue's
-// Options.MaxRecordBytes, and tells the channel (a channel.RecordLimiter).
+// Options.MinRecordBytes and MaxRecordBytes, and tells the channel (a
+// channel.RecordLimiter).
 type limitedDiskBackend struct {
 	diskBackend
-	maxRecord int
+	minRecord, maxRecord int
 }
 
+func (d limitedDiskBackend) MinRecordBytes() int { return d.minRecord }
 func (d limitedDiskBackend) MaxRecordBytes() int { return d.maxRecord }
 
 func (d diskBackend) Put(ctx context.Context, body []byte) error { return d.q.Put(ctx, body) }

@@ -26,14 +26,17 @@ type Backend interface {
 	Close() error
 }
 
-// RecordLimiter is implemented by backends that refuse records over a
-// size, such as spillq's disk queue. [New] reads the limit once, and Put
-// refuses with [ErrTooLarge] any body that would not fit in a record once
-// in its envelope, rather than accept it into memory and fail to keep it
-// at Close.
+// RecordLimiter is implemented by backends that refuse records outside a
+// range of sizes, such as spillq's disk queue. [New] reads the limits once,
+// and Put refuses any body that would not make a record in range once in
+// its envelope, with [ErrTooLarge] or [ErrTooSmall], rather than accept it
+// into memory and fail to keep it at Close.
 type RecordLimiter interface {
 	// MaxRecordBytes is the largest record Put accepts.
 	MaxRecordBytes() int
+	// MinRecordBytes is the smallest record Put accepts. A Channel refuses
+	// bodies shorter than this less [MinEnvelopeOverhead].
+	MinRecordBytes() int
 }
 
 // BacklogScanner is implemented by backends that can list the records they

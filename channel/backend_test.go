@@ -135,20 +135,22 @@ func (errorBackend) Depth() int64     { return 0 }
 func (errorBackend) Empty() error     { return errBackend }
 func (errorBackend) Close() error     { return nil }
 
-// limitedBackend is a memBackend that refuses records over maxRecord bytes,
-// as a disk queue does, and says so (a channel.RecordLimiter).
+// limitedBackend is a memBackend that refuses records outside [minRecord,
+// maxRecord] bytes, as a disk queue does, and says so (a
+// channel.RecordLimiter).
 type limitedBackend struct {
 	*memBackend
-	maxRecord int
+	minRecord, maxRecord int
 }
 
-var errRecordTooLarge = errors.New("limitedBackend: record too large")
+var errRecordSize = errors.New("limitedBackend: record out of range")
 
 func (b limitedBackend) Put(ctx context.Context, body []byte) error {
-	if len(body) > b.maxRecord {
-		return errRecordTooLarge
+	if len(body) < b.minRecord || len(body) > b.maxRecord {
+		return errRecordSize
 	}
 	return b.memBackend.Put(ctx, body)
 }
 
 func (b limitedBackend) MaxRecordBytes() int { return b.maxRecord }
+func (b limitedBackend) MinRecordBytes() int { return b.minRecord }

@@ -33,9 +33,10 @@ type Channel struct {
 
 	isClosed atomic.Bool
 
-	// maxBody is the largest body the backend can store in an envelope;
-	// math.MaxInt when it states no limit. Set by New, read-only after.
-	maxBody int
+	// minBody and maxBody bound the bodies the backend can store in an
+	// envelope; 0 and math.MaxInt when it states no limits. Set by New,
+	// read-only after.
+	minBody, maxBody int
 
 	// diskPending counts messages stored in the backend and not yet handed
 	// to a consumer (or to the deferred heap). While it is above zero, Put
@@ -136,6 +137,10 @@ func New(opts Options) (*Channel, error) {
 			return nil, fmt.Errorf("%w: the backend's record limit of %d bytes leaves no room for a body (the envelope takes up to %d)", ErrInvalidOptions, limit, MaxEnvelopeOverhead)
 		}
 		c.maxBody = limit - MaxEnvelopeOverhead
+		c.minBody = max(l.MinRecordBytes()-MinEnvelopeOverhead, 0)
+		if c.minBody > c.maxBody {
+			return nil, fmt.Errorf("%w: the backend's record limits [%d, %d] leave no body size that fits every envelope", ErrInvalidOptions, l.MinRecordBytes(), limit)
+		}
 	}
 	c.closeCtx, c.cancel = context.WithCancel(context.Background())
 	c.started = time.Now()
@@ -195,8 +200,9 @@ func (c *Channel) Put(ctx context.Context, body []byte) error {
 
 // PutWith is Put with a delay or an expiry.
 //
-// A body larger than the backend can store is refused with [ErrTooLarge]
-// (see [RecordLimiter]), wherever it would have gone first.
+// A body larger or smaller than the backend can store is refused with
+// [ErrTooLarge] or [ErrTooSmall] (see [RecordLimiter]), wherever it would
+// have gone first.
 func (c *Channel) PutWith(ctx context.Context, body []byte, po PutOptions) error {
 	c.prod.putMu.RLock()
 	defer c.prod.putMu.RUnlock()
@@ -205,6 +211,9 @@ func (c *Channel) PutWith(ctx context.Context, body []byte, po PutOptions) error
 	}
 	if len(body) > c.maxBody {
 		return fmt.Errorf("%w: body of %d bytes, limit %d", ErrTooLarge, len(body), c.maxBody)
+	}
+	if len(body) < c.minBody {
+		return fmt.Errorf("%w: body of %d bytes, minimum %d", ErrTooSmall, len(body), c.minBody)
 	}
 	if po.Delay <= 0 && c.memCh != nil && c.diskPending.Load() == 0 {
 		// The common case, a message for the memory buffer, is allocated

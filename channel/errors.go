@@ -19,6 +19,11 @@ var (
 	// be able to write every message it holds to the backend.
 	ErrTooLarge = errors.New("channel: message body too large for the backend")
 
+	// ErrTooSmall is returned by [Channel.Put] and [Channel.PutWith] for a
+	// body shorter than the backend's smallest record less the envelope
+	// header (see [RecordLimiter]).
+	ErrTooSmall = errors.New("channel: message body too small for the backend")
+
 	// ErrNotInFlight is returned by [Message.Finish], [Message.Requeue] and
 	// [Message.Touch] for a message that is not in flight: already
 	// finished or requeued, timed out and handed to another consumer, or

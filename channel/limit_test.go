@@ -19,7 +19,7 @@ func TestPutRefusesWhatTheBackendCannotKeep(t *testing.T) {
 	const maxRecord = 200
 	const maxBody = maxRecord - channel.MaxEnvelopeOverhead
 	b := newMemBackend()
-	c := newChannel(t, channel.Options{MemQueueSize: 10, Backend: limitedBackend{b, maxRecord}})
+	c := newChannel(t, channel.Options{MemQueueSize: 10, Backend: limitedBackend{b, 0, maxRecord}})
 	ctx := context.Background()
 	big := bytes.Repeat([]byte("x"), maxBody+1)
 	err := c.PutWith(ctx, big, channel.PutOptions{Expires: time.Now().Add(time.Hour)})
@@ -49,8 +49,30 @@ func TestPutRefusesWhatTheBackendCannotKeep(t *testing.T) {
 }
 
 func TestBackendLimitTooSmallForAnEnvelope(t *testing.T) {
-	_, err := channel.New(channel.Options{Backend: limitedBackend{newMemBackend(), channel.MaxEnvelopeOverhead - 1}})
+	_, err := channel.New(channel.Options{Backend: limitedBackend{newMemBackend(), 0, channel.MaxEnvelopeOverhead - 1}})
 	if !errors.Is(err, channel.ErrInvalidOptions) {
 		t.Fatalf("New over a backend whose records cannot hold an envelope: got %v, want ErrInvalidOptions", err)
+	}
+}
+
+// TestPutRefusesTooSmall: a backend's smallest record bounds the body
+// from below, less the fixed envelope header, on the memory path too.
+func TestPutRefusesTooSmall(t *testing.T) {
+	const minBody = 10
+	b := newMemBackend()
+	c := newChannel(t, channel.Options{MemQueueSize: 10, Backend: limitedBackend{b, minBody + channel.MinEnvelopeOverhead, 1000}})
+	ctx := context.Background()
+	err := c.Put(ctx, make([]byte, minBody-1))
+	if !errors.Is(err, channel.ErrTooSmall) || !strings.Contains(err.Error(), "body of 9 bytes, minimum 10") {
+		t.Fatalf("Put of %d bytes over a backend whose bodies start at %d: got %v, want ErrTooSmall with both sizes", minBody-1, minBody, err)
+	}
+	if err := c.Put(ctx, make([]byte, minBody)); err != nil {
+		t.Fatalf("Put of exactly the minimum: %v", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatalf("Close could not keep an accepted message: %v", err)
+	}
+	if d := b.Depth(); d != 1 {
+		t.Fatalf("backend holds %d records after Close, want 1", d)
 	}
 }

@@ -68,12 +68,16 @@ const (
 	envFixedSize    = 20
 )
 
-// MaxEnvelopeOverhead is the most bytes a [Channel] adds to a body when it
-// writes the message to its backend: the fixed envelope header plus a due
-// time and an expiry. A backend that limits its records to N bytes can
-// hold any body of up to N - MaxEnvelopeOverhead bytes, whatever happens to
-// the message later (a Requeue with a delay adds a due time).
-const MaxEnvelopeOverhead = envFixedSize + 8 + 8
+// MinEnvelopeOverhead and MaxEnvelopeOverhead are the fewest and the most
+// bytes a [Channel] adds to a body when it writes the message to its
+// backend: the fixed envelope header, then up to a due time and an expiry.
+// A backend that limits its records to N bytes can hold any body of up to
+// N - MaxEnvelopeOverhead bytes, whatever happens to the message later (a
+// Requeue with a delay adds a due time).
+const (
+	MinEnvelopeOverhead = envFixedSize
+	MaxEnvelopeOverhead = envFixedSize + 8 + 8
+)
 
 func appendEnvelope(dst []byte, m *Message) []byte {
 	var flags byte
