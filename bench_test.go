@@ -14,6 +14,7 @@ import (
 
 	"github.com/spillq/spillq"
 	"github.com/spillq/spillq/channel"
+	"github.com/spillq/spillq/diskqueue/godq"
 )
 
 // Benchmarks of the wired channel, side by side with its floor (a bare Go
@@ -92,7 +93,7 @@ func BenchmarkSpillPath(b *testing.B) {
 	})
 	b.Run("size=100/impl=channel-over-godiskqueue", func(b *testing.B) {
 		dq := godiskqueue.New("bench", b.TempDir(), 100<<20, 0, 1<<20, 2500, 2*time.Second, nop)
-		c, err := channel.New(channel.Options{Backend: channel.GoDiskQueue(dq)})
+		c, err := channel.New(channel.Options{Backend: godq.ChannelBackend(dq)})
 		if err != nil {
 			b.Fatal(err)
 		}

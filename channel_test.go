@@ -13,7 +13,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	godiskqueue "github.com/nsqio/go-diskqueue"
 	"go.uber.org/goleak"
 
 	"github.com/spillq/spillq"
@@ -257,33 +256,6 @@ func TestCompressedSpill(t *testing.T) {
 	q.Disk().Sync(context.Background())
 	if st := q.Disk().Stats(); st.DiskBytes > int64(len(big))/2 {
 		t.Fatalf("not compressed: %d bytes on disk for a %d-byte body", st.DiskBytes, len(big))
-	}
-}
-
-// TestGoDiskQueueBackend runs the channel over nsqd's own disk queue.
-func TestGoDiskQueueBackend(t *testing.T) {
-	dq := godiskqueue.New("jobs", t.TempDir(), 1<<20, 0, 1<<20, 2500, time.Second, func(godiskqueue.LogLevel, string, ...interface{}) {})
-	c, err := channel.New(channel.Options{MemQueueSize: 10, Backend: channel.GoDiskQueue(dq)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx := context.Background()
-	for i := 0; i < 100; i++ {
-		c.Put(ctx, body(i))
-	}
-	for i := 0; i < 100; i++ {
-		m, err := c.Receive(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if string(m.Body) != string(body(i)) {
-			t.Fatalf("got %q, want %q", m.Body, body(i))
-		}
-		m.Finish()
-	}
-	if st := c.Stats(); st.Spills != 90 {
-		t.Fatalf("Spills %d, want 90", st.Spills)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/spillq/spillq/channel"
@@ -50,6 +51,13 @@ type Options struct {
 	// 100 MiB segments, fsync every 2500 records or 2 seconds. Set
 	// Disk.SyncEvery to 1 for Put to return only once the message is on
 	// stable storage, and Disk.Compress to snappy-compress spilled bodies.
+	//
+	// Disk.MaxRecordBytes and Disk.MinRecordBytes bound the message body
+	// Put accepts (zero means 1 MiB and no minimum); Open sizes the log's
+	// records to hold such a body in its envelope (up to
+	// [channel.MaxEnvelopeOverhead] bytes more), and Put refuses a body out
+	// of range with [channel.ErrTooLarge] or [channel.ErrTooSmall], even
+	// when it would fit in memory.
 	Disk diskqueue.Options
 
 	// Logger receives warnings from both layers. Nil discards.
@@ -64,19 +72,43 @@ type Queue struct {
 }
 
 // Open opens (or creates) the queue in dir and delivers again whatever was
-// stored there and not finished.
+// stored there and not finished. A backlog found there is read once more in
+// the background, so that Stats can count the deferred messages in it (see
+// [channel.Stats]); Close stops that read.
 func Open(dir string, opts Options) (*Queue, error) {
 	dopts := opts.Disk
 	if dopts.Logger == nil {
 		dopts.Logger = opts.Logger
 	}
+	maxBody := dopts.MaxRecordBytes
+	if maxBody == 0 {
+		maxBody = diskqueue.DefaultMaxRecordBytes
+	}
+	minBody := dopts.MinRecordBytes
+	switch {
+	case maxBody < 0 || maxBody > math.MaxInt32-channel.MaxEnvelopeOverhead:
+		return nil, fmt.Errorf("spillq: %w: Disk.MaxRecordBytes %d is outside [0, %d)", diskqueue.ErrInvalidOptions, maxBody, math.MaxInt32-channel.MaxEnvelopeOverhead)
+	case minBody < 0 || minBody > maxBody:
+		return nil, fmt.Errorf("spillq: %w: Disk.MinRecordBytes %d is outside [0, MaxRecordBytes=%d]", diskqueue.ErrInvalidOptions, minBody, maxBody)
+	}
+	// The caller's limits are on the body; the log stores it in an
+	// envelope. The channel refuses bodies out of range before they reach
+	// the log (limitedDiskBackend), so the log's own limits only have to
+	// let every envelope of a body in range through.
+	dopts.MaxRecordBytes = maxBody + channel.MaxEnvelopeOverhead
+	if minBody > 0 {
+		dopts.MinRecordBytes = minBody + channel.MinEnvelopeOverhead
+	}
 	dq, err := diskqueue.Open(dir, dopts)
 	if err != nil {
+		if errors.Is(err, diskqueue.ErrInvalidOptions) {
+			return nil, fmt.Errorf("spillq: %w (Disk.MaxRecordBytes %d is the body limit; records on disk are up to %d bytes longer)", err, maxBody, channel.MaxEnvelopeOverhead)
+		}
 		return nil, fmt.Errorf("spillq: %w", err)
 	}
 	ch, err := channel.New(channel.Options{
 		MemQueueSize: opts.MemQueueSize,
-		Backend:      DiskBackend(dq),
+		Backend:      limitedDiskBackend{diskBackend{dq}, dopts.MinRecordBytes, dopts.MaxRecordBytes},
 		MsgTimeout:   opts.MsgTimeout,
 		MaxAttempts:  opts.MaxAttempts,
 		DeadLetter:   opts.DeadLetter,
@@ -94,10 +126,27 @@ func Open(dir string, opts Options) (*Queue, error) {
 func (q *Queue) Disk() *diskqueue.Queue { return q.disk }
 
 // DiskBackend adapts a disk queue as a [channel.Backend] (and
-// [channel.Replayer]). The channel takes ownership of it.
+// [channel.Replayer] and [channel.BacklogScanner]). The channel takes
+// ownership of it; q must not have been read from.
+//
+// A diskqueue.Queue does not report its record limits, so a channel over
+// this backend cannot refuse a body out of range at Put: with a memory
+// buffer, such a message is refused only when it reaches the queue, which
+// may be at Close. [Open] knows the limits and refuses at Put.
 func DiskBackend(q *diskqueue.Queue) channel.Backend { return diskBackend{q} }
 
 type diskBackend struct{ q *diskqueue.Queue }
+
+// limitedDiskBackend is a diskBackend that knows its queue's
+// Options.MinRecordBytes and MaxRecordBytes, and tells the channel (a
+// channel.RecordLimiter).
+type limitedDiskBackend struct {
+	diskBackend
+	minRecord, maxRecord int
+}
+
+func (d limitedDiskBackend) MinRecordBytes() int { return d.minRecord }
+func (d limitedDiskBackend) MaxRecordBytes() int { return d.maxRecord }
 
 func (d diskBackend) Put(ctx context.Context, body []byte) error { return d.q.Put(ctx, body) }
 
@@ -113,6 +162,23 @@ func (d diskBackend) Ack(seq uint64) error { return d.q.Ack(seq) }
 func (d diskBackend) Depth() int64         { return d.q.Depth() }
 func (d diskBackend) Empty() error         { return d.q.Empty() }
 func (d diskBackend) Close() error         { return d.q.Close() }
+
+// ScanBacklog makes a diskBackend a [channel.BacklogScanner]: the records
+// from the read cursor to the write cursor. Damaged ones are left out; Read
+// reports them when it reaches them.
+func (d diskBackend) ScanBacklog() (uint64, func(yield func(uint64, []byte, error) bool)) {
+	st := d.q.Stats()
+	return st.WriteSeq, func(yield func(uint64, []byte, error) bool) {
+		for rec, err := range d.q.Scan(st.ReadSeq, st.WriteSeq) {
+			if errors.Is(err, diskqueue.ErrCorrupt) {
+				continue
+			}
+			if !yield(rec.Seq, rec.Body, err) {
+				return
+			}
+		}
+	}
+}
 
 func (d diskBackend) Replay(from, to uint64) func(yield func([]byte, error) bool) {
 	return func(yield func([]byte, error) bool) {

@@ -1,15 +1,10 @@
 package channel
 
-import (
-	"context"
-	"fmt"
-	"sync/atomic"
-
-	godiskqueue "github.com/nsqio/go-diskqueue"
-)
+import "context"
 
 // Backend is the disk tier a Channel spills to. spillq's disk queue
-// satisfies it through spillq.Open; [GoDiskQueue] adapts nsqd's.
+// satisfies it through spillq.Open; package
+// [github.com/spillq/spillq/diskqueue/godq] adapts nsqd's go-diskqueue.
 //
 // Read hands out records in order; a record stays in the backend until
 // Ack, so one read but never acknowledged (the process crashed while it
@@ -31,51 +26,36 @@ type Backend interface {
 	Close() error
 }
 
+// RecordLimiter is implemented by backends that refuse records outside a
+// range of sizes, such as spillq's disk queue. [New] reads the limits once,
+// and Put refuses any body that would not make a record in range once in
+// its envelope, with [ErrTooLarge] or [ErrTooSmall], rather than accept it
+// into memory and fail to keep it at Close.
+type RecordLimiter interface {
+	// MaxRecordBytes is the largest record Put accepts.
+	MaxRecordBytes() int
+	// MinRecordBytes is the smallest record Put accepts. A Channel refuses
+	// bodies shorter than this less [MinEnvelopeOverhead].
+	MinRecordBytes() int
+}
+
+// BacklogScanner is implemented by backends that can list the records they
+// hold without handing them out, such as spillq's disk queue. [New] reads
+// the backlog once, in the background, to count the deferred messages in
+// it for [Stats] (after a restart they may sit behind many others).
+type BacklogScanner interface {
+	// ScanBacklog returns end, the seq Read will give the first record put
+	// after the call, and an iterator over the records stored before the
+	// call and not yet read, in seq order, with the seqs Read gives them.
+	// The iterator runs on its own goroutine while the channel reads the
+	// same records; it must not wait for new records, and it stops when
+	// yield returns false (at Close).
+	ScanBacklog() (end uint64, records func(yield func(seq uint64, body []byte, err error) bool))
+}
+
 // Replayer is implemented by backends that keep acknowledged records for
 // replay, such as spillq's disk queue with retention.
 type Replayer interface {
 	// Replay yields the stored bodies of records with from <= seq < to.
 	Replay(from, to uint64) func(yield func(body []byte, err error) bool)
 }
-
-// GoDiskQueue adapts a github.com/nsqio/go-diskqueue queue as a Backend,
-// for comparison and for services moving over from it.
-//
-// Its guarantees are go-diskqueue's, weaker than spillq's: a record counts
-// as acknowledged as soon as it is read from ReadChan, so messages in
-// flight when the process crashes are lost rather than delivered again;
-// Put ignores its context; and records carry no checksum.
-func GoDiskQueue(dq godiskqueue.Interface) Backend {
-	return &goDiskQueue{dq: dq}
-}
-
-type goDiskQueue struct {
-	dq  godiskqueue.Interface
-	seq atomic.Uint64 // local numbering of records read; go-diskqueue has none
-}
-
-func (g *goDiskQueue) Put(_ context.Context, body []byte) error {
-	if err := g.dq.Put(body); err != nil {
-		return fmt.Errorf("channel: go-diskqueue put: %w", err)
-	}
-	return nil
-}
-
-func (g *goDiskQueue) Read(ctx context.Context) (uint64, []byte, error) {
-	select {
-	case b, ok := <-g.dq.ReadChan():
-		if !ok {
-			return 0, nil, ErrClosed
-		}
-		return g.seq.Add(1), b, nil
-	case <-ctx.Done():
-		return 0, nil, ctx.Err()
-	}
-}
-
-// Ack is a no-op: go-diskqueue removed the record when Read took it.
-func (g *goDiskQueue) Ack(uint64) error { return nil }
-
-func (g *goDiskQueue) Depth() int64 { return g.dq.Depth() }
-func (g *goDiskQueue) Empty() error { return g.dq.Empty() }
-func (g *goDiskQueue) Close() error { return g.dq.Close() }

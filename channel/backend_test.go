@@ -73,6 +73,23 @@ func (b *memBackend) Ack(seq uint64) error {
 	return nil
 }
 
+// ScanBacklog makes memBackend a channel.BacklogScanner.
+func (b *memBackend) ScanBacklog() (uint64, func(yield func(uint64, []byte, error) bool)) {
+	b.mu.Lock()
+	from, end := b.next, uint64(len(b.records))
+	b.mu.Unlock()
+	return end, func(yield func(uint64, []byte, error) bool) {
+		for seq := from; seq < end; seq++ {
+			b.mu.Lock()
+			acked, body := b.acked[seq], b.records[seq]
+			b.mu.Unlock()
+			if !acked && !yield(seq, body, nil) {
+				return
+			}
+		}
+	}
+}
+
 func (b *memBackend) Depth() int64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -117,3 +134,23 @@ func (errorBackend) Ack(uint64) error { return errBackend }
 func (errorBackend) Depth() int64     { return 0 }
 func (errorBackend) Empty() error     { return errBackend }
 func (errorBackend) Close() error     { return nil }
+
+// limitedBackend is a memBackend that refuses records outside [minRecord,
+// maxRecord] bytes, as a disk queue does, and says so (a
+// channel.RecordLimiter).
+type limitedBackend struct {
+	*memBackend
+	minRecord, maxRecord int
+}
+
+var errRecordSize = errors.New("limitedBackend: record out of range")
+
+func (b limitedBackend) Put(ctx context.Context, body []byte) error {
+	if len(body) < b.minRecord || len(body) > b.maxRecord {
+		return errRecordSize
+	}
+	return b.memBackend.Put(ctx, body)
+}
+
+func (b limitedBackend) MaxRecordBytes() int { return b.maxRecord }
+func (b limitedBackend) MinRecordBytes() int { return b.minRecord }

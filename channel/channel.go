@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/spillq/spillq/internal/broadcast"
 	"github.com/spillq/spillq/internal/histogram"
 )
 
@@ -20,23 +22,30 @@ type Channel struct {
 	backend Backend // nil: memory only
 	log     *slog.Logger
 
-	memCh   chan *Message // the memory buffer; nil with a Backend and MemQueueSize 0
-	diskCh  chan *Message // the pump's read-ahead of backend records; nil without a Backend
-	readyCh chan *Message // the clock's hand-off of requeued, timed-out and due messages
+	memCh  chan *Message // the memory buffer; nil with a Backend and MemQueueSize 0
+	diskCh chan *Message // the pump's read-ahead of backend records; nil without a Backend
 
 	closeCh   chan struct{}   // closed by Close
 	closeCtx  context.Context // cancelled by Close, for blocking backend calls
 	cancel    context.CancelFunc
-	clockWake chan struct{} // capacity 1: the ready list or deferred heap changed
+	clockWake chan struct{} // capacity 1: the deferred heap changed
 	wg        sync.WaitGroup
 
 	isClosed atomic.Bool
+
+	// minBody and maxBody bound the bodies the backend can store in an
+	// envelope; 0 and math.MaxInt when it states no limits. Set by New,
+	// read-only after.
+	minBody, maxBody int
 
 	// diskPending counts messages stored in the backend and not yet handed
 	// to a consumer (or to the deferred heap). While it is above zero, Put
 	// sends new messages to the backend too, so they stay behind the older
 	// ones there: that is what keeps put order across the spill.
 	diskPending atomic.Int64
+	// diskDeferred counts those of diskPending that are deferred messages,
+	// for Stats.
+	diskDeferred diskDeferred
 	// gen is bumped by Empty; a message handed over with an older gen was
 	// discarded and is dropped on receipt.
 	gen atomic.Uint32
@@ -51,8 +60,14 @@ type Channel struct {
 
 	// mu guards the fields below, and every message's state while it is
 	// ready or deferred.
-	mu           sync.Mutex
-	ready        []*Message // requeued, timed out or due: delivered before the memory buffer
+	mu    sync.Mutex
+	ready []*Message // requeued, timed out or due: delivered before the memory buffer
+	// readyN is len(ready), written under mu, so that the receive path
+	// sees an empty ready list without taking the lock.
+	readyN atomic.Int64
+	// readyBell wakes the receivers waiting in take when ready gains a
+	// message.
+	readyBell    broadcast.Broadcast
 	deferred     deferHeap
 	unpausedCh   chan struct{} // closed by Unpause
 	messagesOnce sync.Once
@@ -112,9 +127,20 @@ func New(opts Options) (*Channel, error) {
 		opts:      o,
 		backend:   o.Backend,
 		log:       o.Logger,
-		readyCh:   make(chan *Message),
 		closeCh:   make(chan struct{}),
 		clockWake: make(chan struct{}, 1),
+		maxBody:   math.MaxInt,
+	}
+	if l, ok := o.Backend.(RecordLimiter); ok {
+		limit := l.MaxRecordBytes()
+		if limit < MaxEnvelopeOverhead {
+			return nil, fmt.Errorf("%w: the backend's record limit of %d bytes leaves no room for a body (the envelope takes up to %d)", ErrInvalidOptions, limit, MaxEnvelopeOverhead)
+		}
+		c.maxBody = limit - MaxEnvelopeOverhead
+		c.minBody = max(l.MinRecordBytes()-MinEnvelopeOverhead, 0)
+		if c.minBody > c.maxBody {
+			return nil, fmt.Errorf("%w: the backend's record limits [%d, %d] leave no body size that fits every envelope", ErrInvalidOptions, l.MinRecordBytes(), limit)
+		}
 	}
 	c.closeCtx, c.cancel = context.WithCancel(context.Background())
 	c.started = time.Now()
@@ -132,6 +158,12 @@ func New(opts Options) (*Channel, error) {
 		// keeps put order; Empty's generation check drops stale ones.
 		c.diskCh = make(chan *Message, diskReadAhead)
 		c.diskPending.Store(c.backend.Depth())
+		if s, ok := c.backend.(BacklogScanner); ok {
+			end, records := s.ScanBacklog()
+			c.diskDeferred.end = end
+			c.wg.Add(1)
+			go c.scanBacklog(records)
+		}
 		c.wg.Add(1)
 		go c.pump()
 	}
@@ -167,11 +199,21 @@ func (c *Channel) Put(ctx context.Context, body []byte) error {
 }
 
 // PutWith is Put with a delay or an expiry.
+//
+// A body larger or smaller than the backend can store is refused with
+// [ErrTooLarge] or [ErrTooSmall] (see [RecordLimiter]), wherever it would
+// have gone first.
 func (c *Channel) PutWith(ctx context.Context, body []byte, po PutOptions) error {
 	c.prod.putMu.RLock()
 	defer c.prod.putMu.RUnlock()
 	if c.isClosed.Load() {
 		return ErrClosed // before an ID is taken, so not counted
+	}
+	if len(body) > c.maxBody {
+		return fmt.Errorf("%w: body of %d bytes, limit %d", ErrTooLarge, len(body), c.maxBody)
+	}
+	if len(body) < c.minBody {
+		return fmt.Errorf("%w: body of %d bytes, minimum %d", ErrTooSmall, len(body), c.minBody)
 	}
 	if po.Delay <= 0 && c.memCh != nil && c.diskPending.Load() == 0 {
 		// The common case, a message for the memory buffer, is allocated
@@ -252,6 +294,10 @@ var envelopes = sync.Pool{New: func() any { return new([]byte) }}
 
 func (c *Channel) putBackend(ctx context.Context, m *Message) error {
 	c.diskPending.Add(1)
+	if m.due != 0 {
+		// Before the Put: the pump may read the record back at once.
+		c.diskDeferred.put()
+	}
 	buf := envelopes.Get().(*[]byte)
 	*buf = appendEnvelope((*buf)[:0], m)
 	bctx, release := c.bound(ctx)
@@ -262,6 +308,9 @@ func (c *Channel) putBackend(ctx context.Context, m *Message) error {
 	}
 	if err != nil {
 		c.delivered()
+		if m.due != 0 {
+			c.diskDeferred.unput()
+		}
 		c.prod.putFailures.Add(1)
 		if c.isClosed.Load() && errors.Is(err, context.Canceled) {
 			return ErrClosed
@@ -281,14 +330,7 @@ func (c *Channel) stamp() time.Time {
 
 // delivered lowers diskPending by one, never below zero: an Empty racing a
 // Put can leave a record the count no longer includes.
-func (c *Channel) delivered() {
-	for {
-		n := c.diskPending.Load()
-		if n <= 0 || c.diskPending.CompareAndSwap(n, n-1) {
-			return
-		}
-	}
-}
+func (c *Channel) delivered() { decrementToZero(&c.diskPending) }
 
 // bound returns a context that also ends when the channel closes, and the
 // function that releases it, which must be called. Most callers pass
@@ -328,31 +370,73 @@ func (c *Channel) Receive(ctx context.Context) (*Message, error) {
 	}
 }
 
-// take gets the next message from any source.
+// take gets the next message from any source: the ready list, then the
+// memory buffer, then the backend.
+//
+// Receivers take from the ready list themselves rather than through a
+// hand-off from the clock goroutine, so a message requeued by this
+// goroutine a moment ago is already there for its next Receive.
 func (c *Channel) take(ctx context.Context) (*Message, error) {
-	select {
-	case m := <-c.readyCh:
-		return m, nil
-	default:
+	for {
+		if m := c.popReady(); m != nil {
+			return m, nil
+		}
+		select {
+		case m := <-c.memCh:
+			return m, nil
+		default:
+		}
+		wait := c.readyBell.Wait()
+		// Look again now that we are registered for the next ready
+		// message, so one added between the two is not missed.
+		if m := c.popReady(); m != nil {
+			return m, nil
+		}
+		select {
+		case m := <-c.diskCh:
+			// Before the waiting select, so that a done ctx still gets a
+			// message the pump has ready.
+			c.delivered()
+			return m, nil
+		default:
+		}
+		select {
+		case <-wait:
+		case m := <-c.memCh:
+			return m, nil
+		case m := <-c.diskCh:
+			c.delivered()
+			return m, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-c.closeCh:
+			return nil, ErrClosed
+		}
 	}
-	select {
-	case m := <-c.memCh:
-		return m, nil
-	default:
+}
+
+// popReady takes the oldest message from the ready list, or returns nil.
+func (c *Channel) popReady() *Message {
+	if c.readyN.Load() == 0 {
+		return nil
 	}
-	select {
-	case m := <-c.readyCh:
-		return m, nil
-	case m := <-c.memCh:
-		return m, nil
-	case m := <-c.diskCh:
-		c.delivered()
-		return m, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-c.closeCh:
-		return nil, ErrClosed
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.ready) == 0 {
+		return nil
 	}
+	m := c.ready[0]
+	c.ready[0] = nil
+	c.ready = c.ready[1:]
+	c.readyN.Store(int64(len(c.ready)))
+	return m
+}
+
+// addReadyLocked appends m to the ready list; the caller holds c.mu, and
+// rings readyBell once it has let go of it.
+func (c *Channel) addReadyLocked(m *Message) {
+	c.ready = append(c.ready, m)
+	c.readyN.Store(int64(len(c.ready)))
 }
 
 // deliver puts a taken message in flight. It returns false for a message
@@ -531,11 +615,15 @@ func (m *Message) Requeue(delay time.Duration) error {
 		again.due = time.Now().Add(delay).UnixNano()
 		c.deferred.push(again)
 	} else {
-		c.ready = append(c.ready, again)
+		c.addReadyLocked(again)
 	}
 	c.mu.Unlock()
 	f.mu.Unlock()
-	c.wakeClock()
+	if delay > 0 {
+		c.wakeClock()
+	} else {
+		c.readyBell.Notify()
+	}
 	return nil
 }
 
@@ -657,6 +745,7 @@ func (c *Channel) Empty() error {
 	c.dropFlightsLocked()
 	c.mu.Lock()
 	c.ready = nil
+	c.readyN.Store(0)
 	c.deferred = nil
 	c.mu.Unlock()
 	c.unlockFlights()
@@ -665,29 +754,46 @@ func (c *Channel) Empty() error {
 			return fmt.Errorf("channel: empty backend: %w", err)
 		}
 		c.diskPending.Store(0)
+		c.diskDeferred.empty()
 	}
 	return nil
 }
 
-// Depth is the number of messages waiting for delivery: in memory, in the
-// backend and requeued. It leaves out messages in flight and deferred.
+// Depth is the number of messages waiting for delivery: Stats' MemoryDepth
+// + DiskDepth + Ready. It leaves out messages in flight and deferred ones,
+// in memory or in the backend.
 func (c *Channel) Depth() int64 {
-	c.mu.Lock()
-	ready := len(c.ready)
-	c.mu.Unlock()
-	return int64(len(c.memCh)) + c.diskPending.Load() + int64(ready)
+	return int64(len(c.memCh)) + c.diskDepth() + c.readyN.Load()
+}
+
+// diskDepth is the messages in the backend waiting for delivery.
+func (c *Channel) diskDepth() int64 {
+	return max(c.diskPending.Load()-c.diskDeferred.n.Load(), 0)
 }
 
 // Stats is a snapshot of a channel's state and counters.
 type Stats struct {
-	MemoryDepth  int   // messages in the memory buffer
-	MemoryBound  int   // MemQueueSize
-	DiskDepth    int64 // messages in the backend waiting for delivery
-	BackendDepth int64 // records in the backend not acknowledged, including those held in flight or deferred
-	InFlight     int   // delivered, not yet finished or requeued
-	Deferred     int   // waiting for their due time
-	Ready        int   // requeued or timed out, waiting for delivery
-	Paused       bool
+	MemoryDepth int // messages in the memory buffer
+	MemoryBound int // MemQueueSize
+	// DiskDepth is the messages stored in the backend and waiting for
+	// delivery: not yet handed to a consumer, and not deferred.
+	DiskDepth int64
+	// BackendDepth is the records in the backend not acknowledged,
+	// including those of messages in flight or deferred.
+	BackendDepth int64
+	InFlight     int // delivered, not yet finished or requeued
+	// Deferred is the messages put or requeued with a delay and not yet
+	// released for delivery, wherever they wait: in memory until their due
+	// time, or in the backend until the channel reads them back. One in
+	// the backend counts here until it is read back, even if its due time
+	// passes first because a backlog stands before it. After a restart the
+	// channel finds the deferred messages already in the backend by
+	// reading the backlog once, in the background (when the backend is a
+	// [BacklogScanner]); until that read reaches one, it counts in
+	// DiskDepth.
+	Deferred int
+	Ready    int // requeued, timed out or released when due, waiting for delivery
+	Paused   bool
 
 	Puts        int64 // messages accepted by Put
 	Spills      int64 // of those, written to the backend
@@ -712,14 +818,14 @@ func (c *Channel) Stats() Stats {
 	c.mu.Lock()
 	st := Stats{
 		InFlight: inFlight,
-		Deferred: len(c.deferred),
+		Deferred: len(c.deferred) + int(c.diskDeferred.n.Load()),
 		Ready:    len(c.ready),
 		Paused:   c.paused.Load(),
 	}
 	c.mu.Unlock()
 	st.MemoryDepth = len(c.memCh)
 	st.MemoryBound = c.opts.MemQueueSize
-	st.DiskDepth = c.diskPending.Load()
+	st.DiskDepth = c.diskDepth()
 	if c.backend != nil {
 		st.BackendDepth = c.backend.Depth()
 	}
@@ -802,6 +908,7 @@ func (c *Channel) Close() error {
 	held = append(held, c.deferred...)
 	held = append(held, c.dropFlightsLocked()...)
 	c.ready, c.deferred = nil, nil
+	c.readyN.Store(0)
 	c.mu.Unlock()
 	c.unlockFlights()
 

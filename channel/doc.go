@@ -1,6 +1,7 @@
 // Package channel is spillq's delivery layer: an NSQ-style channel with a
 // bounded memory buffer that spills to a [Backend] (spillq's disk queue, or
-// github.com/nsqio/go-diskqueue through [GoDiskQueue]).
+// github.com/nsqio/go-diskqueue through package
+// [github.com/spillq/spillq/diskqueue/godq]).
 //
 // # Tiers
 //

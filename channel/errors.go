@@ -12,6 +12,18 @@ var (
 	// there is no backend to spill to, and Options.FailWhenFull is set.
 	ErrFull = errors.New("channel: memory buffer full and no backend")
 
+	// ErrTooLarge is returned by [Channel.Put] and [Channel.PutWith] for a
+	// body the backend could not store: larger than its record limit (see
+	// [MaxEnvelopeOverhead]) less the envelope. It is refused at once, even
+	// when the message would fit in the memory buffer, because Close must
+	// be able to write every message it holds to the backend.
+	ErrTooLarge = errors.New("channel: message body too large for the backend")
+
+	// ErrTooSmall is returned by [Channel.Put] and [Channel.PutWith] for a
+	// body shorter than the backend's smallest record less the envelope
+	// header (see [RecordLimiter]).
+	ErrTooSmall = errors.New("channel: message body too small for the backend")
+
 	// ErrNotInFlight is returned by [Message.Finish], [Message.Requeue] and
 	// [Message.Touch] for a message that is not in flight: already
 	// finished or requeued, timed out and handed to another consumer, or

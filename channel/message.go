@@ -68,6 +68,17 @@ const (
 	envFixedSize    = 20
 )
 
+// MinEnvelopeOverhead and MaxEnvelopeOverhead are the fewest and the most
+// bytes a [Channel] adds to a body when it writes the message to its
+// backend: the fixed envelope header, then up to a due time and an expiry.
+// A backend that limits its records to N bytes can hold any body of up to
+// N - MaxEnvelopeOverhead bytes, whatever happens to the message later (a
+// Requeue with a delay adds a due time).
+const (
+	MinEnvelopeOverhead = envFixedSize
+	MaxEnvelopeOverhead = envFixedSize + 8 + 8
+)
+
 func appendEnvelope(dst []byte, m *Message) []byte {
 	var flags byte
 	if m.due != 0 {
@@ -87,6 +98,12 @@ func appendEnvelope(dst []byte, m *Message) []byte {
 		dst = binary.BigEndian.AppendUint64(dst, uint64(m.expires))
 	}
 	return append(dst, m.Body...)
+}
+
+// envelopeHasDue reports whether b is an envelope that carries a due time,
+// without decoding the rest.
+func envelopeHasDue(b []byte) bool {
+	return len(b) >= envFixedSize && b[0] == envelopeVersion && b[1]&envFlagDue != 0
 }
 
 // decodeEnvelope parses a backend record. The body aliases b.

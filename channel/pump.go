@@ -25,6 +25,9 @@ func (c *Channel) pump() {
 				return
 			}
 		}
+		// By the same test as the scan's, so a record it counted is
+		// uncounted here even if it turns out not to decode.
+		c.diskDeferred.read(seq, envelopeHasDue(body))
 		gen := c.gen.Load()
 		m, err := decodeEnvelope(body)
 		if err != nil {
@@ -56,8 +59,8 @@ func (c *Channel) pump() {
 	}
 }
 
-// clock owns time: it times out in-flight messages, releases deferred
-// messages when due, and hands the ready list to consumers.
+// clock owns time: it times out in-flight messages and releases deferred
+// messages when due, onto the ready list receivers take from.
 func (c *Channel) clock() {
 	defer c.wg.Done()
 	// Timeouts are found by a periodic scan, as nsqd's queueScanLoop does,
@@ -69,10 +72,6 @@ func (c *Channel) clock() {
 	defer due.Stop()
 	for {
 		c.mu.Lock()
-		var head *Message
-		if len(c.ready) > 0 {
-			head = c.ready[0]
-		}
 		next := int64(0)
 		if len(c.deferred) > 0 {
 			next = c.deferred[0].due
@@ -81,18 +80,7 @@ func (c *Channel) clock() {
 		if next != 0 {
 			due.Reset(time.Until(time.Unix(0, next)))
 		}
-		var out chan *Message
-		if head != nil {
-			out = c.readyCh
-		}
 		select {
-		case out <- head:
-			c.mu.Lock()
-			if len(c.ready) > 0 && c.ready[0] == head {
-				c.ready[0] = nil
-				c.ready = c.ready[1:]
-			}
-			c.mu.Unlock()
 		case <-ticker.C:
 			c.now.Store(time.Now().UnixNano())
 			c.expireInFlight()
@@ -110,6 +98,7 @@ func (c *Channel) clock() {
 func (c *Channel) expireInFlight() {
 	now := time.Now().UnixNano()
 	var dead []*Message
+	readied := false
 	for i := range c.flights {
 		f := &c.flights[i]
 		f.mu.Lock()
@@ -127,10 +116,14 @@ func (c *Channel) expireInFlight() {
 				dead = append(dead, m)
 				continue
 			}
-			c.ready = append(c.ready, m.redelivery())
+			c.addReadyLocked(m.redelivery())
+			readied = true
 		}
 		c.mu.Unlock()
 		f.mu.Unlock()
+	}
+	if readied {
+		c.readyBell.Notify()
 	}
 	for _, m := range dead {
 		c.deadLetter(m, ErrMaxAttempts)
@@ -140,13 +133,18 @@ func (c *Channel) expireInFlight() {
 // releaseDue moves deferred messages whose time has come to the ready list.
 func (c *Channel) releaseDue() {
 	now := time.Now().UnixNano()
+	readied := false
 	c.mu.Lock()
 	for len(c.deferred) > 0 && c.deferred[0].due <= now {
 		m := c.deferred.pop()
 		m.due = 0
-		c.ready = append(c.ready, m)
+		c.addReadyLocked(m)
+		readied = true
 	}
 	c.mu.Unlock()
+	if readied {
+		c.readyBell.Notify()
+	}
 }
 
 // deferHeap orders deferred messages by due time.

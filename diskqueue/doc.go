@@ -8,8 +8,9 @@
 // [Queue.Ack] each one when done. [Queue.ReadAt] finds any retained record
 // by sequence number with one index read and one log read;
 // [Queue.SeekTime] finds the first record at or after a time; [Queue.Scan]
-// replays a range without moving the consumers' cursor. [NewCompat] gives
-// the same engine behind github.com/nsqio/go-diskqueue's interface.
+// replays a range without moving the consumers' cursor. Package
+// [github.com/spillq/spillq/diskqueue/godq] gives the same engine behind
+// github.com/nsqio/go-diskqueue's interface.
 //
 // # Guarantees
 //

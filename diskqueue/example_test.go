@@ -76,15 +76,3 @@ func ExampleQueue_ReadAt() {
 	// replay 998: order 998
 	// replay 999: order 999
 }
-
-func ExampleNewCompat() {
-	dir, _ := os.MkdirTemp("", "spillq-example")
-	defer os.RemoveAll(dir)
-
-	// The one-line switch from github.com/nsqio/go-diskqueue's New.
-	dq := diskqueue.NewCompat("topic", dir, 100<<20, 0, 1<<20, 2500, 0, nil)
-	defer dq.Close()
-	dq.Put([]byte("hello"))
-	fmt.Printf("%s, depth now %d\n", <-dq.ReadChan(), dq.Depth())
-	// Output: hello, depth now 0
-}

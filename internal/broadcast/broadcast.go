@@ -1,5 +1,5 @@
 // Package broadcast wakes every goroutine waiting for an event, for
-// diskqueue and nsqbridge.
+// diskqueue, channel and nsqbridge.
 package broadcast
 
 import (

@@ -1,10 +1,11 @@
-package diskqueue
+package godq
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,7 +13,15 @@ import (
 	"time"
 
 	godiskqueue "github.com/nsqio/go-diskqueue"
+
+	"github.com/spillq/spillq/diskqueue"
 )
+
+// minSegmentBytes is the smallest segment NewCompat asks for. go-diskqueue
+// takes any maxBytesPerFile; diskqueue needs room for a segment header and
+// a record, and a larger segment than asked for cannot be seen through
+// go-diskqueue's Interface.
+const minSegmentBytes = 1 << 10
 
 // NewCompat opens a queue with exactly the signature and behaviour of
 // github.com/nsqio/go-diskqueue's New, so code written for nsqd's disk queue
@@ -26,66 +35,127 @@ import (
 // in go-diskqueue; syncTimeout <= 0 means the default of 2 seconds;
 // maxMsgSize <= 0 means the default of 1 MiB.
 //
+// A backlog that go-diskqueue left under the same name and path
+// (name.diskqueue.meta.dat and its data files) is imported on open: its
+// unread records, from the read position in its metadata, are put into the
+// spillq queue ahead of anything new, then the go-diskqueue files are
+// removed (a damaged one is kept as .bad, as go-diskqueue does), and logf
+// says what happened. A crash during the import loses nothing and puts no
+// record twice: the next open resumes it. Do not run go-diskqueue on the
+// same files at the same time.
+//
 // go-diskqueue's New cannot fail, so neither can this: if the queue cannot
-// be opened (another process holds it, say), the error is logged through
-// logf and returned by every method.
+// be opened (another process holds it, say) or the backlog cannot be
+// imported, the error is logged through logf and returned by every method.
 func NewCompat(name string, dataPath string, maxBytesPerFile int64,
 	minMsgSize int32, maxMsgSize int32,
 	syncEvery int64, syncTimeout time.Duration, logf godiskqueue.AppLogFunc) godiskqueue.Interface {
+	return newCompat(name, dataPath, maxBytesPerFile, minMsgSize, maxMsgSize, syncEvery, syncTimeout, logf, nil)
+}
+
+// newCompat is NewCompat with the import's crash points (see importer).
+func newCompat(name string, dataPath string, maxBytesPerFile int64,
+	minMsgSize int32, maxMsgSize int32,
+	syncEvery int64, syncTimeout time.Duration, logf godiskqueue.AppLogFunc,
+	crashPointForTesting func(point string)) godiskqueue.Interface {
 	if logf == nil {
 		logf = func(godiskqueue.LogLevel, string, ...interface{}) {}
 	}
 	c := &compatQueue{
-		name:     name,
-		dir:      filepath.Join(dataPath, name+".spillq"),
-		readChan: make(chan []byte),
-		depthCh:  make(chan chan int64),
-		emptyCh:  make(chan chan error),
-		exitCh:   make(chan struct{}),
-		pumpDone: make(chan struct{}),
-		logf:     logf,
+		name:       name,
+		dir:        filepath.Join(dataPath, name+".spillq"),
+		readChan:   make(chan []byte),
+		recordCh:   make(chan diskqueue.Record),
+		depthCh:    make(chan chan int64),
+		emptyCh:    make(chan chan error),
+		exitCh:     make(chan struct{}),
+		pumpDone:   make(chan struct{}),
+		readerDone: make(chan struct{}),
+		logf:       logf,
 	}
 	if syncEvery <= 0 {
 		syncEvery = 1
 	}
 	if syncTimeout <= 0 {
-		syncTimeout = DefaultSyncInterval
+		syncTimeout = diskqueue.DefaultSyncInterval
 	}
-	opts := Options{
-		MaxSegmentBytes: max(maxBytesPerFile, minSegmentBytes),
+	opts := diskqueue.Options{
+		MaxSegmentBytes: min(max(maxBytesPerFile, minSegmentBytes), math.MaxUint32),
 		MinRecordBytes:  int(max(minMsgSize, 0)),
 		MaxRecordBytes:  int(max(maxMsgSize, 0)),
-		SyncEvery:       int(min(syncEvery, int64(^uint(0)>>1))),
+		SyncEvery:       int(min(syncEvery, int64(math.MaxInt))),
 		SyncInterval:    syncTimeout,
 		Logger:          slog.New(&logfHandler{logf: logf, prefix: fmt.Sprintf("DISKQUEUE(%s): ", name)}),
 	}
-	q, err := Open(c.dir, opts)
+	err := importBacklog(c.dir, dataPath, name, opts, logf, crashPointForTesting)
+	var q *diskqueue.Queue
+	if err == nil {
+		q, err = diskqueue.Open(c.dir, opts)
+	}
 	if err != nil {
 		logf(godiskqueue.ERROR, "DISKQUEUE(%s) failed to open - %s", name, err)
 		c.err = err
 		close(c.pumpDone)
+		close(c.readerDone)
 		return c
 	}
 	c.q = q
+	var readCtx context.Context
+	readCtx, c.stopReading = context.WithCancel(context.Background())
+	go c.read(readCtx)
 	go c.pump()
 	return c
 }
 
+// compatQueue is a diskqueue.Queue behind go-diskqueue's Interface. It is
+// safe for concurrent use.
 type compatQueue struct {
-	name     string
-	dir      string
-	q        *Queue
-	err      error // why the queue could not be opened
-	readChan chan []byte
+	name string
+	dir  string
+	q    *diskqueue.Queue // nil if it could not be opened
+	err  error            // why the queue could not be opened
+	logf godiskqueue.AppLogFunc
+
+	readChan chan []byte           // the pump hands records to consumers here
+	recordCh chan diskqueue.Record // the reader hands records to the pump here
 	depthCh  chan chan int64
 	emptyCh  chan chan error
-	exitCh   chan struct{}
-	pumpDone chan struct{}
-	logf     godiskqueue.AppLogFunc
+
+	exitCh      chan struct{} // closed by Close and Delete
+	stopReading context.CancelFunc
+	pumpDone    chan struct{}
+	readerDone  chan struct{}
 
 	// mu guards exited.
 	mu     sync.Mutex
 	exited bool
+}
+
+// read takes records from the queue in order and offers them to the pump.
+// A record it holds when the queue exits is not acknowledged, so it stays
+// in the queue.
+func (c *compatQueue) read(ctx context.Context) {
+	defer close(c.readerDone)
+	for {
+		rec, err := c.q.Read(ctx)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, diskqueue.ErrClosed) {
+				return
+			}
+			c.logf(godiskqueue.ERROR, "DISKQUEUE(%s) reading - %s", c.name, err)
+			select {
+			case <-time.After(100 * time.Millisecond):
+				continue
+			case <-c.exitCh:
+				return
+			}
+		}
+		select {
+		case c.recordCh <- rec:
+		case <-c.exitCh:
+			return
+		}
+	}
 }
 
 // pump is the one goroutine that hands records to ReadChan, in the shape
@@ -97,35 +167,25 @@ type compatQueue struct {
 func (c *compatQueue) pump() {
 	defer close(c.pumpDone)
 	var (
-		rec     Record
+		rec     diskqueue.Record
 		holding bool
-		retry   <-chan time.Time
+		// floor is the read cursor after the last Empty: a record below it
+		// was read before Empty discarded it.
+		floor uint64
 	)
 	for {
-		var wait <-chan struct{}
-		if !holding && retry == nil {
-			r, err := c.q.tryRead()
-			if err == errNoData {
-				wait = c.q.written.Wait()
-				// Look again now that we are registered for the next write.
-				r, err = c.q.tryRead()
-			}
-			switch {
-			case err == nil:
-				rec, holding, wait = r, true, nil
-			case err == errNoData:
-			case errors.Is(err, ErrClosed):
-				return
-			default:
-				c.logf(godiskqueue.ERROR, "DISKQUEUE(%s) reading - %s", c.name, err)
-				retry = time.After(100 * time.Millisecond)
-			}
-		}
+		var in <-chan diskqueue.Record
 		var out chan<- []byte
 		if holding {
 			out = c.readChan
+		} else {
+			in = c.recordCh
 		}
 		select {
+		case r := <-in:
+			if r.Seq >= floor {
+				rec, holding = r, true
+			}
 		case out <- rec.Body:
 			holding = false
 			if err := c.q.Ack(rec.Seq); err != nil {
@@ -135,10 +195,9 @@ func (c *compatQueue) pump() {
 			reply <- c.q.Depth()
 		case reply := <-c.emptyCh:
 			holding = false
-			reply <- c.q.Empty()
-		case <-wait:
-		case <-retry:
-			retry = nil
+			err := c.q.Empty()
+			floor = c.q.Stats().ReadSeq
+			reply <- err
 		case <-c.exitCh:
 			return
 		}
@@ -180,7 +239,7 @@ func (c *compatQueue) Empty() error {
 	case c.emptyCh <- reply:
 		return <-reply
 	case <-c.pumpDone:
-		return ErrClosed
+		return diskqueue.ErrClosed
 	}
 }
 
@@ -198,7 +257,7 @@ func (c *compatQueue) exit(remove bool) error {
 	c.mu.Lock()
 	if c.exited {
 		c.mu.Unlock()
-		return ErrClosed
+		return diskqueue.ErrClosed
 	}
 	c.exited = true
 	c.mu.Unlock()
@@ -211,12 +270,44 @@ func (c *compatQueue) exit(remove bool) error {
 		c.logf(godiskqueue.INFO, "DISKQUEUE(%s): closing", c.name)
 	}
 	close(c.exitCh)
+	c.stopReading()
 	<-c.pumpDone
+	<-c.readerDone
 	err := c.q.Close()
 	if remove {
 		if rerr := os.RemoveAll(c.dir); rerr != nil && err == nil {
 			err = rerr
 		}
+	}
+	return err
+}
+
+// importBacklog imports the go-diskqueue backlog named name in dataPath,
+// if there is one, into the queue in dir (see importer). The queue is
+// opened for the import alone, with an fsync only at the end: the caller's
+// policy (every record, by default) would cost one fsync per record, and
+// an import cut short by a crash resumes where the queue's records end.
+func importBacklog(dir, dataPath, name string, opts diskqueue.Options, logf godiskqueue.AppLogFunc, crashPoint func(string)) error {
+	im := &importer{
+		dataPath: dataPath, name: name, logf: logf,
+		minBody: opts.MinRecordBytes, maxBody: opts.MaxRecordBytes,
+		crashPoint: crashPoint,
+	}
+	if im.maxBody == 0 {
+		im.maxBody = diskqueue.DefaultMaxRecordBytes
+	}
+	if !im.pending() {
+		return nil
+	}
+	opts.SyncEvery = math.MaxInt
+	q, err := diskqueue.Open(dir, opts)
+	if err != nil {
+		return err
+	}
+	im.q = q
+	err = im.run(context.Background())
+	if cerr := q.Close(); err == nil {
+		err = cerr
 	}
 	return err
 }

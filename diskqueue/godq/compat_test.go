@@ -1,4 +1,4 @@
-package diskqueue_test
+package godq_test
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 	godiskqueue "github.com/nsqio/go-diskqueue"
 
 	"github.com/spillq/spillq/diskqueue"
+	"github.com/spillq/spillq/diskqueue/godq"
 )
 
 // These tests hold NewCompat to go-diskqueue's documented behaviour, through
@@ -21,7 +22,7 @@ import (
 
 func compat(t *testing.T, dir string, maxBytesPerFile int64) godiskqueue.Interface {
 	t.Helper()
-	return diskqueue.NewCompat("q", dir, maxBytesPerFile, 0, 1<<10, 2500, time.Second, func(lvl godiskqueue.LogLevel, f string, args ...interface{}) {
+	return godq.NewCompat("q", dir, maxBytesPerFile, 0, 1<<10, 2500, time.Second, func(lvl godiskqueue.LogLevel, f string, args ...interface{}) {
 		t.Logf(lvl.String()+": "+f, args...)
 	})
 }
@@ -110,7 +111,7 @@ func TestCompatEmptyAndDelete(t *testing.T) {
 }
 
 func TestCompatSizeLimits(t *testing.T) {
-	dq := diskqueue.NewCompat("q", t.TempDir(), 1<<20, 4, 8, 1, time.Second, nil)
+	dq := godq.NewCompat("q", t.TempDir(), 1<<20, 4, 8, 1, time.Second, nil)
 	defer dq.Close()
 	if err := dq.Put([]byte("abc")); !errors.Is(err, diskqueue.ErrRecordTooSmall) {
 		t.Fatalf("short message: %v", err)

@@ -1,0 +1,103 @@
+package spillq_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/spillq/spillq"
+	"github.com/spillq/spillq/channel"
+	"github.com/spillq/spillq/diskqueue"
+)
+
+// TestMaxRecordBytesIsTheBodyLimit: Disk.MaxRecordBytes, through Open,
+// limits the body the caller puts, not the envelope the channel stores: a
+// body of exactly the limit goes through the disk and back, one byte more
+// is refused at Put with the body's own size in the error, memory buffer
+// or not.
+func TestMaxRecordBytesIsTheBodyLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		limit int // Disk.MaxRecordBytes
+		body  int // the limit in effect
+	}{
+		{"default", 0, diskqueue.DefaultMaxRecordBytes},
+		{"set", 1000, 1000},
+	} {
+		for _, mem := range []int{0, 10} {
+			t.Run(fmt.Sprintf("%s/mem=%d", tc.name, mem), func(t *testing.T) {
+				dir := t.TempDir()
+				q := open(t, dir, spillq.Options{MemQueueSize: mem, Disk: diskqueue.Options{MaxRecordBytes: tc.limit}})
+				ctx := context.Background()
+				exact := bytes.Repeat([]byte("e"), tc.body)
+				if err := q.Put(ctx, exact); err != nil {
+					t.Fatalf("Put of a body of exactly the limit (%d bytes): %v", tc.body, err)
+				}
+				err := q.Put(ctx, append(exact, 'x'))
+				if !errors.Is(err, channel.ErrTooLarge) {
+					t.Fatalf("Put of %d bytes over a %d-byte limit: got %v, want ErrTooLarge", tc.body+1, tc.body, err)
+				}
+				if want := fmt.Sprintf("body of %d bytes, limit %d", tc.body+1, tc.body); !strings.Contains(err.Error(), want) {
+					t.Fatalf("error %q does not say %q", err, want)
+				}
+				if err := q.Close(); err != nil {
+					t.Fatalf("Close: %v", err)
+				}
+				q = open(t, dir, spillq.Options{MemQueueSize: mem, Disk: diskqueue.Options{MaxRecordBytes: tc.limit}})
+				defer q.Close()
+				m := recv(t, q)
+				if !bytes.Equal(m.Body, exact) {
+					t.Fatalf("after reopen got a %d-byte body, want the %d-byte one put", len(m.Body), len(exact))
+				}
+				m.Finish()
+				if d := q.Depth(); d != 0 {
+					t.Fatalf("Depth %d after the one message, want 0: the refused Put was kept", d)
+				}
+			})
+		}
+	}
+}
+
+// TestMinRecordBytesIsTheBodyLimit: so is Disk.MinRecordBytes, though the
+// envelope alone is longer than the minimum.
+func TestMinRecordBytesIsTheBodyLimit(t *testing.T) {
+	for _, mem := range []int{0, 10} {
+		t.Run(fmt.Sprintf("mem=%d", mem), func(t *testing.T) {
+			dir := t.TempDir()
+			o := spillq.Options{MemQueueSize: mem, Disk: diskqueue.Options{MinRecordBytes: 8}}
+			q := open(t, dir, o)
+			ctx := context.Background()
+			err := q.Put(ctx, []byte("1234567"))
+			if !errors.Is(err, channel.ErrTooSmall) || !strings.Contains(err.Error(), "body of 7 bytes, minimum 8") {
+				t.Fatalf("Put of 7 bytes with Disk.MinRecordBytes 8: got %v, want ErrTooSmall with both sizes", err)
+			}
+			if err := q.Put(ctx, []byte("12345678")); err != nil {
+				t.Fatalf("Put of exactly the minimum: %v", err)
+			}
+			if err := q.Close(); err != nil {
+				t.Fatal(err)
+			}
+			q = open(t, dir, o)
+			defer q.Close()
+			if m := recv(t, q); string(m.Body) != "12345678" {
+				t.Fatalf("after reopen got %q", m.Body)
+			}
+		})
+	}
+}
+
+func TestRecordBytesOutOfRange(t *testing.T) {
+	for _, o := range []diskqueue.Options{
+		{MaxRecordBytes: -1},
+		{MaxRecordBytes: 1<<31 - 1},
+		{MinRecordBytes: -1},
+		{MinRecordBytes: 101, MaxRecordBytes: 100},
+	} {
+		if _, err := spillq.Open(t.TempDir(), spillq.Options{Disk: o}); !errors.Is(err, diskqueue.ErrInvalidOptions) {
+			t.Fatalf("Disk.MinRecordBytes %d, MaxRecordBytes %d: got %v, want ErrInvalidOptions", o.MinRecordBytes, o.MaxRecordBytes, err)
+		}
+	}
+}
