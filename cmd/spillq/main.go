@@ -28,6 +28,9 @@ import (
 	"io"
 	"os"
 	"strings"
+
+	"github.com/spillq/spillq/channel"
+	"github.com/spillq/spillq/diskqueue"
 )
 
 // errProblems is returned by a command that ran but found problems, which
@@ -207,10 +210,19 @@ func usageErr(format string, a ...any) error {
 // prefix already says where the message comes from, and the layers below
 // each add theirs ("diskqueue: open /d: diskqueue: directory is locked"),
 // so the package prefixes are dropped wherever they occur.
+// A wrapped sentinel can also show up twice ("corrupt data: segment …:
+// corrupt data: checksum mismatch"); only its first mention stays.
 func describe(err error) string {
 	s := err.Error()
 	for _, p := range []string{"spillq: ", "diskqueue: ", "channel: "} {
 		s = strings.ReplaceAll(s, p, "")
+	}
+	for _, sentinel := range []error{diskqueue.ErrCorrupt, diskqueue.ErrNotFound, diskqueue.ErrLocked, channel.ErrBadEnvelope} {
+		m := strings.TrimPrefix(sentinel.Error(), "diskqueue: ")
+		m = strings.TrimPrefix(m, "channel: ") + ": "
+		if i := strings.Index(s, m); i >= 0 {
+			s = s[:i+len(m)] + strings.ReplaceAll(s[i+len(m):], m, "")
+		}
 	}
 	return s
 }

@@ -406,7 +406,7 @@ func TestRecordKindDetection(t *testing.T) {
 	}
 	// Forcing -channel on it reports the body that does not decode.
 	stdout, stderr, code := tool3(t, "", "dump", "-channel", rawq)
-	if code != 1 || !strings.Contains(stderr, "seq 1: not a channel message") || !strings.Contains(stdout, `"plain text"`) {
+	if code != 1 || !strings.Contains(stderr, "seq 1: record is not a channel message") || !strings.Contains(stdout, `"plain text"`) {
 		t.Fatalf("dump -channel of a raw queue (%d):\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
 	// Writers keep to what the queue holds.
@@ -541,6 +541,10 @@ func TestErrorsSayPrefixesOnce(t *testing.T) {
 	_, stderr, code = tool3(t, "", "get", dir, "1")
 	if code != 1 || strings.Contains(stderr, "diskqueue:") || strings.Count(stderr, "spillq") != 1 || !strings.Contains(stderr, "checksum mismatch") {
 		t.Fatalf("get of a damaged record (%d):\n%s", code, stderr)
+	}
+	_, stderr, code = tool3(t, "", "dump", dir)
+	if code != 1 || strings.Count(stderr, "corrupt data") != 1 || strings.Contains(stderr, "diskqueue:") {
+		t.Fatalf("dump of a damaged record (%d):\n%s", code, stderr)
 	}
 }
 

@@ -173,7 +173,7 @@ func (p *printer) print(rec diskqueue.Record) (bad, err error) {
 	if p.kind == kindChannel {
 		m, derr := channel.UnmarshalMessage(rec.Body)
 		if derr != nil {
-			bad = fmt.Errorf("seq %d: not a channel message (%v); shown as stored", rec.Seq, derr)
+			bad = fmt.Errorf("seq %d: %w; shown as stored", rec.Seq, derr)
 		} else {
 			msg, body = m, m.Body
 		}
@@ -225,6 +225,6 @@ func (d *damage) result() error {
 	if d.n == 0 {
 		return nil
 	}
-	fmt.Fprintf(d.w, "spillq %s: %d damaged record(s) skipped; 'spillq verify' lists them\n", d.cmd, d.n)
+	fmt.Fprintf(d.w, "spillq %s: %d damaged record(s), reported above\n", d.cmd, d.n)
 	return errProblems
 }
