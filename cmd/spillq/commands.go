@@ -566,7 +566,7 @@ func cmdPut(e *env, args []string) error {
 	if err := q.Close(); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "put %d records (%s)\n", n, describeKind(kind))
+	fmt.Fprintf(e.stdout, "put %d records: %s\n", n, describeKind(kind))
 	return nil
 }
 

@@ -97,8 +97,8 @@ func cmdImportNSQD(e *env, args []string) error {
 	case *source == "nsqd":
 		note = "; bodies only: raw records have no room for nsqd's IDs, timestamps and attempts"
 	}
-	fmt.Fprintf(e.stdout, "imported %d messages from %s into %s as %s (depth recorded there: %d)%s\n",
-		n, filepath.Join(*from, *name), dir, describeKind(kind), src.depth, note)
+	fmt.Fprintf(e.stdout, "imported %d messages from %s (depth recorded there: %d) into %s: %s%s\n",
+		n, filepath.Join(*from, *name), src.depth, dir, describeKind(kind), note)
 	return nil
 }
 
