@@ -30,14 +30,14 @@ func writeJSON(w io.Writer, v any) error {
 
 // statReport is stat's answer; its JSON form is stat -format json.
 type statReport struct {
-	Queue    string             `json:"queue"`
-	Records  string             `json:"records"` // raw, channel or unknown
-	Depth    int64              `json:"depth"`
-	FirstSeq uint64             `json:"first_seq"`
-	ReadSeq  uint64             `json:"read_seq"`
-	WriteSeq uint64             `json:"write_seq"`
-	ReadPos  diskqueue.Position `json:"read_pos"`
-	WritePos diskqueue.Position `json:"write_pos"`
+	Queue    string   `json:"queue"`
+	Records  string   `json:"records"` // raw, channel or unknown
+	Depth    int64    `json:"depth"`
+	FirstSeq uint64   `json:"first_seq"`
+	ReadSeq  uint64   `json:"read_seq"`
+	WriteSeq uint64   `json:"write_seq"`
+	ReadPos  position `json:"read_pos"`
+	WritePos position `json:"write_pos"`
 	// Oldest is the oldest unacknowledged record that checks out, nil when
 	// nothing waits; LagSeconds is its age.
 	Oldest     *oldestRecord `json:"oldest_unacknowledged,omitempty"`
@@ -45,6 +45,12 @@ type statReport struct {
 	DiskBytes  int64         `json:"disk_bytes"`
 	Segments   []fileInfo    `json:"segments"`
 	BadFiles   []badFile     `json:"bad_files"`
+}
+
+// position is a diskqueue.Position with the JSON names of the rest.
+type position struct {
+	Segment uint64 `json:"segment"`
+	Offset  int64  `json:"offset"`
 }
 
 type oldestRecord struct {
@@ -70,7 +76,7 @@ func cmdStat(e *env, args []string) error {
 	defer q.Close()
 	st := q.Stats()
 	r := statReport{Queue: dir, Records: detectKind(q).String(), Depth: st.Depth,
-		FirstSeq: st.FirstSeq, ReadSeq: st.ReadSeq, WriteSeq: st.WriteSeq, ReadPos: st.ReadPos, WritePos: st.WritePos,
+		FirstSeq: st.FirstSeq, ReadSeq: st.ReadSeq, WriteSeq: st.WriteSeq, ReadPos: position(st.ReadPos), WritePos: position(st.WritePos),
 		DiskBytes: st.DiskBytes, Segments: []fileInfo{}, BadFiles: []badFile{}}
 	now := time.Now()
 	if st.Depth > 0 {
@@ -516,7 +522,7 @@ func writeKind(k kindFlags, q *diskqueue.Queue, dir string) (recordKind, error) 
 func cmdPut(e *env, args []string) error {
 	fs := newFlags("put")
 	var k kindFlags
-	k.register(fs, "store lines as")
+	k.registerWrite(fs, "lines")
 	create := fs.Bool("create", false, "make a new queue if DIR is missing or empty")
 	pos, err := parseArgs(e, fs, args, 1)
 	if err != nil {

@@ -17,16 +17,17 @@ import (
 
 // cmdImportNSQD copies the unread messages of a go-diskqueue queue (nsqd's
 // NAME.diskqueue.meta.dat and NAME.diskqueue.NNNNNN.dat files) into DIR.
-// The source is only read. It is decoded whole before anything is written,
-// so a source that is not what the flags say fails without a partial
-// import.
+// The source is only read, twice: a first pass decodes all of it, so a
+// source that is not what the flags say fails without a partial import,
+// and the second writes, holding one data file in memory at a time.
+// nsqd takes no lock on its files: stop it first.
 func cmdImportNSQD(e *env, args []string) error {
 	fs := newFlags("import-nsqd")
 	name := fs.String("name", "", "the go-diskqueue name (nsqd: TOPIC, or TOPIC:CHANNEL for a channel's backlog)")
 	from := fs.String("from", "", "the directory holding NAME.diskqueue.* files (nsqd's -data-path)")
 	source := fs.String("source", "nsqd", "what the files hold: nsqd (nsqd's messages: timestamp, attempts, ID, body) or raw (bodies of go-diskqueue used directly)")
 	var k kindFlags
-	k.register(fs, "store messages as")
+	k.registerWrite(fs, "messages")
 	create := fs.Bool("create", false, "make a new queue if DIR is missing or empty")
 	pos, err := parseArgs(e, fs, args, 1)
 	if err != nil {
@@ -46,9 +47,10 @@ func cmdImportNSQD(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	msgs, err := src.messages(*source == "nsqd")
+	nsqdFormat := *source == "nsqd"
+	total, err := src.each(nsqdFormat, func(importMsg) error { return nil })
 	if err != nil {
-		return err
+		return fmt.Errorf("%w; nothing imported", err)
 	}
 	if *create && willCreate(dir) && k.forced() == kindUnknown {
 		return usageErr("a new queue needs -channel (for a service using spillq.Open; keeps nsqd's IDs, timestamps and attempts) or -raw (diskqueue used directly; bodies only)")
@@ -63,24 +65,21 @@ func cmdImportNSQD(e *env, args []string) error {
 		return err
 	}
 	ctx := context.Background()
-	n := 0
 	id := uint64(time.Now().UnixNano())
-	for _, m := range msgs {
+	n, err := src.each(nsqdFormat, func(m importMsg) error {
 		body := m.body
 		if kind == kindChannel {
 			if !m.hasMeta {
 				id++
 				m.id, m.ts = channel.ID(id), time.Now()
 			}
+			var err error
 			if body, err = envelope(m); err != nil {
-				break
+				return err
 			}
 		}
-		if err = q.Put(ctx, body); err != nil {
-			break
-		}
-		n++
-	}
+		return q.Put(ctx, body)
+	})
 	if err == nil {
 		err = q.Sync(ctx)
 	}
@@ -88,7 +87,7 @@ func cmdImportNSQD(e *env, args []string) error {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("after %d of %d messages: %w", n, len(msgs), err)
+		return fmt.Errorf("after %d of %d messages: %w", n, total, err)
 	}
 	note := ""
 	switch {
@@ -176,12 +175,12 @@ func openNSQDQueue(dir, name string) (*nsqdQueue, error) {
 	return q, nil
 }
 
-// messages returns every unread message, decoded from nsqd's format if
-// nsqdFormat. Like go-diskqueue, it trusts the data file past a stale
-// writePos (its metadata is synced lazily) and stops at the end of the last
-// file.
-func (q *nsqdQueue) messages(nsqdFormat bool) ([]importMsg, error) {
-	var msgs []importMsg
+// each calls fn for every unread message in order, decoded from nsqd's
+// format if nsqdFormat, and returns how many fn accepted. Like
+// go-diskqueue, it trusts the data file past a stale writePos (its
+// metadata is synced lazily) and stops at the end of the last file.
+func (q *nsqdQueue) each(nsqdFormat bool, fn func(importMsg) error) (int, error) {
+	n := 0
 	for num := q.readFile; num <= q.writeFile; num++ {
 		path := filepath.Join(q.dir, fmt.Sprintf("%s.diskqueue.%06d.dat", q.name, num))
 		b, err := os.ReadFile(path)
@@ -189,7 +188,7 @@ func (q *nsqdQueue) messages(nsqdFormat bool) ([]importMsg, error) {
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return n, err
 		}
 		off := int64(0)
 		if num == q.readFile {
@@ -198,18 +197,21 @@ func (q *nsqdQueue) messages(nsqdFormat bool) ([]importMsg, error) {
 		for off+4 <= int64(len(b)) {
 			size := int64(int32(binary.BigEndian.Uint32(b[off:])))
 			if size < 0 || off+4+size > int64(len(b)) {
-				return nil, fmt.Errorf("%s offset %d: message length %d runs past the file", path, off, size)
+				return n, fmt.Errorf("%s offset %d: message length %d runs past the file", path, off, size)
 			}
 			rec := b[off+4 : off+4+size]
 			m := importMsg{body: rec}
 			if nsqdFormat {
 				if m, err = decodeNSQD(rec); err != nil {
-					return nil, fmt.Errorf("%s offset %d: not nsqd's message format: %v (for files go-diskqueue wrote directly, pass -source raw); nothing imported", path, off, err)
+					return n, fmt.Errorf("%s offset %d: not nsqd's message format: %v (for files go-diskqueue wrote directly, pass -source raw)", path, off, err)
 				}
 			}
-			msgs = append(msgs, m)
+			if err := fn(m); err != nil {
+				return n, err
+			}
+			n++
 			off += 4 + size
 		}
 	}
-	return msgs, nil
+	return n, nil
 }

@@ -100,9 +100,16 @@ func detectKind(q *diskqueue.Queue) recordKind {
 // kindFlags are -channel and -raw, which override detection.
 type kindFlags struct{ channel, raw bool }
 
-func (k *kindFlags) register(fs *flag.FlagSet, what string) {
-	fs.BoolVar(&k.channel, "channel", false, what+" channel messages (what spillq.Open stores), whatever the queue holds")
-	fs.BoolVar(&k.raw, "raw", false, what+" raw bodies: no channel message decoding")
+// registerRead adds the flags of a command that shows records.
+func (k *kindFlags) registerRead(fs *flag.FlagSet) {
+	fs.BoolVar(&k.channel, "channel", false, "decode records as channel messages (what spillq.Open stores) even if they do not look like them")
+	fs.BoolVar(&k.raw, "raw", false, "show records as stored, without decoding channel messages")
+}
+
+// registerWrite adds the flags of a command that stores records.
+func (k *kindFlags) registerWrite(fs *flag.FlagSet, what string) {
+	fs.BoolVar(&k.channel, "channel", false, "store "+what+" as channel messages, for a service using spillq.Open (needed while the queue holds no records)")
+	fs.BoolVar(&k.raw, "raw", false, "store "+what+" as raw records, for diskqueue used directly (needed while the queue holds no records)")
 }
 
 func (k *kindFlags) check() error {
@@ -141,7 +148,7 @@ type printer struct {
 
 func (p *printer) flags(fs *flag.FlagSet) {
 	fs.StringVar(&p.format, "format", "text", "output format: text, hex or json (one object per line)")
-	p.kindFlags.register(fs, "show records as")
+	p.kindFlags.registerRead(fs)
 }
 
 // parse parses flags for a command that prints records, and checks them.
