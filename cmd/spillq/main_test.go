@@ -607,3 +607,22 @@ func TestAcknowledgeDamage(t *testing.T) {
 		t.Fatalf("the .bad file holds %d bytes (%v), want the 33 of the damaged record", len(b), err)
 	}
 }
+
+// TestStatCountsWhatIsOnDisk: the .bad files and segments stat lists are
+// the directory's, even in a directory whose name is a glob pattern.
+func TestStatCountsWhatIsOnDisk(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "jobs[1]")
+	if out, code := tool(t, "a\nb\nc\n", "put", "-create", "-raw", dir); code != 0 {
+		t.Fatalf("put (%d):\n%s", code, out)
+	}
+	flip(t, dir, 16+5)
+	if out, code := tool(t, "", "repair", dir); code != 0 {
+		t.Fatalf("repair (%d):\n%s", code, out)
+	}
+	os.WriteFile(filepath.Join(dir, "00000000000000000000.log.9.acked.bad"), []byte("old"), 0o644)
+	out, code := tool(t, "", "stat", dir)
+	if code != 0 || !strings.Contains(out, "bad files  2 (1 acknowledged, 1 not)") || !strings.Contains(out, "disk       ") ||
+		!strings.Contains(out, "in 1 segment(s)\n  00000000000000000000.log") {
+		t.Fatalf("stat of %s (%d):\n%s", dir, code, out)
+	}
+}
