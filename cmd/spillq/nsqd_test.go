@@ -117,6 +117,51 @@ func (p *nsqdProc) post(t *testing.T, path string, q url.Values, body []byte) {
 	}
 }
 
+// waitForChannel waits until nsqd's topic pump has moved every message of
+// topic into channel (the pump runs after /pub returns) and the channel
+// holds want messages, none in flight: then the channel's disk queue holds
+// them all.
+func (p *nsqdProc) waitForChannel(t *testing.T, topic, channel string, want int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	var last string
+	for time.Now().Before(deadline) {
+		resp, err := http.Get("http://" + p.http + "/stats?format=json&topic=" + url.QueryEscape(topic))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st struct {
+			Topics []struct {
+				Name     string `json:"topic_name"`
+				Depth    int    `json:"depth"`
+				Channels []struct {
+					Name     string `json:"channel_name"`
+					Depth    int    `json:"depth"`
+					InFlight int    `json:"in_flight_count"`
+					Deferred int    `json:"deferred_count"`
+				} `json:"channels"`
+			} `json:"topics"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&st)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tp := range st.Topics {
+			for _, c := range tp.Channels {
+				if tp.Name == topic && c.Name == channel {
+					last = fmt.Sprintf("topic depth %d, channel depth %d, in flight %d, deferred %d", tp.Depth, c.Depth, c.InFlight, c.Deferred)
+					if tp.Depth == 0 && c.Depth == want && c.InFlight == 0 && c.Deferred == 0 {
+						return
+					}
+				}
+			}
+		}
+		<-time.After(20 * time.Millisecond) // nsqd's pump is another process: poll
+	}
+	t.Fatalf("%s/%s never held %d messages at rest: %s", topic, channel, want, last)
+}
+
 // receiveAndRequeue takes one message of topic/channel over nsqd's TCP
 // protocol and requeues it, so it goes back to the disk queue with one
 // attempt counted.
@@ -188,7 +233,9 @@ func TestImportFromRealNSQD(t *testing.T) {
 		nsqd.post(t, "/pub", url.Values{"topic": {"events"}}, []byte("event: "+b))
 	}
 	after := time.Now()
+	nsqd.waitForChannel(t, "orders", "work", len(bodies))
 	requeued := nsqd.receiveAndRequeue(t, "orders", "work")
+	nsqd.waitForChannel(t, "orders", "work", len(bodies))
 	nsqd.stop(t)
 	if string(requeued.Body) != bodies[0] || requeued.Attempts != 1 {
 		t.Fatalf("nsqd delivered %q attempts %d first, want %q attempts 1", requeued.Body, requeued.Attempts, bodies[0])
