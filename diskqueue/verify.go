@@ -38,6 +38,10 @@ type Problem struct {
 	Offset int64  // byte offset in File, or -1
 	Seq    uint64 // the record concerned, if any
 	Err    error
+	// End, when greater than Offset, marks damaged records in a log:
+	// readers skip the bytes [Offset, End), and the records that check
+	// out resume at End. Zero for every other problem.
+	End int64
 }
 
 func (p Problem) String() string {
@@ -130,8 +134,15 @@ func (q *Queue) verifySegment(seg *segment, rep *Report) {
 		if sc.Err() == nil {
 			break
 		}
-		rep.Problems = append(rep.Problems, Problem{File: logName, Offset: sc.Offset(), Seq: sc.seq, Err: sc.Err()})
+		p := Problem{File: logName, Offset: sc.Offset(), Seq: sc.seq, Err: sc.Err()}
 		off, seq, ok := resync(&sc.win, sc.Offset(), size, sc.seq, end, maxBodyForRead(q.opts.MaxRecordBytes))
+		if errors.Is(p.Err, ErrCorrupt) || errors.Is(p.Err, errShortFrame) {
+			p.End = size // nothing after the damage checks out
+			if ok {
+				p.End = off
+			}
+		}
+		rep.Problems = append(rep.Problems, p)
 		if !ok {
 			break
 		}

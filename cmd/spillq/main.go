@@ -1,87 +1,228 @@
 // Command spillq inspects and repairs spillq queue directories.
 //
-//	spillq stat    DIR                    cursors, depth, segments, bytes, retained range, .bad files
-//	spillq dump    [flags] DIR            records from a seq or a time, as text, hex or JSON lines
-//	spillq get     [flags] DIR SEQ        one record by sequence number
-//	spillq verify  DIR                    check every CRC, index entry and cursor; exit 1 on problems
-//	spillq repair  DIR                    cut a torn tail, rebuild indexes, set damage aside
-//	spillq tail    [flags] DIR            follow records as they are written
-//	spillq put     [flags] DIR            store each line of stdin as a record
-//	spillq drain   [flags] DIR            print records and acknowledge them
-//	spillq import-nsqd -name N -from D DIR  copy a go-diskqueue/nsqd queue into DIR
+//	spillq stat    DIR          cursors, depth, lag, segments, .bad files
+//	spillq dump    DIR          records from a seq or a time, as text, hex or JSON lines
+//	spillq get     DIR SEQ      one record by sequence number
+//	spillq verify  DIR          check every CRC, index entry and cursor; exit 1 on problems
+//	spillq tail    DIR          follow records as they are written
+//	spillq repair  DIR          cut a torn tail, rebuild indexes, set damage aside, acknowledge it
+//	spillq put     DIR          store each line of stdin as a record
+//	spillq drain   DIR          print records and acknowledge them
+//	spillq import-nsqd DIR      copy the unread messages of an nsqd or go-diskqueue queue into DIR
 //
 // stat, dump, get, verify and tail only read, and work while a service has
 // the queue open. repair, put, drain and import-nsqd change the queue and
-// take its lock: stop the service first. With -channel, records are read
-// and written as channel messages (what spillq.Open stores) rather than
-// raw bodies.
+// take its lock: stop the service first. Every command refuses a directory
+// that is not a queue; put and import-nsqd create one only with -create.
+//
+// Records a channel wrote (what spillq.Open stores) are recognised and
+// decoded; -raw shows the stored bytes instead. Flags may come before or
+// after the positional arguments. 'spillq COMMAND -h' lists a command's
+// flags.
 package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
+	"strings"
+
+	"github.com/spillq/spillq/channel"
+	"github.com/spillq/spillq/diskqueue"
 )
 
-// errProblems is returned by a command that ran but found problems; it
-// exits with status 1 and prints nothing more.
+// errProblems is returned by a command that ran but found problems, which
+// it has already reported; the tool exits with status 1 and prints nothing
+// more.
 var errProblems = errors.New("problems found")
 
+// errHelp is returned when the user asked for help, which has been printed.
+var errHelp = errors.New("help requested")
+
+// env is what a command reads from and writes to.
+type env struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+}
+
 type command struct {
-	name, usage string
-	run         func(args []string, stdin io.Reader, stdout io.Writer) error
+	name    string
+	args    string // positional arguments, for the usage line
+	summary string
+	run     func(e *env, args []string) error
 }
 
-var commands = []command{
-	{"stat", "DIR", cmdStat},
-	{"dump", "[-from SEQ | -since TIME] [-limit N] [-format text|hex|json] [-channel] DIR", cmdDump},
-	{"get", "[-format text|hex|json] [-channel] DIR SEQ", cmdGet},
-	{"verify", "DIR", cmdVerify},
-	{"repair", "DIR", cmdRepair},
-	{"tail", "[-from SEQ] [-count N] [-format text|hex|json] [-channel] DIR", cmdTail},
-	{"put", "[-channel] DIR < lines", cmdPut},
-	{"drain", "[-limit N] [-format text|hex|json] [-channel] DIR", cmdDrain},
-	{"import-nsqd", "-name NAME -from NSQD_DATA_PATH [-channel] DIR", cmdImportNSQD},
-}
+// commands is filled in by init: the commands' -h output reads the table,
+// which would otherwise be an initialization cycle.
+var commands []command
 
-func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: spillq COMMAND [flags] DIR ...")
-	for _, c := range commands {
-		fmt.Fprintf(w, "  spillq %-11s %s\n", c.name, c.usage)
+func init() {
+	commands = []command{
+		{"stat", "DIR", "cursors, depth, lag, segments, .bad files", cmdStat},
+		{"dump", "DIR", "records from a seq or a time, as text, hex or JSON lines", cmdDump},
+		{"get", "DIR SEQ", "one record by sequence number", cmdGet},
+		{"verify", "DIR", "check every CRC, index entry and cursor; exit 1 on problems", cmdVerify},
+		{"tail", "DIR", "follow records as they are written", cmdTail},
+		{"repair", "DIR", "cut a torn tail, rebuild indexes, set damage aside, acknowledge it", cmdRepair},
+		{"put", "DIR", "store each line of stdin as a record", cmdPut},
+		{"drain", "DIR", "print records and acknowledge them", cmdDrain},
+		{"import-nsqd", "DIR", "copy the unread messages of an nsqd or go-diskqueue queue into DIR", cmdImportNSQD},
 	}
 }
 
+func usage(w io.Writer) {
+	fmt.Fprint(w, `usage: spillq COMMAND [flags] DIR ...
+
+Commands that only read (they run beside a service that has the queue open):
+`)
+	for _, c := range commands {
+		if c.name == "repair" {
+			fmt.Fprint(w, "\nCommands that change the queue (they take its lock: stop the service first):\n")
+		}
+		fmt.Fprintf(w, "  %-24s %s\n", c.name+" "+c.args, c.summary)
+	}
+	fmt.Fprint(w, `
+Flags may come before or after DIR. 'spillq COMMAND -h' lists a command's
+flags. Exit status: 0 success, 1 an error or problems found, 2 bad usage.
+`)
+}
+
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	os.Exit(run(os.Args[1:], &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr}))
 }
 
 // run executes one command and returns the exit status: 0 success, 1 an
 // error or problems found, 2 bad usage.
-func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+func run(args []string, e *env) int {
 	if len(args) == 0 {
-		usage(stderr)
+		usage(e.stderr)
 		return 2
 	}
+	name := args[0]
+	switch name {
+	case "-h", "-help", "--help", "help":
+		if len(args) > 1 && name == "help" {
+			// spillq help CMD is spillq CMD -h.
+			return run([]string{args[1], "-h"}, e)
+		}
+		usage(e.stdout)
+		return 0
+	}
 	for _, c := range commands {
-		if c.name != args[0] {
+		if c.name != name {
 			continue
 		}
-		err := c.run(args[1:], stdin, stdout)
+		err := c.run(e, args[1:])
 		switch {
-		case err == nil:
+		case err == nil, errors.Is(err, errHelp):
 			return 0
 		case errors.Is(err, errUsage):
-			fmt.Fprintf(stderr, "spillq %s: %v\nusage: spillq %s %s\n", c.name, err, c.name, c.usage)
+			fmt.Fprintf(e.stderr, "spillq %s: %s\n", c.name, strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
+			fmt.Fprintf(e.stderr, "usage: spillq %s [flags] %s ('spillq %s -h' lists the flags)\n", c.name, c.args, c.name)
 			return 2
 		case errors.Is(err, errProblems):
 			return 1
 		default:
-			fmt.Fprintf(stderr, "spillq %s: %v\n", c.name, err)
+			fmt.Fprintf(e.stderr, "spillq %s: %s\n", c.name, describe(err))
 			return 1
 		}
 	}
-	fmt.Fprintf(stderr, "spillq: unknown command %q\n", args[0])
-	usage(stderr)
+	fmt.Fprintf(e.stderr, "spillq: unknown command %q\n\n", name)
+	usage(e.stderr)
 	return 2
+}
+
+// newFlags returns the flag set of command name; parseArgs reports its
+// errors.
+func newFlags(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	return fs
+}
+
+// parseArgs parses flags anywhere among args (flag's own Parse stops at the
+// first positional argument, so "spillq get DIR 17 -raw" would lose -raw)
+// and returns the positional arguments, which must number n. Everything
+// after "--" is positional. -h prints the command's usage and flags to
+// stdout and returns errHelp.
+func parseArgs(e *env, fs *flag.FlagSet, args []string, n int) ([]string, error) {
+	var pos []string
+	for {
+		err := fs.Parse(args)
+		if errors.Is(err, flag.ErrHelp) {
+			commandUsage(e.stdout, fs)
+			return nil, errHelp
+		}
+		if err != nil {
+			return nil, usageErr("%v", err)
+		}
+		rest := fs.Args()
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			pos = append(pos, rest...)
+			break
+		}
+		if len(rest) == 0 {
+			break
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+	if len(pos) != n {
+		return nil, usageErr("want %d argument(s), got %d", n, len(pos))
+	}
+	return pos, nil
+}
+
+func commandUsage(w io.Writer, fs *flag.FlagSet) {
+	for _, c := range commands {
+		if c.name == fs.Name() {
+			fmt.Fprintf(w, "usage: spillq %s [flags] %s\n\n%s.\n", c.name, c.args, upperFirst(c.summary))
+		}
+	}
+	has := false
+	fs.VisitAll(func(*flag.Flag) { has = true })
+	if !has {
+		fmt.Fprintln(w, "\nNo flags.")
+		return
+	}
+	fmt.Fprintln(w, "\nFlags (before or after the arguments):")
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+}
+
+func upperFirst(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+var errUsage = errors.New("bad usage")
+
+func usageErr(format string, a ...any) error {
+	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, a...))
+}
+
+// describe renders an error for the operator. The tool's own "spillq CMD:"
+// prefix already says where the message comes from, and the layers below
+// each add theirs ("diskqueue: open /d: diskqueue: directory is locked"),
+// so the package prefixes are dropped wherever they occur.
+// A wrapped sentinel can also show up twice ("corrupt data: segment …:
+// corrupt data: checksum mismatch"); only its first mention stays.
+func describe(err error) string {
+	s := err.Error()
+	for _, p := range []string{"spillq: ", "diskqueue: ", "channel: "} {
+		s = strings.ReplaceAll(s, p, "")
+	}
+	for _, sentinel := range []error{diskqueue.ErrCorrupt, diskqueue.ErrNotFound, diskqueue.ErrLocked, channel.ErrBadEnvelope} {
+		m := strings.TrimPrefix(sentinel.Error(), "diskqueue: ")
+		m = strings.TrimPrefix(m, "channel: ") + ": "
+		if i := strings.Index(s, m); i >= 0 {
+			s = s[:i+len(m)] + strings.ReplaceAll(s[i+len(m):], m, "")
+		}
+	}
+	return s
 }

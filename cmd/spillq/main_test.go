@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -37,16 +38,26 @@ func TestMain(m *testing.M) {
 // tool runs the binary and returns its stdout+stderr and exit status.
 func tool(t *testing.T, stdin string, args ...string) (string, int) {
 	t.Helper()
+	stdout, stderr, code := tool3(t, stdin, args...)
+	return stdout + stderr, code
+}
+
+// tool3 runs the binary and returns its stdout, its stderr and its exit
+// status.
+func tool3(t *testing.T, stdin string, args ...string) (string, string, int) {
+	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Stdin = strings.NewReader(stdin)
-	out, err := cmd.CombinedOutput()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
 	if ee, ok := err.(*exec.ExitError); ok {
-		return string(out), ee.ExitCode()
+		return stdout.String(), stderr.String(), ee.ExitCode()
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	return string(out), 0
+	return stdout.String(), stderr.String(), 0
 }
 
 func fixture(t *testing.T, n int) string {
@@ -97,7 +108,7 @@ func TestReadCommandsBesideAnOpenQueue(t *testing.T) {
 		t.Fatalf("verify (%d):\n%s", code, out)
 	}
 	// The write commands need the lock and say so.
-	if out, code = tool(t, "x\n", "put", dir); code != 1 || !strings.Contains(out, "stop the service") {
+	if out, code = tool(t, "x\n", "put", dir); code != 1 || !strings.Contains(out, "stop it first") {
 		t.Fatalf("put on a locked queue (%d):\n%s", code, out)
 	}
 }
@@ -151,7 +162,7 @@ func TestRepairFixesATornTail(t *testing.T) {
 
 func TestPutDrainAndTail(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "q")
-	if out, code := tool(t, "one\ntwo\nthree\n", "put", dir); code != 0 || !strings.Contains(out, "put 3 records") {
+	if out, code := tool(t, "one\ntwo\nthree\n", "put", "-create", "-raw", dir); code != 0 || !strings.Contains(out, "put 3 records") {
 		t.Fatalf("put (%d):\n%s", code, out)
 	}
 	out, code := tool(t, "", "drain", "-limit", "2", dir)
@@ -187,15 +198,18 @@ func TestPutDrainAndTail(t *testing.T) {
 	}
 }
 
-// TestChannelRecords: -channel puts messages a spillq service consumes, and
-// dumps what such a service stored.
+// TestChannelRecords: -channel puts messages a spillq service consumes;
+// later puts and dumps find out by themselves that the queue holds them.
 func TestChannelRecords(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "q")
-	if out, code := tool(t, "job A\njob B\n", "put", "-channel", dir); code != 0 {
+	if out, code := tool(t, "job A\n", "put", "-create", "-channel", dir); code != 0 {
 		t.Fatalf("put -channel (%d):\n%s", code, out)
 	}
-	if out, _ := tool(t, "", "dump", "-channel", dir); !strings.Contains(out, `attempts=0`) || !strings.Contains(out, `"job B"`) {
-		t.Fatalf("dump -channel:\n%s", out)
+	if out, code := tool(t, "job B\n", "put", dir); code != 0 || !strings.Contains(out, "channel messages") {
+		t.Fatalf("put into a channel queue (%d):\n%s", code, out)
+	}
+	if out, _ := tool(t, "", "dump", dir); !strings.Contains(out, `attempts=0`) || !strings.Contains(out, `"job B"`) {
+		t.Fatalf("dump of a channel queue:\n%s", out)
 	}
 	q, err := spillq.Open(dir, spillq.Options{})
 	if err != nil {
@@ -233,7 +247,16 @@ func TestImportNSQD(t *testing.T) {
 		t.Fatal(err)
 	}
 	dst := filepath.Join(t.TempDir(), "q")
-	out, code := tool(t, "", "import-nsqd", "-name", "orders", "-from", src, dst)
+	// Bodies go-diskqueue stored directly are not nsqd messages: the
+	// default decoding refuses them and writes nothing.
+	out, code := tool(t, "", "import-nsqd", "-name", "orders", "-from", src, "-create", "-raw", dst)
+	if code != 1 || !strings.Contains(out, "not nsqd's message format") || !strings.Contains(out, "-source raw") {
+		t.Fatalf("import-nsqd of raw bodies as nsqd messages (%d):\n%s", code, out)
+	}
+	if _, err := os.Stat(dst); !os.IsNotExist(err) {
+		t.Fatalf("a refused import left %s behind: %v", dst, err)
+	}
+	out, code = tool(t, "", "import-nsqd", "-name", "orders", "-from", src, "-source", "raw", "-create", "-raw", dst)
 	if code != 0 || !strings.Contains(out, "imported 33 messages") {
 		t.Fatalf("import-nsqd (%d):\n%s", code, out)
 	}
@@ -242,7 +265,7 @@ func TestImportNSQD(t *testing.T) {
 	if len(lines) != 33 || !strings.Contains(lines[0], `"order 7"`) || !strings.Contains(lines[32], `"order 39"`) {
 		t.Fatalf("imported records:\n%s", out)
 	}
-	if _, code := tool(t, "", "import-nsqd", "-name", "missing", "-from", src, dst); code != 1 {
+	if _, code := tool(t, "", "import-nsqd", "-name", "missing", "-source", "raw", "-from", src, dst); code != 1 {
 		t.Fatal("import of a missing queue did not fail")
 	}
 }
@@ -252,5 +275,356 @@ func TestUsageErrors(t *testing.T) {
 		if out, code := tool(t, "", args...); code != 2 {
 			t.Fatalf("%v: exit %d, want 2\n%s", args, code, out)
 		}
+	}
+}
+
+func TestHelp(t *testing.T) {
+	for _, args := range [][]string{{"-h"}, {"--help"}, {"-help"}, {"help"}} {
+		stdout, stderr, code := tool3(t, "", args...)
+		if code != 0 || stderr != "" || !strings.Contains(stdout, "usage: spillq COMMAND") || !strings.Contains(stdout, "import-nsqd") {
+			t.Fatalf("%v: exit %d\nstdout:\n%s\nstderr:\n%s", args, code, stdout, stderr)
+		}
+	}
+	for _, args := range [][]string{{"dump", "-h"}, {"help", "dump"}, {"dump", "DIR", "--help"}} {
+		stdout, stderr, code := tool3(t, "", args...)
+		if code != 0 || stderr != "" || !strings.Contains(stdout, "usage: spillq dump") || !strings.Contains(stdout, "-since") || !strings.Contains(stdout, "-raw") {
+			t.Fatalf("%v: exit %d\nstdout:\n%s\nstderr:\n%s", args, code, stdout, stderr)
+		}
+	}
+	if stdout, _, code := tool3(t, "", "repair", "-h"); code != 0 || !strings.Contains(stdout, "-ack-bad") {
+		t.Fatalf("repair -h (%d):\n%s", code, stdout)
+	}
+}
+
+func TestFlagsAfterArguments(t *testing.T) {
+	dir := fixture(t, 30)
+	out, code := tool(t, "", "get", dir, "17", "-format", "json")
+	if code != 0 || !strings.Contains(out, `"seq":17`) || !strings.Contains(out, `"body":"record 17"`) {
+		t.Fatalf("get DIR 17 -format json (%d):\n%s", code, out)
+	}
+	out, code = tool(t, "", "dump", dir, "-from", "5", "-limit", "2")
+	if code != 0 || strings.Count(out, "\n") != 2 || !strings.Contains(out, `"record 5"`) || !strings.Contains(out, `"record 6"`) {
+		t.Fatalf("dump DIR -from 5 -limit 2 (%d):\n%s", code, out)
+	}
+	// After "--" everything is an argument, even what looks like a flag.
+	if out, code := tool(t, "", "get", "-format", "json", "--", dir, "-raw"); code != 2 || !strings.Contains(out, `"-raw" is not a sequence number`) {
+		t.Fatalf("get -- DIR -raw (%d):\n%s", code, out)
+	}
+}
+
+func TestNotAQueue(t *testing.T) {
+	parent := t.TempDir()
+	q := filepath.Join(parent, "q")
+	if out, code := tool(t, "a\n", "put", "-create", "-raw", q); code != 0 {
+		t.Fatalf("put -create (%d):\n%s", code, out)
+	}
+	// A directory with unrelated .log files, like /tmp.
+	other := t.TempDir()
+	os.WriteFile(filepath.Join(other, "build.log"), []byte("compiling\n"), 0o644)
+	empty := t.TempDir()
+	missing := filepath.Join(parent, "typo")
+	for _, c := range []struct {
+		args []string
+		dir  string
+		want string
+	}{
+		{[]string{"stat", parent}, parent, "is not a spillq queue"},
+		{[]string{"stat", other}, other, "is not a spillq queue"},
+		{[]string{"verify", empty}, empty, "is not a spillq queue"},
+		{[]string{"dump", missing}, missing, "no such directory"},
+		{[]string{"get", other, "0"}, other, "is not a spillq queue"},
+		{[]string{"tail", empty}, empty, "is not a spillq queue"},
+		{[]string{"repair", missing}, missing, "no such directory"},
+		{[]string{"drain", missing}, missing, "no such directory"},
+		{[]string{"repair", empty}, empty, "is not a spillq queue"},
+		{[]string{"put", "-raw", missing}, missing, "pass -create"},
+		{[]string{"put", "-raw", empty}, empty, "pass -create"},
+		{[]string{"put", "-raw", "-create", other}, other, "holds other files"},
+	} {
+		stdout, stderr, code := tool3(t, "x\n", c.args...)
+		if code != 1 || stdout != "" || !strings.Contains(stderr, c.dir) || !strings.Contains(stderr, c.want) {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit 1 and %q naming the directory", c.args, code, stdout, stderr, c.want)
+		}
+	}
+	if _, err := os.Stat(missing); !os.IsNotExist(err) {
+		t.Errorf("a refused command made %s: %v", missing, err)
+	}
+	for _, d := range []string{empty, other} {
+		if entries, _ := os.ReadDir(d); len(entries) > 1 || len(entries) == 1 && entries[0].Name() != "build.log" {
+			t.Errorf("a refused command wrote into %s: %v", d, entries)
+		}
+	}
+	// -create makes a queue in an empty directory.
+	if out, code := tool(t, "x\n", "put", "-raw", "-create", empty); code != 0 || !strings.Contains(out, "put 1 records") {
+		t.Fatalf("put -create into an empty directory (%d):\n%s", code, out)
+	}
+}
+
+// TestRecordKindDetection: channel envelopes are decoded without -channel,
+// raw bodies are not, even ones that start like an envelope; -raw and
+// -channel override.
+func TestRecordKindDetection(t *testing.T) {
+	chq := filepath.Join(t.TempDir(), "ch")
+	sq, err := spillq.Open(chq, spillq.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []string{"job 1", "job 2"} {
+		if err := sq.Put(context.Background(), []byte(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := sq.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out, code := tool(t, "", "dump", chq)
+	if code != 0 || !strings.Contains(out, "attempts=0\t\"job 1\"") || !strings.Contains(out, `"job 2"`) {
+		t.Fatalf("dump of a spillq.Open queue (%d):\n%s", code, out)
+	}
+	if out, _ := tool(t, "", "stat", chq); !strings.Contains(out, "records    channel messages") {
+		t.Fatalf("stat of a spillq.Open queue:\n%s", out)
+	}
+	out, code = tool(t, "", "get", "-raw", "-format", "hex", chq, "0")
+	if code != 0 || !strings.Contains(out, "25 bytes") || strings.Contains(out, "id=") {
+		t.Fatalf("get -raw shows the stored envelope (%d):\n%s", code, out)
+	}
+
+	// A raw body that starts with an envelope's version and flags bytes but
+	// whose "put time" is no time a channel could have written.
+	rawq := t.TempDir()
+	dq, err := diskqueue.Open(rawq, diskqueue.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lookalike := append([]byte{1, 0, 0, 0, 0, 0, 0, 0, 0, 7, 0, 0}, []byte("\xff\xff\xff\xff\xff\xff\xff\xfftail")...)
+	dq.Put(context.Background(), lookalike)
+	dq.Put(context.Background(), []byte("plain text"))
+	if err := dq.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out, code = tool(t, "", "dump", "-format", "json", rawq)
+	if code != 0 || strings.Contains(out, `"id"`) || !strings.Contains(out, `"body":"plain text"`) {
+		t.Fatalf("dump of a raw queue (%d):\n%s", code, out)
+	}
+	// Forcing -channel on it reports the body that does not decode.
+	stdout, stderr, code := tool3(t, "", "dump", "-channel", rawq)
+	if code != 1 || !strings.Contains(stderr, "seq 1: record is not a channel message") || !strings.Contains(stdout, `"plain text"`) {
+		t.Fatalf("dump -channel of a raw queue (%d):\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	// Writers keep to what the queue holds.
+	if out, code := tool(t, "x\n", "put", "-channel", rawq); code != 1 || !strings.Contains(out, "holds raw bodies") {
+		t.Fatalf("put -channel into a raw queue (%d):\n%s", code, out)
+	}
+	emptyq := filepath.Join(t.TempDir(), "e")
+	if out, code := tool(t, "", "put", "-create", "-raw", emptyq); code != 0 {
+		t.Fatalf("put -create -raw (%d):\n%s", code, out)
+	}
+	if out, code := tool(t, "x\n", "put", emptyq); code != 2 || !strings.Contains(out, "-channel") {
+		t.Fatalf("put into a queue with no records, no -channel or -raw (%d):\n%s", code, out)
+	}
+}
+
+// flip flips a bit at byte off of the first segment's log. In a fixture
+// (fixture(t, …)) seqs 0 to 9 are 33-byte frames from offset 16 on.
+func flip(t *testing.T, dir string, off int) {
+	t.Helper()
+	name := filepath.Join(dir, "00000000000000000000.log")
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[off] ^= 0x40
+	if err := os.WriteFile(name, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDumpJSONReportsDamageOnStderr(t *testing.T) {
+	dir := fixture(t, 20)
+	flip(t, dir, 60) // inside seq 1
+	stdout, stderr, code := tool3(t, "", "dump", "-format", "json", dir)
+	if code != 1 {
+		t.Fatalf("dump of a damaged queue exit %d, want 1\nstderr:\n%s", code, stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	if len(lines) != 19 {
+		t.Fatalf("%d lines on stdout, want the 19 good records:\n%s", len(lines), stdout)
+	}
+	for _, l := range lines {
+		var v map[string]any
+		if err := json.Unmarshal([]byte(l), &v); err != nil {
+			t.Fatalf("stdout line %q is not JSON: %v", l, err)
+		}
+	}
+	if !strings.Contains(stderr, "checksum mismatch") || !strings.Contains(stderr, "1 damaged record(s)") {
+		t.Fatalf("stderr does not report the damage:\n%s", stderr)
+	}
+}
+
+func TestStatAndVerifyJSON(t *testing.T) {
+	dir := fixture(t, 10)
+	first, err := readAt(t, dir, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	stdout, _, code := tool3(t, "", "stat", "-format", "json", dir)
+	after := time.Now()
+	var st struct {
+		Queue  string `json:"queue"`
+		Depth  int64  `json:"depth"`
+		Oldest struct {
+			Seq  uint64    `json:"seq"`
+			Time time.Time `json:"time"`
+		} `json:"oldest_unacknowledged"`
+		Lag      float64 `json:"lag_seconds"`
+		Segments []struct {
+			Name string `json:"name"`
+		} `json:"segments"`
+		BadFiles []any `json:"bad_files"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &st); code != 0 || err != nil {
+		t.Fatalf("stat -format json (%d, %v):\n%s", code, err, stdout)
+	}
+	// The lag is the age of seq 0, measured between before and after.
+	if st.Depth != 10 || st.Oldest.Seq != 0 || !st.Oldest.Time.Equal(first.Time) ||
+		st.Lag < before.Sub(first.Time).Seconds() || st.Lag > after.Sub(first.Time).Seconds() ||
+		len(st.Segments) != 1 || st.BadFiles == nil {
+		t.Fatalf("stat -format json: %+v\n%s", st, stdout)
+	}
+	if out, _ := tool(t, "", "stat", dir); !strings.Contains(out, "lag        ") || !strings.Contains(out, "oldest unacknowledged record: seq 0") {
+		t.Fatalf("stat shows no lag:\n%s", out)
+	}
+
+	flip(t, dir, 60)
+	stdout, _, code = tool3(t, "", "verify", "-format", "json", dir)
+	var v struct {
+		OK       bool `json:"ok"`
+		Problems []struct {
+			File   string `json:"file"`
+			Offset int64  `json:"offset"`
+			Error  string `json:"error"`
+			Damage bool   `json:"damage"`
+		} `json:"problems"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &v); code != 1 || err != nil {
+		t.Fatalf("verify -format json (%d, %v):\n%s", code, err, stdout)
+	}
+	if v.OK || len(v.Problems) != 1 || v.Problems[0].File != "00000000000000000000.log" || !v.Problems[0].Damage || !strings.Contains(v.Problems[0].Error, "checksum mismatch") {
+		t.Fatalf("verify -format json: %+v", v)
+	}
+}
+
+func readAt(t *testing.T, dir string, seq uint64) (diskqueue.Record, error) {
+	t.Helper()
+	q, err := diskqueue.OpenReadOnly(dir, diskqueue.Options{})
+	if err != nil {
+		return diskqueue.Record{}, err
+	}
+	defer q.Close()
+	return q.ReadAt(seq)
+}
+
+// TestErrorsSayPrefixesOnce: the layers' prefixes ("diskqueue: …") do not
+// pile up in what the tool prints.
+func TestErrorsSayPrefixesOnce(t *testing.T) {
+	dir := fixture(t, 5)
+	q, err := diskqueue.Open(dir, diskqueue.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, code := tool3(t, "", "drain", dir)
+	q.Close()
+	want := fmt.Sprintf("spillq drain: %s is locked (directory is locked by another open queue): a service or another spillq command has the queue open; stop it first\n", dir)
+	if code != 1 || stderr != want {
+		t.Fatalf("drain of a locked queue (%d):\n%q\nwant\n%q", code, stderr, want)
+	}
+	flip(t, dir, 60)
+	_, stderr, code = tool3(t, "", "get", dir, "1")
+	if code != 1 || strings.Contains(stderr, "diskqueue:") || strings.Count(stderr, "spillq") != 1 || !strings.Contains(stderr, "checksum mismatch") {
+		t.Fatalf("get of a damaged record (%d):\n%s", code, stderr)
+	}
+	_, stderr, code = tool3(t, "", "dump", dir)
+	if code != 1 || strings.Count(stderr, "corrupt data") != 1 || strings.Contains(stderr, "diskqueue:") {
+		t.Fatalf("dump of a damaged record (%d):\n%s", code, stderr)
+	}
+}
+
+// TestAcknowledgeDamage: after a flipped byte, repair sets the damage aside
+// and exits 0; verify stays red until the operator acknowledges it with
+// repair -ack-bad, and goes red again on new damage; stat counts what is
+// on disk.
+func TestAcknowledgeDamage(t *testing.T) {
+	dir := fixture(t, 20)
+	flip(t, dir, 60) // seq 1
+	out, code := tool(t, "", "repair", dir)
+	if code != 0 || !strings.Contains(out, "copied to 00000000000000000000.log.49.bad") || !strings.Contains(out, "repair -ack-bad") {
+		t.Fatalf("repair (%d):\n%s", code, out)
+	}
+	if out, code := tool(t, "", "verify", dir); code != 1 || !strings.Contains(out, "not acknowledged") {
+		t.Fatalf("verify before the acknowledgement (%d):\n%s", code, out)
+	}
+	if out, _ := tool(t, "", "stat", dir); !strings.Contains(out, "bad files  1 (0 acknowledged, 1 not)") || !strings.Contains(out, "00000000000000000000.log.49.bad") {
+		t.Fatalf("stat does not count the .bad file:\n%s", out)
+	}
+	out, code = tool(t, "", "repair", "-ack-bad", dir)
+	if code != 0 || !strings.Contains(out, "acknowledged 00000000000000000000.log.49.bad: now 00000000000000000000.log.49.acked.bad") {
+		t.Fatalf("repair -ack-bad (%d):\n%s", code, out)
+	}
+	out, code = tool(t, "", "verify", dir)
+	if code != 0 || !strings.Contains(out, "acknowledged 00000000000000000000.log offset 49") || !strings.HasSuffix(out, "ok\n") {
+		t.Fatalf("verify after the acknowledgement (%d):\n%s", code, out)
+	}
+	if out, _ := tool(t, "", "stat", dir); !strings.Contains(out, "bad files  1 (1 acknowledged, 0 not)") {
+		t.Fatalf("stat after the acknowledgement:\n%s", out)
+	}
+	// A reader meets the damage and copies it again: still acknowledged,
+	// both files counted, and -ack-bad drops the identical copy.
+	if out, code := tool(t, "", "drain", "-limit", "3", dir); code != 0 {
+		t.Fatalf("drain (%d):\n%s", code, out)
+	}
+	if out, _ := tool(t, "", "stat", dir); !strings.Contains(out, "bad files  2 (2 acknowledged, 0 not)") {
+		t.Fatalf("stat with a second copy:\n%s", out)
+	}
+	if out, code := tool(t, "", "verify", dir); code != 0 {
+		t.Fatalf("verify with a second copy (%d):\n%s", code, out)
+	}
+	if out, code := tool(t, "", "repair", "-ack-bad", dir); code != 0 || !strings.Contains(out, "removed 00000000000000000000.log.49.bad") {
+		t.Fatalf("repair -ack-bad of a second copy (%d):\n%s", code, out)
+	}
+	// New damage, and damage acknowledged by -ack-bad only once set aside.
+	flip(t, dir, 16+33*9+7) // seq 9
+	if out, code := tool(t, "", "verify", dir); code != 1 || !strings.Contains(out, "PROBLEM 00000000000000000000.log offset 313") {
+		t.Fatalf("verify of new damage (%d):\n%s", code, out)
+	}
+	out, code = tool(t, "", "repair", "-ack-bad", dir)
+	if code != 0 || !strings.Contains(out, "copied to 00000000000000000000.log.313.bad") || strings.Contains(out, "acknowledged 00000000000000000000.log.313.bad") {
+		t.Fatalf("repair -ack-bad acknowledged damage it had just found (%d):\n%s", code, out)
+	}
+	if out, code := tool(t, "", "verify", dir); code != 1 {
+		t.Fatalf("verify after setting the new damage aside (%d):\n%s", code, out)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "00000000000000000000.log.313.bad"))
+	if err != nil || len(b) != 33 {
+		t.Fatalf("the .bad file holds %d bytes (%v), want the 33 of the damaged record", len(b), err)
+	}
+}
+
+// TestStatCountsWhatIsOnDisk: the .bad files and segments stat lists are
+// the directory's, even in a directory whose name is a glob pattern.
+func TestStatCountsWhatIsOnDisk(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "jobs[1]")
+	if out, code := tool(t, "a\nb\nc\n", "put", "-create", "-raw", dir); code != 0 {
+		t.Fatalf("put (%d):\n%s", code, out)
+	}
+	flip(t, dir, 16+5)
+	if out, code := tool(t, "", "repair", dir); code != 0 {
+		t.Fatalf("repair (%d):\n%s", code, out)
+	}
+	os.WriteFile(filepath.Join(dir, "00000000000000000000.log.9.acked.bad"), []byte("old"), 0o644)
+	out, code := tool(t, "", "stat", dir)
+	if code != 0 || !strings.Contains(out, "bad files  2 (1 acknowledged, 1 not)") || !strings.Contains(out, "disk       ") ||
+		!strings.Contains(out, "in 1 segment(s)\n  00000000000000000000.log") {
+		t.Fatalf("stat of %s (%d):\n%s", dir, code, out)
 	}
 }

@@ -1,0 +1,334 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/spillq/spillq/diskqueue"
+)
+
+func writeJSON(w io.Writer, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+// The commands about the queue's health: stat, verify and repair.
+
+// statReport is stat's answer; its JSON form is stat -format json.
+type statReport struct {
+	Queue    string   `json:"queue"`
+	Records  string   `json:"records"` // raw, channel or unknown
+	Depth    int64    `json:"depth"`
+	FirstSeq uint64   `json:"first_seq"`
+	ReadSeq  uint64   `json:"read_seq"`
+	WriteSeq uint64   `json:"write_seq"`
+	ReadPos  position `json:"read_pos"`
+	WritePos position `json:"write_pos"`
+	// Oldest is the oldest unacknowledged record that checks out, nil when
+	// nothing waits; LagSeconds is its age.
+	Oldest     *oldestRecord `json:"oldest_unacknowledged,omitempty"`
+	LagSeconds float64       `json:"lag_seconds"`
+	DiskBytes  int64         `json:"disk_bytes"`
+	Segments   []fileInfo    `json:"segments"`
+	BadFiles   []badFile     `json:"bad_files"`
+}
+
+// position is a diskqueue.Position with the JSON names of the rest.
+type position struct {
+	Segment uint64 `json:"segment"`
+	Offset  int64  `json:"offset"`
+}
+
+type oldestRecord struct {
+	Seq  uint64    `json:"seq"`
+	Time time.Time `json:"time"`
+}
+
+func cmdStat(e *env, args []string) error {
+	fs := newFlags("stat")
+	format := fs.String("format", "text", "output format: text or json")
+	pos, err := parseArgs(e, fs, args, 1)
+	if err != nil {
+		return err
+	}
+	if err := checkFormat(*format, "text", "json"); err != nil {
+		return err
+	}
+	dir := pos[0]
+	q, err := openRead(dir)
+	if err != nil {
+		return err
+	}
+	defer q.Close()
+	st := q.Stats()
+	kind := detectKind(q)
+	r := statReport{Queue: dir, Records: kind.String(), Depth: st.Depth,
+		FirstSeq: st.FirstSeq, ReadSeq: st.ReadSeq, WriteSeq: st.WriteSeq, ReadPos: position(st.ReadPos), WritePos: position(st.WritePos),
+		DiskBytes: st.DiskBytes, Segments: []fileInfo{}, BadFiles: []badFile{}}
+	now := time.Now()
+	if st.Depth > 0 {
+		// The record at the read cursor may be damaged: the lag is that of
+		// the oldest one a consumer will get.
+		for rec, err := range q.Scan(st.ReadSeq, st.WriteSeq) {
+			if err == nil {
+				r.Oldest = &oldestRecord{Seq: rec.Seq, Time: rec.Time.UTC()}
+				r.LagSeconds = max(now.Sub(rec.Time), 0).Seconds()
+				break
+			}
+			if !errors.Is(err, diskqueue.ErrCorrupt) {
+				break
+			}
+		}
+	}
+	if logs, err := segmentLogs(dir); err == nil {
+		r.Segments = append(r.Segments, logs...)
+	}
+	if bad, err := listBad(dir); err == nil {
+		r.BadFiles = append(r.BadFiles, bad...)
+	}
+	if *format == "json" {
+		return writeJSON(e.stdout, r)
+	}
+	out := e.stdout
+	fmt.Fprintf(out, "queue      %s\n", dir)
+	fmt.Fprintf(out, "records    %s\n", describeKind(kind))
+	fmt.Fprintf(out, "depth      %d records not acknowledged\n", st.Depth)
+	switch {
+	case st.Depth == 0:
+		fmt.Fprintf(out, "lag        0 (nothing waiting)\n")
+	case r.Oldest == nil:
+		fmt.Fprintf(out, "lag        unknown: no record from seq %d on checks out ('spillq verify')\n", st.ReadSeq)
+	default:
+		fmt.Fprintf(out, "lag        %s (oldest unacknowledged record: seq %d, stored %s)\n",
+			time.Duration(r.LagSeconds*float64(time.Second)).Round(time.Millisecond), r.Oldest.Seq, r.Oldest.Time.Format(time.RFC3339Nano))
+	}
+	fmt.Fprintf(out, "readPos    seq %d  (segment %d offset %d)\n", st.ReadSeq, st.ReadPos.Segment, st.ReadPos.Offset)
+	fmt.Fprintf(out, "writePos   seq %d  (segment %d offset %d)\n", st.WriteSeq, st.WritePos.Segment, st.WritePos.Offset)
+	if st.WriteSeq > st.FirstSeq {
+		fmt.Fprintf(out, "retained   seqs %d..%d (%d already acknowledged, kept for replay)\n", st.FirstSeq, st.WriteSeq-1, st.ReadSeq-st.FirstSeq)
+	} else {
+		fmt.Fprintf(out, "retained   no records\n")
+	}
+	fmt.Fprintf(out, "disk       %d bytes in %d segment(s)\n", st.DiskBytes, len(r.Segments))
+	for _, l := range r.Segments {
+		fmt.Fprintf(out, "  %s  %d bytes\n", l.Name, l.Bytes)
+	}
+	fmt.Fprintf(out, "bad files  %s\n", badSummary(r.BadFiles))
+	for _, b := range r.BadFiles {
+		fmt.Fprintf(out, "  %s\n", badLine(b))
+	}
+	return nil
+}
+
+// verifyReport is verify's answer; its JSON form is verify -format json.
+type verifyReport struct {
+	Queue    string `json:"queue"`
+	OK       bool   `json:"ok"`
+	Records  uint64 `json:"records_checked"`
+	Segments int    `json:"segments"`
+	Bytes    int64  `json:"bytes"`
+	FirstSeq uint64 `json:"first_seq"`
+	WriteSeq uint64 `json:"write_seq"`
+	ReadSeq  uint64 `json:"read_seq"`
+	// PendingTail: bytes after the last record of the last segment (a
+	// write in progress, or a torn one the next Open cuts); not a problem.
+	PendingTail int64           `json:"pending_tail_bytes"`
+	Problems    []problemReport `json:"problems"`
+	BadFiles    []badFile       `json:"bad_files"`
+}
+
+type problemReport struct {
+	File         string `json:"file"`
+	Offset       int64  `json:"offset"`
+	Seq          uint64 `json:"seq"`
+	Error        string `json:"error"`
+	Damage       bool   `json:"damage"` // damaged records readers skip (they can be set aside and acknowledged)
+	BadFile      string `json:"bad_file,omitempty"`
+	Acknowledged bool   `json:"acknowledged"`
+}
+
+// check runs Verify on dir and classifies its problems against the .bad
+// files there; open counts the problems not acknowledged.
+func check(dir string) (verifyReport, []problemState, int, error) {
+	rep, err := diskqueue.Verify(dir)
+	if err != nil {
+		return verifyReport{}, nil, 0, err
+	}
+	bad, err := listBad(dir)
+	if err != nil {
+		return verifyReport{}, nil, 0, err
+	}
+	states, open := classify(rep.Problems, bad)
+	r := verifyReport{Queue: dir, OK: open == 0, Records: rep.Records, Segments: rep.Segments, Bytes: rep.Bytes,
+		FirstSeq: rep.FirstSeq, WriteSeq: rep.WriteSeq, ReadSeq: rep.ReadSeq, PendingTail: rep.PendingTail, Problems: []problemReport{}, BadFiles: []badFile{}}
+	r.BadFiles = append(r.BadFiles, bad...)
+	for _, s := range states {
+		r.Problems = append(r.Problems, problemReport{File: s.File, Offset: s.Offset, Seq: s.Seq, Error: describe(s.Err),
+			Damage: isDamage(s.Problem), BadFile: s.BadFile, Acknowledged: s.Acknowledged})
+	}
+	return r, states, open, nil
+}
+
+func cmdVerify(e *env, args []string) error {
+	fs := newFlags("verify")
+	format := fs.String("format", "text", "output format: text or json")
+	pos, err := parseArgs(e, fs, args, 1)
+	if err != nil {
+		return err
+	}
+	if err := checkFormat(*format, "text", "json"); err != nil {
+		return err
+	}
+	dir := pos[0]
+	if err := checkQueue(dir); err != nil {
+		return err
+	}
+	r, states, open, err := check(dir)
+	if err != nil {
+		return err
+	}
+	if *format == "json" {
+		if err := writeJSON(e.stdout, r); err != nil {
+			return err
+		}
+	} else {
+		out := e.stdout
+		fmt.Fprintf(out, "checked %d records in %d segment(s), %d bytes; %s, read cursor %d\n",
+			r.Records, r.Segments, r.Bytes, seqRange(r.FirstSeq, r.WriteSeq), r.ReadSeq)
+		printProblems(out, states)
+		if r.PendingTail > 0 {
+			fmt.Fprintf(out, "note: %d bytes after the last record: a write in progress, or a torn write left by a crash (no Put returned for it; the next Open cuts it off)\n", r.PendingTail)
+		}
+		fmt.Fprintf(out, "bad files %s\n", badSummary(r.BadFiles))
+		for _, b := range r.BadFiles {
+			fmt.Fprintf(out, "  %s\n", badLine(b))
+		}
+		if open == 0 {
+			fmt.Fprintln(out, "ok")
+		} else {
+			fmt.Fprintf(out, "%d problem(s); 'spillq repair' cuts a torn tail, rebuilds indexes and sets damage aside for 'spillq repair -ack-bad' to acknowledge\n", open)
+		}
+	}
+	if open > 0 {
+		return errProblems
+	}
+	return nil
+}
+
+func seqRange(first, write uint64) string {
+	if write <= first {
+		return "no records"
+	}
+	return fmt.Sprintf("seqs %d..%d", first, write-1)
+}
+
+func printProblems(out io.Writer, states []problemState) {
+	for _, s := range states {
+		switch {
+		case s.Acknowledged:
+			fmt.Fprintf(out, "acknowledged %s (set aside in %s)\n", describe(errors.New(s.String())), s.BadFile)
+		case s.BadFile != "":
+			fmt.Fprintf(out, "PROBLEM %s (set aside in %s, not acknowledged)\n", describe(errors.New(s.String())), s.BadFile)
+		default:
+			fmt.Fprintf(out, "PROBLEM %s\n", describe(errors.New(s.String())))
+		}
+	}
+}
+
+func cmdRepair(e *env, args []string) error {
+	fs := newFlags("repair")
+	ack := fs.Bool("ack-bad", false, "acknowledge the damage already set aside in .bad files (those present when repair starts), after you have inspected them: they become NAME.acked.bad and verify stops reporting that damage")
+	pos, err := parseArgs(e, fs, args, 1)
+	if err != nil {
+		return err
+	}
+	dir, out := pos[0], e.stdout
+	// Open repairs what it finds and logs each action: show those lines.
+	logger := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelWarn, ReplaceAttr: dropTime}))
+	q, err := openWrite(dir, false, logger)
+	if err != nil {
+		return err
+	}
+	// The queue stays open, and so locked, while damage is copied aside and
+	// acknowledged, so no service writes meanwhile.
+	defer q.Close()
+	known, err := listBad(dir)
+	if err != nil {
+		return err
+	}
+	_, states, _, err := check(dir)
+	if err != nil {
+		return err
+	}
+	for _, s := range states {
+		if !isDamage(s.Problem) || s.BadFile != "" {
+			continue
+		}
+		name, err := setAside(dir, s.Problem)
+		if err != nil {
+			return fmt.Errorf("set aside %s offset %d: %w", s.File, s.Offset, err)
+		}
+		fmt.Fprintf(out, "set aside %s offset %d (seq %d): %d damaged bytes copied to %s\n", s.File, s.Offset, s.Seq, s.End-s.Offset, name)
+	}
+	if *ack {
+		for _, b := range known {
+			if strings.HasSuffix(b.Name, ackedSuffix) {
+				continue
+			}
+			to, removed, err := acknowledge(dir, b)
+			if err != nil {
+				return fmt.Errorf("acknowledge: %w", err)
+			}
+			if removed {
+				fmt.Fprintf(out, "removed %s: a second copy of the acknowledged %s\n", b.Name, to)
+			} else {
+				fmt.Fprintf(out, "acknowledged %s: now %s\n", b.Name, to)
+			}
+		}
+	}
+	r, states, _, err := check(dir)
+	if err != nil {
+		return err
+	}
+	if err := q.Close(); err != nil {
+		return err
+	}
+	printProblems(out, states)
+	unacked, other := 0, 0
+	for _, s := range states {
+		switch {
+		case s.Acknowledged:
+		case s.BadFile != "":
+			unacked++
+		default:
+			other++
+		}
+	}
+	switch {
+	case other > 0:
+		fmt.Fprintf(out, "%d problem(s) repair cannot fix remain\n", other)
+		return errProblems
+	case unacked > 0:
+		fmt.Fprintf(out, "repaired: %d records in %d segment(s) check out; %d damaged region(s) are set aside in .bad files and skipped by readers. Inspect them, then run 'spillq repair -ack-bad %s': verify reports them until then\n",
+			r.Records, r.Segments, unacked, dir)
+	default:
+		fmt.Fprintf(out, "repaired: %d records in %d segment(s) check out\n", r.Records, r.Segments)
+	}
+	return nil
+}
+
+func dropTime(_ []string, a slog.Attr) slog.Attr {
+	if a.Key == slog.TimeKey {
+		return slog.Attr{}
+	}
+	return a
+}

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"regexp"
+
+	"github.com/spillq/spillq/diskqueue"
+)
+
+// segmentLog matches the name of a segment's log (FORMAT.md, "Directory").
+var segmentLog = regexp.MustCompile(`^[0-9]{20}\.log$`)
+
+// errNotQueue says a directory holds no queue. diskqueue's own Open would
+// make one there, and OpenReadOnly would show an empty one, so a mistyped
+// path would look like an empty queue.
+var errNotQueue = errors.New("is not a spillq queue (no cursor file and no segment logs such as 00000000000000000000.log): check the path")
+
+// queueFiles reports whether dir holds a queue, and whether it is empty.
+// The names are enough: a queue that was ever opened has a cursor file,
+// and one whose cursor file was lost still has its segments; checking their
+// contents would call a damaged queue "not a queue", which verify and
+// repair must not.
+func queueFiles(dir string) (isQueue, empty bool, err error) {
+	info, err := os.Stat(dir)
+	if err != nil {
+		return false, false, err
+	}
+	if !info.IsDir() {
+		return false, false, fmt.Errorf("%s is not a directory", dir)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return false, false, err
+	}
+	for _, e := range entries {
+		if e.Name() == "cursor" || segmentLog.MatchString(e.Name()) {
+			return true, false, nil
+		}
+	}
+	return false, len(entries) == 0, nil
+}
+
+// checkQueue returns nil if dir holds a queue, else an error that names
+// dir and says what is wrong.
+func checkQueue(dir string) error {
+	isQueue, _, err := queueFiles(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%s: no such directory", dir)
+	case err != nil:
+		return err
+	case !isQueue:
+		return fmt.Errorf("%s %w", dir, errNotQueue)
+	}
+	return nil
+}
+
+// openRead opens the queue in dir read-only, after checking it is one.
+func openRead(dir string) (*diskqueue.Queue, error) {
+	if err := checkQueue(dir); err != nil {
+		return nil, err
+	}
+	return diskqueue.OpenReadOnly(dir, diskqueue.Options{})
+}
+
+// openWrite opens the queue in dir for writing, taking its lock. With
+// create, a missing or empty directory becomes a new queue; a directory
+// holding anything else is refused either way, so a typo never scatters a
+// queue's files among someone else's.
+func openWrite(dir string, create bool, logger *slog.Logger) (*diskqueue.Queue, error) {
+	isQueue, empty, err := queueFiles(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) && create:
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("%s: no such directory (pass -create to make a new queue there)", dir)
+	case err != nil:
+		return nil, err
+	case isQueue:
+	case empty && create:
+	case empty:
+		return nil, fmt.Errorf("%s %w (pass -create to make a new queue in this empty directory)", dir, errNotQueue)
+	default:
+		return nil, fmt.Errorf("%s %w; it holds other files, so no queue is made there", dir, errNotQueue)
+	}
+	q, err := diskqueue.Open(dir, diskqueue.Options{Logger: logger})
+	if errors.Is(err, diskqueue.ErrLocked) {
+		return nil, fmt.Errorf("%s is locked (%w): a service or another spillq command has the queue open; stop it first", dir, diskqueue.ErrLocked)
+	}
+	return q, err
+}
+
+// willCreate reports whether openWrite(dir, true, …) would make a new
+// queue, so a command can ask for what it needs to know first.
+func willCreate(dir string) bool {
+	isQueue, _, err := queueFiles(dir)
+	return err == nil && !isQueue || errors.Is(err, fs.ErrNotExist)
+}
+
+// segmentLogs lists the segment logs in dir, oldest first (the names sort
+// in log order), with their sizes.
+func segmentLogs(dir string) ([]fileInfo, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var logs []fileInfo
+	for _, e := range entries {
+		if !segmentLog.MatchString(e.Name()) {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			continue // deleted since the listing: consumed
+		}
+		logs = append(logs, fileInfo{Name: e.Name(), Bytes: info.Size()})
+	}
+	return logs, nil
+}
+
+type fileInfo struct {
+	Name  string `json:"name"`
+	Bytes int64  `json:"bytes"`
+}
