@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/golang/snappy v1.0.0
 	github.com/nsqio/go-diskqueue v1.1.0
+	golang.org/x/sys v0.48.0
 )
 
 require (
@@ -33,6 +34,5 @@ require (
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
-	golang.org/x/sys v0.48.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -57,8 +56,7 @@ func TestCrashChild(t *testing.T) {
 		var hits atomic.Int64
 		diskqueue.SetCrashPoint(&opts, func(p string) {
 			if p == point && hits.Add(1) == int64(hit) {
-				syscall.Kill(os.Getpid(), syscall.SIGKILL)
-				select {} // the signal is on its way
+				crashtest.KillSelf()
 			}
 		})
 	}

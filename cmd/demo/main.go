@@ -172,7 +172,10 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 			fmt.Fprintf(out, "\ncrash: SIGKILL after %v; run again with -dir %s\n", cfg.crashAfter, dir)
 			// Holding the ledger while flushing and dying: no consumer can
 			// finish a message the flushed ledger does not show.
-			led.crash()
+			if err := led.crash(); err != nil {
+				fmt.Fprintln(os.Stderr, "demo:", err)
+				os.Exit(1)
+			}
 		})
 	}
 
