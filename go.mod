@@ -15,6 +15,7 @@ require (
 	github.com/prometheus/client_model v0.6.3
 	go.uber.org/goleak v1.3.0
 	golang.org/x/sys v0.35.0
+	golang.org/x/term v0.34.0
 )
 
 require (
