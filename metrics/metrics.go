@@ -83,7 +83,7 @@ func (d def) metric(labels prometheus.Labels) metric {
 	return metric{prometheus.NewDesc(d.name, d.help, nil, labels), d.kind}
 }
 
-var (
+const (
 	gauge   = prometheus.GaugeValue
 	counter = prometheus.CounterValue
 )
