@@ -84,9 +84,9 @@ func main() {
 		// moment (Close writes the memory buffer to disk). A second one is
 		// someone who will not wait: leave now, as a kill would, but with
 		// the cursor the live view hid.
-		stop()
 		again := make(chan os.Signal, 1)
 		signal.Notify(again, os.Interrupt, syscall.SIGTERM)
+		stop()
 		<-again
 		if term.IsTerminal(int(os.Stdout.Fd())) {
 			os.Stdout.WriteString(showCursor)
@@ -195,8 +195,9 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	start := time.Now()
 	produceFor := cfg.duration * 4 / 10
 	v := newView(out, cfg, d, start, produceFor)
+	var crash *time.Timer
 	if cfg.crashAfter > 0 {
-		time.AfterFunc(cfg.crashAfter, func() {
+		crash = time.AfterFunc(cfg.crashAfter, func() {
 			v.restore()
 			fmt.Fprintf(out, "\ncrash: SIGKILL after %v; run again with -dir %s\n", cfg.crashAfter, dir)
 			// Holding the ledger while flushing and dying: no consumer can
@@ -209,6 +210,11 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	}
 
 	runErr := d.produceAndDrain(ctx, v, start, produceFor)
+	if crash != nil {
+		// The kill is for the run; one that fired now would land in the
+		// middle of a graceful stop's Close.
+		crash.Stop()
+	}
 	closeErr := q.Close()
 	led.flush()
 	if runErr != nil {
