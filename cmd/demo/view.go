@@ -47,7 +47,7 @@ func newView(out io.Writer, cfg config, d *demo, start time.Time, produceFor tim
 	v := &view{out: out, cfg: cfg, d: d, start: start, produceFor: produceFor, lastAt: start}
 	// A character device is not enough: /dev/null is one. IsTerminal asks
 	// the terminal driver.
-	if f, ok := out.(*os.File); ok && !cfg.plain && term.IsTerminal(int(f.Fd())) {
+	if f, ok := out.(*os.File); ok && !cfg.plain && term.IsTerminal(int(f.Fd())) && enableEscapes(int(f.Fd())) {
 		v.tty, v.fd = true, int(f.Fd())
 	}
 	return v
