@@ -5,16 +5,29 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"os"
 	"sync"
 	"time"
 
+	"github.com/spillq/spillq"
 	"github.com/spillq/spillq/channel"
+	"github.com/spillq/spillq/diskqueue"
 )
 
 // A channel with a small memory buffer spills the rest of a burst to its
-// backend, and delivers everything in put order.
+// backend, here spillq's disk log, and delivers everything in put order.
 func ExampleChannel() {
-	c, err := channel.New(channel.Options{MemQueueSize: 3, Backend: newMemBackend()})
+	dir, err := os.MkdirTemp("", "spillq-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	disk, err := diskqueue.Open(dir, diskqueue.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	// The channel owns the backend from here on: its Close closes it.
+	c, err := channel.New(channel.Options{MemQueueSize: 3, Backend: spillq.DiskBackend(disk)})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -76,8 +89,16 @@ func Example_workerPool() {
 // taking messages, and Close writes what is left, in flight included, to the
 // backend for the next start.
 func Example_gracefulShutdown() {
-	backend := newMemBackend()
-	c, _ := channel.New(channel.Options{MemQueueSize: 10, Backend: backend})
+	dir, err := os.MkdirTemp("", "spillq-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	disk, err := diskqueue.Open(dir, diskqueue.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	c, _ := channel.New(channel.Options{MemQueueSize: 10, Backend: spillq.DiskBackend(disk)})
 	for i := 0; i < 4; i++ {
 		c.Put(context.Background(), []byte(fmt.Sprintf("job %d", i)))
 	}
@@ -103,7 +124,13 @@ func Example_gracefulShutdown() {
 	if err := c.Close(); err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("kept for the next start:", backend.Depth())
+	// The next start finds them on disk.
+	disk, err = diskqueue.Open(dir, diskqueue.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer disk.Close()
+	fmt.Println("kept for the next start:", disk.Depth())
 	// Output: kept for the next start: 4
 }
 

@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -72,8 +71,7 @@ func TestCrashChild(t *testing.T) {
 		var hits atomic.Int64
 		diskqueue.SetCrashPoint(&opts, func(p string) {
 			if p == point && hits.Add(1) == int64(hit) {
-				syscall.Kill(os.Getpid(), syscall.SIGKILL)
-				select {} // the signal is on its way
+				crashtest.KillSelf()
 			}
 		})
 	}

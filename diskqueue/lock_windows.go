@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"syscall"
+
+	"golang.org/x/sys/windows"
 )
 
 // lockFile opens name without sharing, which Windows enforces across
@@ -19,7 +21,7 @@ func lockFile(name string) (io.Closer, error) {
 	}
 	h, err := syscall.CreateFile(p, syscall.GENERIC_READ|syscall.GENERIC_WRITE, 0, nil, syscall.OPEN_ALWAYS, syscall.FILE_ATTRIBUTE_NORMAL, 0)
 	if err != nil {
-		if errors.Is(err, syscall.ERROR_SHARING_VIOLATION) {
+		if errors.Is(err, windows.ERROR_SHARING_VIOLATION) {
 			return nil, fmt.Errorf("%w: %s", ErrLocked, name)
 		}
 		return nil, &os.PathError{Op: "lock", Path: name, Err: err}

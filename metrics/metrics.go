@@ -2,15 +2,32 @@
 // the core packages so that a service embedding spillq compiles Prometheus
 // only if it imports this package.
 //
-//	reg.MustRegister(metrics.NewCollector("jobs", q.Channel, q.Disk()))
+//	reg.MustRegister(
+//		metrics.NewCollector("jobs", jobs.Channel, jobs.Disk()),
+//		metrics.NewCollector("emails", emails.Channel, emails.Disk()),
+//	)
 //	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 //
-// Every metric carries a "queue" label with the name given to NewCollector.
+// Each collector serves one queue, and every metric it exports carries a
+// constant "queue" label with the name given to NewCollector, so the
+// collectors of a service's queues register side by side on one registry;
+// two collectors with the same name on one registry are refused
+// (prometheus.AlreadyRegisteredError), as their series would collide.
 // Names follow Prometheus conventions: spillq_channel_* and spillq_disk_*,
 // counters end in _total, durations are in seconds, sizes in bytes.
+//
+// The two latency histograms have a fixed layout, the same at every scrape
+// and on every instance, so rate() over their buckets, histogram_quantile
+// and sums across queues and instances work: an upper bound (le) at every
+// power of two microseconds from 1 µs to 2^35 µs (about 9.5 hours), then
+// +Inf. Each bound is also a bucket bound of spillq's own histogram, so the
+// cumulative counts are exact, except that spillq counts a duration of
+// exactly a bound's value in the bucket above it. Their _sum is the exact
+// sum of the durations recorded, not an estimate from bucket bounds.
 package metrics
 
 import (
+	"sort"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,14 +40,38 @@ import (
 // Either may be nil. It reads their Stats at each scrape; it is safe for
 // concurrent use.
 type Collector struct {
-	name string
-	ch   *channel.Channel
-	dq   *diskqueue.Queue
+	ch *channel.Channel
+	dq *diskqueue.Queue
+	// The descriptions carry the queue's name as a constant label, which is
+	// what lets collectors of several queues share a registry: the
+	// registry tells collectors apart by name and constant labels.
+	chMetrics    []metric // channelMetrics[i] for this queue
+	dqMetrics    []metric // diskMetrics[i] for this queue
+	latency      *prometheus.Desc
+	fsyncLatency *prometheus.Desc
 }
 
-// NewCollector returns a collector for the queue called name.
+// NewCollector returns a collector for the queue called name; name becomes
+// the "queue" label of every metric it exports, and must differ between
+// collectors registered on one registry.
 func NewCollector(name string, ch *channel.Channel, dq *diskqueue.Queue) *Collector {
-	return &Collector{name: name, ch: ch, dq: dq}
+	labels := prometheus.Labels{"queue": name}
+	c := &Collector{ch: ch, dq: dq}
+	for _, d := range channelMetrics {
+		c.chMetrics = append(c.chMetrics, d.metric(labels))
+	}
+	for _, d := range diskMetrics {
+		c.dqMetrics = append(c.dqMetrics, d.metric(labels))
+	}
+	c.latency = prometheus.NewDesc("spillq_channel_latency_seconds", "End-to-end latency from Put to Finish; under a backlog one finish in 8 is timed and stands for the others.", nil, labels)
+	c.fsyncLatency = prometheus.NewDesc("spillq_disk_fsync_duration_seconds", "Duration of fsyncs of the log.", nil, labels)
+	return c
+}
+
+// def is a metric's name, help and type, before it has a queue's label.
+type def struct {
+	name, help string
+	kind       prometheus.ValueType
 }
 
 type metric struct {
@@ -38,100 +79,71 @@ type metric struct {
 	kind prometheus.ValueType
 }
 
-func newMetric(name, help string, kind prometheus.ValueType) metric {
-	return metric{prometheus.NewDesc(name, help, []string{"queue"}, nil), kind}
+func (d def) metric(labels prometheus.Labels) metric {
+	return metric{prometheus.NewDesc(d.name, d.help, nil, labels), d.kind}
 }
 
-var (
-	chMemoryDepth   = newMetric("spillq_channel_memory_depth", "Messages in the memory buffer.", prometheus.GaugeValue)
-	chMemoryBound   = newMetric("spillq_channel_memory_capacity", "Size of the memory buffer (MemQueueSize), in messages.", prometheus.GaugeValue)
-	chDiskDepth     = newMetric("spillq_channel_disk_depth", "Messages in the backend waiting for delivery.", prometheus.GaugeValue)
-	chInFlight      = newMetric("spillq_channel_in_flight", "Messages delivered and not yet finished or requeued.", prometheus.GaugeValue)
-	chDeferred      = newMetric("spillq_channel_deferred", "Messages waiting for their due time.", prometheus.GaugeValue)
-	chReady         = newMetric("spillq_channel_ready", "Requeued or timed-out messages waiting for delivery.", prometheus.GaugeValue)
-	chPuts          = newMetric("spillq_channel_puts_total", "Messages accepted by Put.", prometheus.CounterValue)
-	chSpills        = newMetric("spillq_channel_spills_total", "Messages written to the backend by Put.", prometheus.CounterValue)
-	chRequeues      = newMetric("spillq_channel_requeues_total", "Messages requeued by consumers.", prometheus.CounterValue)
-	chTimeouts      = newMetric("spillq_channel_timeouts_total", "Deliveries that timed out.", prometheus.CounterValue)
-	chFinishes      = newMetric("spillq_channel_finishes_total", "Messages finished.", prometheus.CounterValue)
-	chDeadLetters   = newMetric("spillq_channel_dead_letters_total", "Messages handed to the dead-letter handler.", prometheus.CounterValue)
-	chExpired       = newMetric("spillq_channel_expired_total", "Dead letters that expired before delivery.", prometheus.CounterValue)
-	chBadRecords    = newMetric("spillq_channel_bad_records_total", "Backend records that were not channel messages.", prometheus.CounterValue)
-	chLatency       = prometheus.NewDesc("spillq_channel_latency_seconds", "End-to-end latency from Put to Finish; under a backlog one finish in 8 is timed and stands for the others.", []string{"queue"}, nil)
-	dqDepth         = newMetric("spillq_disk_depth", "Records on disk not yet acknowledged.", prometheus.GaugeValue)
-	dqInFlight      = newMetric("spillq_disk_in_flight", "Records read and not yet acknowledged.", prometheus.GaugeValue)
-	dqBytes         = newMetric("spillq_disk_bytes", "Bytes of log, index and time-index files.", prometheus.GaugeValue)
-	dqSegments      = newMetric("spillq_disk_segments", "Segment files on disk.", prometheus.GaugeValue)
-	dqFirstSeq      = newMetric("spillq_disk_first_seq", "Oldest record still on disk.", prometheus.GaugeValue)
-	dqReadSeq       = newMetric("spillq_disk_read_seq", "Read cursor: oldest record not acknowledged.", prometheus.GaugeValue)
-	dqWriteSeq      = newMetric("spillq_disk_write_seq", "Write cursor: the seq the next Put gets.", prometheus.GaugeValue)
-	dqPuts          = newMetric("spillq_disk_puts_total", "Records accepted by Put since the queue was opened.", prometheus.CounterValue)
-	dqAcks          = newMetric("spillq_disk_acks_total", "Records acknowledged since the queue was opened.", prometheus.CounterValue)
-	dqSyncs         = newMetric("spillq_disk_syncs_total", "fsyncs of the log since the queue was opened.", prometheus.CounterValue)
-	dqCorrupt       = newMetric("spillq_disk_corrupt_records_total", "Records skipped because their bytes failed a check.", prometheus.CounterValue)
-	dqBadFiles      = newMetric("spillq_disk_bad_files_total", "Quarantine (.bad) files written since the queue was opened.", prometheus.CounterValue)
-	dqIndexRebuilds = newMetric("spillq_disk_index_rebuilds_total", "Index files rebuilt from their log.", prometheus.CounterValue)
-	dqReadErrors    = newMetric("spillq_disk_read_errors_total", "I/O errors returned by reads (not corruption).", prometheus.CounterValue)
-	dqRetries       = newMetric("spillq_disk_retried_writes_total", "Batches written again after the disk was full.", prometheus.CounterValue)
-	dqSyncLatency   = prometheus.NewDesc("spillq_disk_fsync_duration_seconds", "Duration of fsyncs of the log.", []string{"queue"}, nil)
+const (
+	gauge   = prometheus.GaugeValue
+	counter = prometheus.CounterValue
 )
 
 // One table per layer: each metric with the Stats field it reports, so
 // Describe and Collect cannot drift apart.
 var channelMetrics = []struct {
-	metric
+	def
 	value func(channel.Stats) float64
 }{
-	{chMemoryDepth, func(s channel.Stats) float64 { return float64(s.MemoryDepth) }},
-	{chMemoryBound, func(s channel.Stats) float64 { return float64(s.MemoryBound) }},
-	{chDiskDepth, func(s channel.Stats) float64 { return float64(s.DiskDepth) }},
-	{chInFlight, func(s channel.Stats) float64 { return float64(s.InFlight) }},
-	{chDeferred, func(s channel.Stats) float64 { return float64(s.Deferred) }},
-	{chReady, func(s channel.Stats) float64 { return float64(s.Ready) }},
-	{chPuts, func(s channel.Stats) float64 { return float64(s.Puts) }},
-	{chSpills, func(s channel.Stats) float64 { return float64(s.Spills) }},
-	{chRequeues, func(s channel.Stats) float64 { return float64(s.Requeues) }},
-	{chTimeouts, func(s channel.Stats) float64 { return float64(s.Timeouts) }},
-	{chFinishes, func(s channel.Stats) float64 { return float64(s.Finishes) }},
-	{chDeadLetters, func(s channel.Stats) float64 { return float64(s.DeadLetters) }},
-	{chExpired, func(s channel.Stats) float64 { return float64(s.Expired) }},
-	{chBadRecords, func(s channel.Stats) float64 { return float64(s.BadRecords) }},
+	{def{"spillq_channel_memory_depth", "Messages in the memory buffer.", gauge}, func(s channel.Stats) float64 { return float64(s.MemoryDepth) }},
+	{def{"spillq_channel_memory_capacity", "Size of the memory buffer (MemQueueSize), in messages.", gauge}, func(s channel.Stats) float64 { return float64(s.MemoryBound) }},
+	{def{"spillq_channel_disk_depth", "Messages in the backend waiting for delivery.", gauge}, func(s channel.Stats) float64 { return float64(s.DiskDepth) }},
+	{def{"spillq_channel_in_flight", "Messages delivered and not yet finished or requeued.", gauge}, func(s channel.Stats) float64 { return float64(s.InFlight) }},
+	{def{"spillq_channel_deferred", "Messages waiting for their due time.", gauge}, func(s channel.Stats) float64 { return float64(s.Deferred) }},
+	{def{"spillq_channel_ready", "Requeued or timed-out messages waiting for delivery.", gauge}, func(s channel.Stats) float64 { return float64(s.Ready) }},
+	{def{"spillq_channel_puts_total", "Messages accepted by Put.", counter}, func(s channel.Stats) float64 { return float64(s.Puts) }},
+	{def{"spillq_channel_spills_total", "Messages written to the backend by Put.", counter}, func(s channel.Stats) float64 { return float64(s.Spills) }},
+	{def{"spillq_channel_requeues_total", "Messages requeued by consumers.", counter}, func(s channel.Stats) float64 { return float64(s.Requeues) }},
+	{def{"spillq_channel_timeouts_total", "Deliveries that timed out.", counter}, func(s channel.Stats) float64 { return float64(s.Timeouts) }},
+	{def{"spillq_channel_finishes_total", "Messages finished.", counter}, func(s channel.Stats) float64 { return float64(s.Finishes) }},
+	{def{"spillq_channel_dead_letters_total", "Messages handed to the dead-letter handler.", counter}, func(s channel.Stats) float64 { return float64(s.DeadLetters) }},
+	{def{"spillq_channel_expired_total", "Dead letters that expired before delivery.", counter}, func(s channel.Stats) float64 { return float64(s.Expired) }},
+	{def{"spillq_channel_bad_records_total", "Backend records that were not channel messages.", counter}, func(s channel.Stats) float64 { return float64(s.BadRecords) }},
 }
 
 var diskMetrics = []struct {
-	metric
+	def
 	value func(diskqueue.Stats) float64
 }{
-	{dqDepth, func(s diskqueue.Stats) float64 { return float64(s.Depth) }},
-	{dqInFlight, func(s diskqueue.Stats) float64 { return float64(s.InFlight) }},
-	{dqBytes, func(s diskqueue.Stats) float64 { return float64(s.DiskBytes) }},
-	{dqSegments, func(s diskqueue.Stats) float64 { return float64(s.Segments) }},
-	{dqFirstSeq, func(s diskqueue.Stats) float64 { return float64(s.FirstSeq) }},
-	{dqReadSeq, func(s diskqueue.Stats) float64 { return float64(s.ReadSeq) }},
-	{dqWriteSeq, func(s diskqueue.Stats) float64 { return float64(s.WriteSeq) }},
-	{dqPuts, func(s diskqueue.Stats) float64 { return float64(s.Puts) }},
-	{dqAcks, func(s diskqueue.Stats) float64 { return float64(s.Acks) }},
-	{dqSyncs, func(s diskqueue.Stats) float64 { return float64(s.Syncs) }},
-	{dqCorrupt, func(s diskqueue.Stats) float64 { return float64(s.CorruptRecords) }},
-	{dqBadFiles, func(s diskqueue.Stats) float64 { return float64(s.BadFiles) }},
-	{dqIndexRebuilds, func(s diskqueue.Stats) float64 { return float64(s.IndexRebuilds) }},
-	{dqReadErrors, func(s diskqueue.Stats) float64 { return float64(s.ReadErrors) }},
-	{dqRetries, func(s diskqueue.Stats) float64 { return float64(s.RetriedWrites) }},
+	{def{"spillq_disk_depth", "Records on disk not yet acknowledged.", gauge}, func(s diskqueue.Stats) float64 { return float64(s.Depth) }},
+	{def{"spillq_disk_in_flight", "Records read and not yet acknowledged.", gauge}, func(s diskqueue.Stats) float64 { return float64(s.InFlight) }},
+	{def{"spillq_disk_bytes", "Bytes of log, index and time-index files.", gauge}, func(s diskqueue.Stats) float64 { return float64(s.DiskBytes) }},
+	{def{"spillq_disk_segments", "Segment files on disk.", gauge}, func(s diskqueue.Stats) float64 { return float64(s.Segments) }},
+	{def{"spillq_disk_first_seq", "Oldest record still on disk.", gauge}, func(s diskqueue.Stats) float64 { return float64(s.FirstSeq) }},
+	{def{"spillq_disk_read_seq", "Read cursor: oldest record not acknowledged.", gauge}, func(s diskqueue.Stats) float64 { return float64(s.ReadSeq) }},
+	{def{"spillq_disk_write_seq", "Write cursor: the seq the next Put gets.", gauge}, func(s diskqueue.Stats) float64 { return float64(s.WriteSeq) }},
+	{def{"spillq_disk_puts_total", "Records accepted by Put since the queue was opened.", counter}, func(s diskqueue.Stats) float64 { return float64(s.Puts) }},
+	{def{"spillq_disk_acks_total", "Records acknowledged since the queue was opened.", counter}, func(s diskqueue.Stats) float64 { return float64(s.Acks) }},
+	{def{"spillq_disk_syncs_total", "fsyncs of the log since the queue was opened.", counter}, func(s diskqueue.Stats) float64 { return float64(s.Syncs) }},
+	{def{"spillq_disk_corrupt_records_total", "Records skipped because their bytes failed a check.", counter}, func(s diskqueue.Stats) float64 { return float64(s.CorruptRecords) }},
+	{def{"spillq_disk_bad_files_total", "Quarantine (.bad) files written since the queue was opened.", counter}, func(s diskqueue.Stats) float64 { return float64(s.BadFiles) }},
+	{def{"spillq_disk_index_rebuilds_total", "Index files rebuilt from their log.", counter}, func(s diskqueue.Stats) float64 { return float64(s.IndexRebuilds) }},
+	{def{"spillq_disk_read_errors_total", "I/O errors returned by reads (not corruption).", counter}, func(s diskqueue.Stats) float64 { return float64(s.ReadErrors) }},
+	{def{"spillq_disk_retried_writes_total", "Batches written again after the disk was full.", counter}, func(s diskqueue.Stats) float64 { return float64(s.RetriedWrites) }},
 }
 
 // Describe sends every metric's description.
 func (c *Collector) Describe(out chan<- *prometheus.Desc) {
 	if c.ch != nil {
-		for _, m := range channelMetrics {
+		for _, m := range c.chMetrics {
 			out <- m.desc
 		}
-		out <- chLatency
+		out <- c.latency
 	}
 	if c.dq != nil {
-		for _, m := range diskMetrics {
+		for _, m := range c.dqMetrics {
 			out <- m.desc
 		}
-		out <- dqSyncLatency
+		out <- c.fsyncLatency
 	}
 }
 
@@ -139,35 +151,53 @@ func (c *Collector) Describe(out chan<- *prometheus.Desc) {
 func (c *Collector) Collect(out chan<- prometheus.Metric) {
 	if c.ch != nil {
 		st := c.ch.Stats()
-		for _, m := range channelMetrics {
-			out <- prometheus.MustNewConstMetric(m.desc, m.kind, m.value(st), c.name)
+		for i, m := range c.chMetrics {
+			out <- prometheus.MustNewConstMetric(m.desc, m.kind, channelMetrics[i].value(st))
 		}
-		out <- histogram(chLatency, c.name)(c.ch.LatencyBuckets())
+		upper, counts := c.ch.LatencyBuckets()
+		out <- constHistogram(c.latency, upper, counts, c.ch.LatencySumSeconds())
 	}
 	if c.dq != nil {
 		st := c.dq.Stats()
-		for _, m := range diskMetrics {
-			out <- prometheus.MustNewConstMetric(m.desc, m.kind, m.value(st), c.name)
+		for i, m := range c.dqMetrics {
+			out <- prometheus.MustNewConstMetric(m.desc, m.kind, diskMetrics[i].value(st))
 		}
-		out <- histogram(dqSyncLatency, c.name)(c.dq.SyncLatencyBuckets())
+		upper, counts := c.dq.SyncLatencyBuckets()
+		out <- constHistogram(c.fsyncLatency, upper, counts, c.dq.SyncLatencySumSeconds())
 	}
 }
 
-// histogram turns spillq's bucket snapshot into a Prometheus histogram.
-// spillq's buckets are [lower, upper); Prometheus's are (-inf, le], so a
-// duration on a bound lands one bucket higher here, a 19% blur at most, the
-// resolution of the underlying histogram anyway. The sum is estimated from
-// bucket bounds, since spillq does not keep one.
-func histogram(desc *prometheus.Desc, name string) func([]time.Duration, []uint64) prometheus.Metric {
-	return func(upper []time.Duration, counts []uint64) prometheus.Metric {
-		buckets := make(map[float64]uint64, len(upper))
-		var total uint64
-		var sum float64
-		for i, u := range upper {
-			total += counts[i]
-			buckets[u.Seconds()] = total
-			sum += float64(counts[i]) * u.Seconds()
-		}
-		return prometheus.MustNewConstHistogram(desc, total, sum, buckets, name)
+// bounds are the exported histograms' upper bounds: every power of two
+// microseconds from 1 µs to 2^35 µs. Powers of two are bucket bounds of
+// spillq's histogram (four buckets per power of two from 4 µs, one per
+// microsecond below), so each spillq bucket falls wholly under one bound.
+var bounds = func() []time.Duration {
+	b := make([]time.Duration, 36)
+	for i := range b {
+		b[i] = time.Microsecond << i
 	}
+	return b
+}()
+
+// constHistogram folds spillq's bucket snapshot (the exclusive upper bound of
+// each non-empty bucket and its count, bounds increasing) into the fixed
+// layout of bounds. A bucket [lower, upper) goes under the first bound at or
+// above upper: every duration in it is below that bound. Durations past the
+// last bound are counted in +Inf (the total) only.
+func constHistogram(desc *prometheus.Desc, upper []time.Duration, counts []uint64, sum float64) prometheus.Metric {
+	perBound := make([]uint64, len(bounds))
+	var total uint64
+	for i, u := range upper {
+		total += counts[i]
+		if j := sort.Search(len(bounds), func(j int) bool { return bounds[j] >= u }); j < len(bounds) {
+			perBound[j] += counts[i]
+		}
+	}
+	buckets := make(map[float64]uint64, len(bounds))
+	var cumulative uint64
+	for j, b := range bounds {
+		cumulative += perBound[j]
+		buckets[b.Seconds()] = cumulative
+	}
+	return prometheus.MustNewConstHistogram(desc, total, sum, buckets)
 }

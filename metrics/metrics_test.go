@@ -2,15 +2,18 @@ package metrics_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/spillq/spillq"
 	"github.com/spillq/spillq/diskqueue"
@@ -138,5 +141,126 @@ func TestNilParts(t *testing.T) {
 	reg.MustRegister(metrics.NewCollector("disk-only", nil, q.Disk()))
 	if n := testutil.CollectAndCount(metrics.NewCollector("disk-only", nil, q.Disk())); n != 16 {
 		t.Fatalf("disk-only collector exports %d metrics, want 16", n)
+	}
+}
+
+// TestTwoQueuesOnOneRegistry registers the collectors of two queues on one
+// registry, the normal case for a service, and checks that each series
+// carries its own queue's figures.
+func TestTwoQueuesOnOneRegistry(t *testing.T) {
+	jobs := workload(t)
+	emails, err := spillq.Open(t.TempDir(), spillq.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer emails.Close()
+	for i := 0; i < 3; i++ {
+		if err := emails.Put(context.Background(), []byte("mail")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(metrics.NewCollector("jobs", jobs.Channel, jobs.Disk())); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Register(metrics.NewCollector("emails", emails.Channel, emails.Disk())); err != nil {
+		t.Fatalf("second queue's collector: %v", err)
+	}
+	want := `
+# HELP spillq_channel_puts_total Messages accepted by Put.
+# TYPE spillq_channel_puts_total counter
+spillq_channel_puts_total{queue="emails"} 3
+spillq_channel_puts_total{queue="jobs"} 20
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "spillq_channel_puts_total"); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if n := len(mf.GetMetric()); n != 2 {
+			t.Errorf("%s: %d series, want one per queue", mf.GetName(), n)
+		}
+	}
+	// A second collector under a name already registered would export the
+	// same series: refused with an error, not a panic.
+	err = reg.Register(metrics.NewCollector("jobs", emails.Channel, emails.Disk()))
+	var already prometheus.AlreadyRegisteredError
+	if !errors.As(err, &already) {
+		t.Fatalf("same name registered twice: got %v, want AlreadyRegisteredError", err)
+	}
+}
+
+// histogramOf returns the one histogram of family name in a gather.
+func histogramOf(t *testing.T, reg prometheus.Gatherer, name string) *dto.Histogram {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf.GetMetric()[0].GetHistogram()
+		}
+	}
+	t.Fatalf("no %s in the gather", name)
+	return nil
+}
+
+func upperBounds(h *dto.Histogram) []float64 {
+	var b []float64
+	for _, bucket := range h.GetBucket() {
+		b = append(b, bucket.GetUpperBound())
+	}
+	return b
+}
+
+// TestHistogramLayoutIsFixed scrapes a queue before and after it has work:
+// the buckets (the set of le values) must be the same, or rate() over
+// them and sums across instances break.
+func TestHistogramLayoutIsFixed(t *testing.T) {
+	q, err := spillq.Open(t.TempDir(), spillq.Options{Disk: diskqueue.Options{SyncEvery: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(metrics.NewCollector("jobs", q.Channel, q.Disk()))
+	const latency, fsync = "spillq_channel_latency_seconds", "spillq_disk_fsync_duration_seconds"
+	before := map[string][]float64{latency: upperBounds(histogramOf(t, reg, latency)), fsync: upperBounds(histogramOf(t, reg, fsync))}
+
+	ctx := context.Background()
+	for i := 0; i < 10; i++ {
+		if err := q.Put(ctx, []byte("job")); err != nil {
+			t.Fatal(err)
+		}
+		m, err := q.Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Finish()
+	}
+	for _, name := range []string{latency, fsync} {
+		h := histogramOf(t, reg, name)
+		if h.GetSampleCount() == 0 {
+			t.Fatalf("%s: nothing recorded", name)
+		}
+		after := upperBounds(h)
+		if len(after) != 36 || after[0] != 1e-6 || after[35] != float64(int64(1)<<35)*1e-6 {
+			t.Fatalf("%s: bounds %v, want 2^k µs for k = 0..35", name, after)
+		}
+		if !slices.Equal(before[name], after) {
+			t.Fatalf("%s: bounds changed with the data:\nbefore %v\nafter  %v", name, before[name], after)
+		}
+	}
+	// The sum is the exact one the queue keeps, not an estimate from
+	// bucket bounds.
+	if got, want := histogramOf(t, reg, latency).GetSampleSum(), q.LatencySumSeconds(); got != want || want <= 0 {
+		t.Fatalf("latency _sum %v, want %v", got, want)
+	}
+	if got, want := histogramOf(t, reg, fsync).GetSampleSum(), q.Disk().SyncLatencySumSeconds(); got != want || want <= 0 {
+		t.Fatalf("fsync _sum %v, want %v", got, want)
 	}
 }

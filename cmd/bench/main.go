@@ -2,11 +2,17 @@
 // report the README shows: a results table (medians of several runs, with
 // their spread), the raw runs, and SVG charts.
 //
-//	go run ./cmd/bench                  # the full matrix, 6 runs each: about 15 minutes
-//	go run ./cmd/bench -count 3 -quick  # a smaller, faster pass
-//	go run ./cmd/bench -from bench.txt  # redraw from runs already made
+// It is a module of its own, so that the plotting library and its
+// dependencies stay out of spillq's go.mod; run it from the repository
+// root with -C:
 //
-// Output goes to -out (default bench/): results.md, raw.txt,
+//	go run -C cmd/bench .                     # the full matrix, 6 runs each: about 15 minutes
+//	go run -C cmd/bench . -count 3 -quick     # a smaller, faster pass
+//	go run -C cmd/bench . -from ../../b.txt   # redraw from runs already made
+//
+// The benchmarks run in the spillq repository that holds the working
+// directory (found by walking up to its go.mod). Output goes to -out
+// (default: bench/ at the repository root): results.md, raw.txt,
 // throughput.svg and lookup.svg.
 package main
 
@@ -41,7 +47,7 @@ var suites = []struct {
 func main() {
 	count := flag.Int("count", 6, "runs of each benchmark; figures are medians")
 	quick := flag.Bool("quick", false, "shorter runs (-benchtime 200ms): noisier figures")
-	out := flag.String("out", "bench", "directory for the report")
+	out := flag.String("out", "", "directory for the report (default: bench/ at the repository root)")
 	from := flag.String("from", "", "read benchmark output from this file instead of running")
 	flag.Parse()
 	if err := run(*count, *quick, *out, *from, os.Stderr); err != nil {
@@ -50,9 +56,52 @@ func main() {
 	}
 }
 
+// rootModule is the module whose benchmarks bench runs.
+const rootModule = "github.com/spillq/spillq"
+
+// findRoot returns the directory of the spillq module that holds dir: the
+// nearest directory at or above it whose go.mod declares rootModule.
+func findRoot(dir string) (string, error) {
+	for d := dir; ; {
+		if b, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil && declares(b, rootModule) {
+			return d, nil
+		}
+		parent := filepath.Dir(d)
+		if parent == d {
+			return "", fmt.Errorf("no %s module at or above %s: run bench inside the spillq repository", rootModule, dir)
+		}
+		d = parent
+	}
+}
+
+// declares reports whether a go.mod's module line names module.
+func declares(gomod []byte, module string) bool {
+	for _, line := range strings.Split(string(gomod), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "module" {
+			return strings.Trim(f[1], `"`) == module
+		}
+	}
+	return false
+}
+
 func run(count int, quick bool, out, from string, progress io.Writer) error {
 	if count < 1 {
 		return errors.New("-count must be at least 1")
+	}
+	// The benchmarks run at the repository root, and the report goes there
+	// by default: both whatever the directory bench was started in.
+	var root string
+	if from == "" || out == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return err
+		}
+		if root, err = findRoot(wd); err != nil {
+			return err
+		}
+	}
+	if out == "" {
+		out = filepath.Join(root, "bench")
 	}
 	var raw []byte
 	if from != "" {
@@ -70,6 +119,7 @@ func run(count int, quick bool, out, from string, progress io.Writer) error {
 			args = append(args, s.flags...)
 			fmt.Fprintf(progress, "go %s\n", strings.Join(args, " "))
 			cmd := exec.Command("go", args...)
+			cmd.Dir = root
 			cmd.Stderr = progress
 			b, err := cmd.Output()
 			if err != nil {

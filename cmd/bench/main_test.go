@@ -71,3 +71,31 @@ func TestNoResults(t *testing.T) {
 		t.Fatal("a report from no results")
 	}
 }
+
+// TestFindRoot: bench is started in its own module's directory (go run -C
+// cmd/bench) and must run the benchmarks of the spillq module above it, not
+// of the nearest go.mod.
+func TestFindRoot(t *testing.T) {
+	top := t.TempDir()
+	nested := filepath.Join(top, "cmd", "bench")
+	if err := os.MkdirAll(nested, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(top, "go.mod"), []byte("module github.com/spillq/spillq\n\ngo 1.25.0\n"), 0o644)
+	os.WriteFile(filepath.Join(nested, "go.mod"), []byte("module github.com/spillq/spillq/cmd/bench\n"), 0o644)
+	if got, err := findRoot(nested); err != nil || got != top {
+		t.Fatalf("findRoot(%s) = %q, %v; want %q", nested, got, err, top)
+	}
+	if _, err := findRoot(t.TempDir()); err == nil {
+		t.Fatal("found a spillq root outside any spillq module")
+	}
+	// This test runs in cmd/bench of the real repository.
+	wd, _ := os.Getwd()
+	root, err := findRoot(wd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "diskqueue")); err != nil {
+		t.Fatalf("root %s has no diskqueue/: %v", root, err)
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 )
 
 // ledger is the demo's own record of what it produced and finished, kept
@@ -74,12 +73,20 @@ func (l *ledger) flush() {
 	l.mu.Unlock()
 }
 
-// crash flushes the ledger and kills the process with SIGKILL while
-// holding the ledger, so nothing is recorded, or finished, after the flush.
-func (l *ledger) crash() {
+// crash flushes the ledger and kills the process (SIGKILL on Unix,
+// TerminateProcess on Windows) while holding the ledger, so nothing is
+// recorded, or finished, after the flush.
+func (l *ledger) crash() error {
 	l.mu.Lock()
 	l.w.Flush()
-	syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	p, err := os.FindProcess(os.Getpid())
+	if err == nil {
+		err = p.Kill()
+	}
+	if err != nil {
+		l.mu.Unlock()
+		return fmt.Errorf("crash: kill self: %w", err)
+	}
 	select {} // the signal is on its way; never let go of the ledger
 }
 

@@ -7,9 +7,13 @@
 //	go run ./cmd/demo -dir /tmp/q -crash-after 3s   # killed with SIGKILL...
 //	go run ./cmd/demo -dir /tmp/q          # ...and what the rerun recovers
 //
+// Ctrl-C (SIGINT) or SIGTERM stops it gracefully: producers and consumers
+// stop, Close writes what is still in memory or in flight to disk, and a
+// rerun with the same -dir delivers it. A second signal exits at once.
+//
 // It ends with a summary line a script can parse:
 //
-//	summary produced=N finished=N spilled=N redelivered=N duplicates=N lost=N
+//	summary produced=N finished=N spilled=N redelivered=N duplicates=N waiting=N lost=N
 package main
 
 import (
@@ -29,6 +33,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"golang.org/x/term"
 
 	"github.com/spillq/spillq"
 	"github.com/spillq/spillq/channel"
@@ -72,6 +78,22 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	go func() {
+		<-ctx.Done()
+		// The first signal asked for a graceful stop, which may take a
+		// moment (Close writes the memory buffer to disk). A second one is
+		// someone who will not wait: leave now, as a kill would, but with
+		// the cursor the live view hid.
+		again := make(chan os.Signal, 1)
+		signal.Notify(again, os.Interrupt, syscall.SIGTERM)
+		stop()
+		<-again
+		if term.IsTerminal(int(os.Stdout.Fd())) {
+			os.Stdout.WriteString(showCursor)
+		}
+		fmt.Fprintln(os.Stderr, "\ndemo: second signal: exiting without closing the queue")
+		os.Exit(130)
+	}()
 	if err := run(ctx, c, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
@@ -105,6 +127,9 @@ type demo struct {
 
 	produced, finished, requeued, redelivered, duplicates atomic.Int64
 	recovered                                             int64
+	// stopped is set when a signal asked for a graceful stop: what is not
+	// finished then stays in the queue, waiting, rather than lost.
+	stopped atomic.Bool
 
 	mu          sync.Mutex
 	doneSet     map[int64]bool // message numbers finished, this run and before
@@ -167,16 +192,29 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		fmt.Fprintf(out, "recovered from %s: %d messages waiting on disk; earlier runs produced %d and finished %d\n",
 			dir, d.recovered, past.count, len(past.finished))
 	}
+	start := time.Now()
+	produceFor := cfg.duration * 4 / 10
+	v := newView(out, cfg, d, start, produceFor)
+	var crash *time.Timer
 	if cfg.crashAfter > 0 {
-		time.AfterFunc(cfg.crashAfter, func() {
+		crash = time.AfterFunc(cfg.crashAfter, func() {
+			v.restore()
 			fmt.Fprintf(out, "\ncrash: SIGKILL after %v; run again with -dir %s\n", cfg.crashAfter, dir)
 			// Holding the ledger while flushing and dying: no consumer can
 			// finish a message the flushed ledger does not show.
-			led.crash()
+			if err := led.crash(); err != nil {
+				fmt.Fprintln(os.Stderr, "demo:", err)
+				os.Exit(1)
+			}
 		})
 	}
 
-	runErr := d.produceAndDrain(ctx, out)
+	runErr := d.produceAndDrain(ctx, v, start, produceFor)
+	if crash != nil {
+		// The kill is for the run; one that fired now would land in the
+		// middle of a graceful stop's Close.
+		crash.Stop()
+	}
 	closeErr := q.Close()
 	led.flush()
 	if runErr != nil {
@@ -185,13 +223,11 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	if closeErr != nil {
 		return closeErr
 	}
-	return d.summary(out, past)
+	return d.summary(out, past, dir, cfg.dir == "")
 }
 
-func (d *demo) produceAndDrain(ctx context.Context, out io.Writer) error {
+func (d *demo) produceAndDrain(ctx context.Context, v *view, start time.Time, produceFor time.Duration) error {
 	cfg := d.cfg
-	start := time.Now()
-	produceFor := cfg.duration * 4 / 10
 	prodCtx, stopProducing := context.WithTimeout(ctx, produceFor)
 	defer stopProducing()
 	consCtx, stopConsuming := context.WithCancel(ctx)
@@ -207,7 +243,6 @@ func (d *demo) produceAndDrain(ctx context.Context, out io.Writer) error {
 		consumers.Add(1)
 		go func() { defer consumers.Done(); errs <- d.consume(consCtx) }()
 	}
-	v := newView(out, cfg, d, start, produceFor)
 	ticker := time.NewTicker(v.interval())
 	defer ticker.Stop()
 	producersDone := make(chan struct{})
@@ -235,6 +270,8 @@ loop:
 		case <-producersDone:
 			producersDone = nil
 		case <-ctx.Done():
+			d.stopped.Store(true)
+			v.draw(false)
 			break loop
 		}
 		if producersDone == nil && d.q.Depth() == 0 && d.q.Stats().InFlight == 0 && d.q.Stats().Deferred == 0 {
@@ -328,27 +365,42 @@ func (d *demo) consume(ctx context.Context) error {
 	}
 }
 
-func (d *demo) summary(out io.Writer, past pastRun) error {
-	// Lost: produced (this run or before, as the ledger knows) and never
-	// finished.
+// summary prints the summary line and notes. dir is the run's directory;
+// temporary says it is removed on exit.
+func (d *demo) summary(out io.Writer, past pastRun, dir string, temporary bool) error {
+	// Unfinished: produced (this run or before, as the ledger knows) and
+	// never finished. After a graceful stop they are waiting in the queue,
+	// which Close has written to disk; after a full drain, none can be
+	// left there, so any unfinished message is lost.
 	d.mu.Lock()
-	lost := 0
+	unfinished := 0
 	for n := range past.produced {
 		if !d.doneSet[n] {
-			lost++
+			unfinished++
 		}
 	}
 	for n := range d.producedSet {
 		if !d.doneSet[n] {
-			lost++
+			unfinished++
 		}
 	}
 	d.mu.Unlock()
+	waiting, lost := 0, unfinished
+	if d.stopped.Load() {
+		waiting, lost = unfinished, 0
+	}
 	st := d.q.Stats()
-	fmt.Fprintf(out, "summary produced=%d finished=%d spilled=%d redelivered=%d duplicates=%d lost=%d\n",
-		d.produced.Load(), d.finished.Load(), st.Spills, d.redelivered.Load(), d.duplicates.Load(), lost)
+	fmt.Fprintf(out, "summary produced=%d finished=%d spilled=%d redelivered=%d duplicates=%d waiting=%d lost=%d\n",
+		d.produced.Load(), d.finished.Load(), st.Spills, d.redelivered.Load(), d.duplicates.Load(), waiting, lost)
 	if dup := d.duplicates.Load(); dup > 0 {
 		fmt.Fprintf(out, "note: %d messages were finished before a crash and delivered again: delivery is at-least-once, and the read cursor is persisted every 100 ms\n", dup)
+	}
+	if waiting > 0 {
+		if temporary {
+			fmt.Fprintf(out, "note: stopped by a signal; %d messages not finished were written to disk by Close, in a temporary directory now removed: run with -dir DIR to keep them for a rerun\n", waiting)
+		} else {
+			fmt.Fprintf(out, "note: stopped by a signal; %d messages not finished are on disk in %s: run again with -dir %s to deliver them (that run counts any that do not come back as lost)\n", waiting, dir, dir)
+		}
 	}
 	if lost > 0 {
 		why := fmt.Sprintf("they were in the memory buffer (-mem %d) or not yet synced (-sync %s) when the process was killed", d.cfg.mem, d.cfg.sync)

@@ -5,11 +5,27 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"time"
+	"unicode/utf8"
+
+	"golang.org/x/term"
+)
+
+// Terminal controls the live view uses (ECMA-48, and DEC's for the cursor).
+const (
+	hideCursor = "\x1b[?25l"
+	showCursor = "\x1b[?25h"
+	clearLine  = "\x1b[2K"
+	clearBelow = "\x1b[J"
 )
 
 // view draws the live view: redrawn in place a few times a second on a
-// terminal, one plain line a second otherwise.
+// terminal, one plain line a second otherwise (a pipe, a file, /dev/null).
+//
+// The fields below mu are owned by the goroutine that calls draw; mu
+// serialises draw with restore, which the crash timer calls from its own
+// goroutine.
 type view struct {
 	out        io.Writer
 	cfg        config
@@ -17,20 +33,24 @@ type view struct {
 	start      time.Time
 	produceFor time.Duration
 	tty        bool
-	lines      int // lines drawn last time, to move back over them
+	fd         int // out's descriptor when tty, for its width
 
+	mu                    sync.Mutex
+	lines                 int  // lines drawn last time, to move back over them
+	hidden                bool // the cursor is hidden
 	lastAt                time.Time
 	lastPut, lastFinished int64
+	peakDisk              int64 // the most messages on disk so far: the disk bar's full scale
 }
 
 func newView(out io.Writer, cfg config, d *demo, start time.Time, produceFor time.Duration) *view {
-	tty := false
-	if f, ok := out.(*os.File); ok && !cfg.plain {
-		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
-			tty = true
-		}
+	v := &view{out: out, cfg: cfg, d: d, start: start, produceFor: produceFor, lastAt: start}
+	// A character device is not enough: /dev/null is one. IsTerminal asks
+	// the terminal driver.
+	if f, ok := out.(*os.File); ok && !cfg.plain && term.IsTerminal(int(f.Fd())) && enableEscapes(int(f.Fd())) {
+		v.tty, v.fd = true, int(f.Fd())
 	}
-	return &view{out: out, cfg: cfg, d: d, start: start, produceFor: produceFor, tty: tty, lastAt: start}
+	return v
 }
 
 func (v *view) interval() time.Duration {
@@ -40,53 +60,151 @@ func (v *view) interval() time.Duration {
 	return time.Second
 }
 
+// width is the terminal's width now (it may have been resized since the
+// last draw), or 80 if it cannot be asked.
+func (v *view) width() int {
+	if w, _, err := term.GetSize(v.fd); err == nil && w > 0 {
+		return w
+	}
+	return 80
+}
+
+// frame is what one draw shows.
+type frame struct {
+	elapsed                      time.Duration
+	phase                        string
+	put, finished                int64
+	putRate, finishRate          float64
+	requeued, redelivered        int64
+	memory, memoryBound          int
+	disk, peakDisk, spilled      int64
+	inFlight, deferred, segments int
+	diskBytes                    int64
+	p50, p99                     time.Duration
+}
+
 func (v *view) draw(final bool) {
 	v.d.ledger.flush()
+	v.mu.Lock()
+	defer v.mu.Unlock()
 	now := time.Now()
 	put, fin := v.d.produced.Load(), v.d.finished.Load()
 	secs := max(now.Sub(v.lastAt).Seconds(), 1e-9)
-	putRate, finRate := float64(put-v.lastPut)/secs, float64(fin-v.lastFinished)/secs
+	f := frame{
+		elapsed: now.Sub(v.start), put: put, finished: fin,
+		putRate: float64(put-v.lastPut) / secs, finishRate: float64(fin-v.lastFinished) / secs,
+		requeued: v.d.requeued.Load(), redelivered: v.d.redelivered.Load(),
+	}
 	v.lastAt, v.lastPut, v.lastFinished = now, put, fin
 	st := v.d.q.Stats()
 	ds := v.d.q.Disk().Stats()
-	elapsed := now.Sub(v.start)
-	phase := "producing faster than consumers"
-	if elapsed >= v.produceFor {
-		phase = "draining"
-	}
-	if final {
-		phase = "done"
+	v.peakDisk = max(v.peakDisk, st.DiskDepth)
+	f.memory, f.memoryBound = st.MemoryDepth, st.MemoryBound
+	f.disk, f.peakDisk, f.spilled = st.DiskDepth, v.peakDisk, st.Spills
+	f.inFlight, f.deferred, f.segments, f.diskBytes = st.InFlight, st.Deferred, ds.Segments, ds.DiskBytes
+	f.p50, f.p99 = st.LatencyP50, st.LatencyP99
+	switch {
+	case final && v.d.stopped.Load():
+		f.phase = "stopped"
+	case final:
+		f.phase = "done"
+	case v.d.stopped.Load():
+		f.phase = "stopping (Close writes what is left to disk)"
+	case f.elapsed >= v.produceFor:
+		f.phase = "draining"
+	default:
+		f.phase = "producing faster than consumers"
 	}
 	if !v.tty {
 		if !final {
 			fmt.Fprintf(v.out, "t=%4.1fs %-8s put=%d (%.0f/s) finished=%d (%.0f/s) memory=%d/%d disk=%d inflight=%d disk_bytes=%d\n",
-				elapsed.Seconds(), strings.Fields(phase)[0], put, putRate, fin, finRate, st.MemoryDepth, st.MemoryBound, st.DiskDepth, st.InFlight, ds.DiskBytes)
+				f.elapsed.Seconds(), strings.Fields(f.phase)[0], f.put, f.putRate, f.finished, f.finishRate, f.memory, f.memoryBound, f.disk, f.inFlight, f.diskBytes)
 		}
 		return
 	}
 	var b strings.Builder
+	if !v.hidden {
+		b.WriteString(hideCursor) // no cursor flickering over the redraw
+		v.hidden = true
+	}
+	// Back to the first column before moving up: a ^C the terminal echoed
+	// moved the cursor right, and a first line drawn from there would wrap.
+	b.WriteByte('\r')
 	if v.lines > 0 {
 		fmt.Fprintf(&b, "\x1b[%dA", v.lines)
 	}
-	line := func(format string, a ...any) { fmt.Fprintf(&b, "\x1b[2K"+format+"\n", a...) }
-	line("spillq demo  %5.1fs  %s", elapsed.Seconds(), phase)
-	line("  put       %9.0f/s  total %d", putRate, put)
-	line("  finished  %9.0f/s  total %d  (requeued %d, redelivered %d)", finRate, fin, v.d.requeued.Load(), v.d.redelivered.Load())
-	line("  memory    %s %d/%d", bar(st.MemoryDepth, st.MemoryBound, 30), st.MemoryDepth, st.MemoryBound)
-	maxDisk := max(st.DiskDepth, int64(v.cfg.mem), 1)
-	line("  disk      %s %d waiting, %d spilled in all", bar(int(st.DiskDepth), int(maxDisk), 30), st.DiskDepth, st.Spills)
-	line("  in flight %d   deferred %d   on disk %s in %d segment(s)", st.InFlight, st.Deferred, bytesString(ds.DiskBytes), ds.Segments)
-	line("  latency   p50 %v  p99 %v  (put to finish)", st.LatencyP50.Round(time.Millisecond), st.LatencyP99.Round(time.Millisecond))
-	v.lines = 7
+	lines := render(f, v.width())
+	for _, l := range lines {
+		b.WriteString(clearLine + l + "\n")
+	}
+	// Whatever a resize left below the view (a terminal may rewrap old
+	// lines) goes too.
+	b.WriteString(clearBelow)
+	v.lines = len(lines)
+	if final {
+		b.WriteString(showCursor)
+		v.hidden = false
+	}
 	io.WriteString(v.out, b.String())
 }
 
-// bar draws n of max as a gauge of width cells.
-func bar(n, max, width int) string {
-	if max <= 0 {
-		max = 1
+// restore shows the cursor again if the view hid it, for exits that skip
+// the final draw (the -crash-after kill).
+func (v *view) restore() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.hidden {
+		io.WriteString(v.out, showCursor)
+		v.hidden = false
 	}
-	filled := min(width, n*width/max)
+}
+
+// barWidth is the widest a gauge is drawn.
+const barWidth = 30
+
+// render lays a frame out for a terminal width columns wide. Every line is
+// shorter than width: a line that fills the last column makes some
+// terminals wrap at once, and then moving back up by the number of lines
+// drawn misses, leaving fragments. The gauges shrink first; what still
+// does not fit is cut.
+func render(f frame, width int) []string {
+	limit := max(width-1, 1)
+	fit := func(s string) string {
+		if utf8.RuneCountInString(s) <= limit {
+			return s
+		}
+		r := []rune(s)
+		return string(r[:limit])
+	}
+	// gauge puts a bar of n out of full into format's %s, as wide as the
+	// line allows.
+	gauge := func(n, full int64, format string, a ...any) string {
+		rest := fmt.Sprintf(format, append([]any{""}, a...)...)
+		w := min(barWidth, limit-utf8.RuneCountInString(rest)-2)
+		if w < 4 {
+			return fit(rest) // no room for a bar worth reading
+		}
+		return fmt.Sprintf(format, append([]any{bar(n, full, w)}, a...)...)
+	}
+	lines := []string{
+		fmt.Sprintf("spillq demo  %5.1fs  %s", f.elapsed.Seconds(), f.phase),
+		fmt.Sprintf("  put       %9.0f/s  total %d", f.putRate, f.put),
+		fmt.Sprintf("  finished  %9.0f/s  total %d  (requeued %d, redelivered %d)", f.finishRate, f.finished, f.requeued, f.redelivered),
+		gauge(int64(f.memory), int64(f.memoryBound), "  memory    %s %d/%d", f.memory, f.memoryBound),
+		gauge(f.disk, f.peakDisk, "  disk      %s %d waiting (peak %d), %d spilled", f.disk, f.peakDisk, f.spilled),
+		fmt.Sprintf("  in flight %d   deferred %d   on disk %s in %d segment(s)", f.inFlight, f.deferred, bytesString(f.diskBytes), f.segments),
+		fmt.Sprintf("  latency   p50 %v  p99 %v  (put to finish)", f.p50.Round(time.Millisecond), f.p99.Round(time.Millisecond)),
+	}
+	for i, l := range lines {
+		lines[i] = fit(l)
+	}
+	return lines
+}
+
+// bar draws n of full as a gauge of width cells between brackets.
+func bar(n, full int64, width int) string {
+	full = max(full, 1)
+	filled := int(min(int64(width), n*int64(width)/full))
 	if n > 0 && filled == 0 {
 		filled = 1
 	}

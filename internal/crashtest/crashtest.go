@@ -32,6 +32,22 @@ func Dir() (string, bool) {
 	return d, d != ""
 }
 
+// KillSelf ends the process at once, as a crash would: SIGKILL on Unix,
+// TerminateProcess on Windows. No deferred call runs and no buffer is
+// flushed. It does not return.
+func KillSelf() {
+	p, err := os.FindProcess(os.Getpid())
+	if err == nil {
+		err = p.Kill()
+	}
+	if err != nil {
+		// A child that cannot kill itself would go on past its crash
+		// point and make the parent's checks meaningless.
+		panic("crashtest: kill self: " + err.Error())
+	}
+	select {} // the signal is on its way
+}
+
 var reportMu sync.Mutex
 
 // Report writes one event line for the parent: kind, then fields. Safe for

@@ -3,7 +3,6 @@ package crashtest
 import (
 	"os"
 	"strconv"
-	"syscall"
 	"testing"
 )
 
@@ -16,8 +15,7 @@ func TestHarnessChild(t *testing.T) {
 	self, _ := strconv.Atoi(os.Getenv("SPILLQ_SELF_KILL"))
 	for i := 0; ; i++ {
 		if self > 0 && i == self {
-			syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			select {}
+			KillSelf()
 		}
 		Report("event", i, "extra")
 	}

@@ -4,16 +4,23 @@
 package histogram
 
 import (
+	"math"
 	"math/bits"
 	"sync/atomic"
 	"time"
 )
 
 // Histogram records durations in log-linear buckets: four per power
-// of two, from 1 µs up, so any percentile is known to within 19%. Recording
-// is one atomic add; nothing is allocated.
+// of two, from 1 µs up, so any percentile is known to within 19%, and their
+// exact sum. Recording is an atomic add and a compare-and-swap; nothing is
+// allocated.
 type Histogram struct {
 	buckets [latencyBuckets]atomic.Int64
+	// sumBits is the float64 sum of the durations in seconds. An int64 of
+	// nanoseconds would wrap within hours on a busy channel with a backlog
+	// (a million finishes a second, each a second late, add 1e6 s a
+	// second: 292 years of nanoseconds in two and a half hours).
+	sumBits atomic.Uint64
 }
 
 const (
@@ -47,21 +54,23 @@ func bucketUpper(i int) time.Duration {
 	return time.Duration(us) * time.Microsecond
 }
 
-// Record counts d and returns the bucket it went to, for AddToBucket.
-func (h *Histogram) Record(d time.Duration) int {
-	if d < 0 {
-		d = 0
+// Record counts d; a negative d counts as 0.
+func (h *Histogram) Record(d time.Duration) {
+	d = max(d, 0)
+	h.buckets[bucketOf(d)].Add(1)
+	for {
+		old := h.sumBits.Load()
+		sum := math.Float64frombits(old) + d.Seconds()
+		if h.sumBits.CompareAndSwap(old, math.Float64bits(sum)) {
+			return
+		}
 	}
-	i := bucketOf(d)
-	h.buckets[i].Add(1)
-	return i
 }
 
-// AddToBucket counts one more duration in bucket i, as returned by
-// Record: for callers that time a sample of events and count the rest
-// alongside the last one timed.
-func (h *Histogram) AddToBucket(i int) {
-	h.buckets[min(max(i, 0), latencyBuckets-1)].Add(1)
+// SumSeconds returns the sum of every duration recorded, in seconds. Read
+// after Snapshot, it may include a few durations recorded in between.
+func (h *Histogram) SumSeconds() float64 {
+	return math.Float64frombits(h.sumBits.Load())
 }
 
 // Percentiles returns the upper bounds of the buckets holding each
