@@ -20,7 +20,7 @@ func BenchmarkPublish(b *testing.B) {
 	body := make([]byte, 100)
 	nsqd := startNSQD(b)
 	b.Run("impl=bridge", func(b *testing.B) {
-		p, err := nsqbridge.OpenPublisher(b.TempDir(), nsqbridge.PublisherOptions{NSQD: nsqd.TCP, Topic: "bench"})
+		p, err := nsqbridge.OpenPublisher(b.TempDir(), nsqbridge.PublisherOptions{NSQD: []string{nsqd.TCP}, Topic: "bench"})
 		if err != nil {
 			b.Fatal(err)
 		}
