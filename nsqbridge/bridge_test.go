@@ -221,6 +221,7 @@ func TestPublisherKilled(t *testing.T) {
 // TestRequeueAndTimeoutThroughNSQD: Requeue and an unfinished message's
 // timeout are nsqd's own mechanisms, with attempts counted by nsqd.
 func TestRequeueAndTimeoutThroughNSQD(t *testing.T) {
+	t.Parallel() // waits for nsqd to scan a new channel for timeouts (every 5 s)
 	nsqd := startNSQD(t)
 	p := openPublisher(t, t.TempDir(), nsqd)
 	defer p.Close()

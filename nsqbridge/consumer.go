@@ -72,10 +72,15 @@ type Consumer struct {
 
 	received, finished, requeued, deadLetters, timedOut atomic.Int64
 
-	// mu guards outstanding: messages handed out and not yet answered,
-	// which Close requeues so go-nsq's Stop does not wait for them.
+	// mu guards the fields below. outstanding is the deliveries handed
+	// out and not yet answered, which Close requeues so go-nsq's Stop does
+	// not wait for them; held counts them by message ID; owed is the timed
+	// out deliveries whose REQ waits for a later delivery of the same
+	// message to be answered (see nsqAcker.answer).
 	mu          sync.Mutex
 	outstanding map[*nsqAcker]struct{}
+	held        map[nsq.MessageID]int
+	owed        map[nsq.MessageID][]*nsqAcker
 }
 
 // delivery is a message from nsqd, when it arrived and when its timeout
@@ -118,6 +123,7 @@ func NewConsumer(o ConsumerOptions) (*Consumer, error) {
 	c := &Consumer{
 		opts: o, log: o.Logger.With("topic", o.Topic, "channel", o.Channel), c: nc,
 		msgs: make(chan delivery), stopCh: make(chan struct{}), outstanding: map[*nsqAcker]struct{}{},
+		held: map[nsq.MessageID]int{}, owed: map[nsq.MessageID][]*nsqAcker{},
 	}
 	nc.AddHandler(nsq.HandlerFunc(c.handle))
 	if len(o.NSQD) > 0 {
@@ -143,8 +149,7 @@ func (c *Consumer) handle(m *nsq.Message) error {
 	if c.opts.MaxAttempts > 0 && m.Attempts > c.opts.MaxAttempts {
 		// It timed out on its last attempt and nsqd sent it again.
 		a := c.track(d)
-		a.respond()
-		c.deadLetter(a, c.message(a))
+		a.answer(func() { c.deadLetter(a, c.message(a)) }, false)
 		return nil
 	}
 	select {
@@ -162,7 +167,7 @@ func (c *Consumer) exhausted(attempts uint16) bool {
 }
 
 // deadLetter hands m to the DeadLetter handler and finishes it at nsqd;
-// its acker a has already responded.
+// it runs as the answer of m's acker a.
 func (c *Consumer) deadLetter(a *nsqAcker, m *channel.Message) {
 	c.deadLetters.Add(1)
 	if c.opts.DeadLetter != nil {
@@ -203,6 +208,7 @@ func (c *Consumer) track(d delivery) *nsqAcker {
 	a.deadline.Store(d.deadline)
 	c.mu.Lock()
 	c.outstanding[a] = struct{}{}
+	c.held[d.m.ID]++
 	c.mu.Unlock()
 	return a
 }
@@ -221,39 +227,63 @@ type nsqAcker struct {
 	responded atomic.Bool
 }
 
-// respond claims the one answer a message gets.
-func (a *nsqAcker) respond() bool {
+// answer claims the one answer a delivery gets and sends it with send;
+// it reports false if the delivery was answered already.
+//
+// A delivery whose timeout ran out is answered with REQ, sent only
+// because go-nsq waits, at Close, for an answer to every delivery. nsqd
+// names a message by its ID across deliveries, so that REQ would requeue a
+// later delivery of the same message to this consumer if one is held here:
+// it waits until every such delivery was answered, and then finds nothing
+// to requeue (nsqd replies E_REQ_FAILED, which go-nsq logs).
+func (a *nsqAcker) answer(send func(), expired bool) bool {
 	if !a.responded.CompareAndSwap(false, true) {
 		return false
 	}
-	a.c.mu.Lock()
-	delete(a.c.outstanding, a)
-	a.c.mu.Unlock()
+	c := a.c
+	id := a.m.ID
+	c.mu.Lock()
+	delete(c.outstanding, a)
+	c.held[id]--
+	if expired && c.held[id] > 0 {
+		c.owed[id] = append(c.owed[id], a)
+		c.mu.Unlock()
+		return true
+	}
+	var owed []*nsqAcker
+	if c.held[id] == 0 {
+		delete(c.held, id)
+		owed = c.owed[id]
+		delete(c.owed, id)
+	}
+	c.mu.Unlock()
+	if expired {
+		a.m.RequeueWithoutBackoff(0)
+	} else {
+		send()
+	}
+	for _, o := range owed {
+		o.m.RequeueWithoutBackoff(0)
+	}
 	return true
 }
 
-// expired reports whether the message's timeout has run out, and if so
-// gives up the answer: nsqd delivers it again, whatever is sent now.
+// expired reports whether the delivery's timeout has run out, and if so
+// gives up its answer: nsqd delivers the message again.
 func (a *nsqAcker) expired() bool {
 	if time.Now().UnixNano() < a.deadline.Load() {
 		return false
 	}
-	if a.respond() {
+	if a.answer(nil, true) {
 		a.c.timedOut.Add(1)
 	}
 	return true
 }
 
-// claim takes the answer of a message still in flight.
-func (a *nsqAcker) claim() bool {
-	return !a.expired() && a.respond()
-}
-
 func (a *nsqAcker) Finish(*channel.Message) error {
-	if !a.claim() {
+	if a.expired() || !a.answer(a.m.Finish, false) {
 		return channel.ErrNotInFlight
 	}
-	a.m.Finish()
 	a.c.finished.Add(1)
 	return nil
 }
@@ -261,14 +291,18 @@ func (a *nsqAcker) Finish(*channel.Message) error {
 // Requeue sends the message back to nsqd, to be delivered again after
 // delay; after its last attempt it goes to DeadLetter instead.
 func (a *nsqAcker) Requeue(m *channel.Message, delay time.Duration) error {
-	if !a.claim() {
+	if a.expired() {
 		return channel.ErrNotInFlight
 	}
 	if a.c.exhausted(a.m.Attempts) {
-		a.c.deadLetter(a, m)
+		if !a.answer(func() { a.c.deadLetter(a, m) }, false) {
+			return channel.ErrNotInFlight
+		}
 		return nil
 	}
-	a.m.RequeueWithoutBackoff(delay)
+	if !a.answer(func() { a.m.RequeueWithoutBackoff(delay) }, false) {
+		return channel.ErrNotInFlight
+	}
 	a.c.requeued.Add(1)
 	return nil
 }
@@ -331,9 +365,7 @@ func (c *Consumer) Close() error {
 		}
 		c.mu.Unlock()
 		for _, a := range held {
-			if a.respond() {
-				a.m.RequeueWithoutBackoff(0)
-			}
+			a.answer(func() { a.m.RequeueWithoutBackoff(0) }, false)
 		}
 		c.c.Stop()
 		<-c.c.StopChan
