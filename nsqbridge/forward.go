@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -169,7 +170,7 @@ func (p *Publisher) ack(items ...item) {
 // a node to take them.
 func (p *Publisher) pushRetry(bs ...*batch) {
 	p.retryMu.Lock()
-	p.retry = append(bs, p.retry...)
+	p.retry = slices.Concat(bs, p.retry)
 	p.retryMu.Unlock()
 	p.retried.Notify()
 }

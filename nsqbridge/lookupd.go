@@ -8,19 +8,15 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // discover polls nsqlookupd for nsqd nodes every LookupdPollInterval and
-// keeps the set of discovered nodes equal to what it reports.
-func (p *Publisher) discover() {
+// keeps the set of discovered nodes equal to what it reports. OpenPublisher
+// made the first poll.
+func (p *Publisher) discover(client *http.Client) {
 	defer p.wg.Done()
-	client := &http.Client{Timeout: min(p.opts.LookupdPollInterval, 5*time.Second)}
-	for {
+	for sleep(p.ctx, p.opts.LookupdPollInterval) {
 		p.pollLookupd(client)
-		if !sleep(p.ctx, p.opts.LookupdPollInterval) {
-			return
-		}
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/spillq/spillq/internal/broadcast"
 	"github.com/spillq/spillq/internal/crashtest"
@@ -131,6 +132,31 @@ func (s *server) record(line string) {
 	s.wrote.Notify()
 }
 
+// waitLog waits until the server has logged n lines containing substr.
+func (s *server) waitLog(substr string, n int) {
+	s.t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		wait := s.wrote.Wait()
+		s.mu.Lock()
+		count := 0
+		for _, l := range s.logged {
+			if strings.Contains(l, substr) {
+				count++
+			}
+		}
+		s.mu.Unlock()
+		if count >= n {
+			return
+		}
+		select {
+		case <-wait:
+		case <-timeout:
+			s.t.Fatalf("%s logged %q %d times, want %d", s.bin, substr, count, n)
+		}
+	}
+}
+
 // topicStats is what nsqd's /stats says about a topic.
 type topicStats struct {
 	MessageCount uint64 `json:"message_count"`
@@ -167,6 +193,16 @@ func (s *server) stats(topic string) topicStats {
 		}
 	}
 	return topicStats{}
+}
+
+// stop stops the server gracefully (SIGTERM), if it runs.
+func (s *server) stop() {
+	if s.cmd != nil && s.cmd.Process != nil {
+		s.cmd.Process.Signal(syscall.SIGTERM)
+		<-s.drained
+		s.cmd.Wait()
+		s.cmd = nil
+	}
 }
 
 // kill SIGKILLs the server, if it runs.

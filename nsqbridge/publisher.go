@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -237,8 +238,10 @@ func OpenPublisher(dir string, o PublisherOptions) (*Publisher, error) {
 	p.wg.Add(1)
 	go p.readLocal()
 	if len(o.Lookupd) > 0 {
+		client := &http.Client{Timeout: min(o.LookupdPollInterval, 5*time.Second)}
+		p.pollLookupd(client) // the nodes known now are used from the start
 		p.wg.Add(1)
-		go p.discover()
+		go p.discover(client)
 	}
 	return p, nil
 }
