@@ -250,3 +250,81 @@ func TestCloseWithBacklog(t *testing.T) {
 		t.Fatalf("received %d distinct of %d", len(got), n)
 	}
 }
+
+// TestPublishToAndDeferred: each message's topic and due time travel
+// through the local queue, across a restart of the publisher (the first
+// one never reached nsqd), and reach nsqd as PUB/MPUB to that topic and
+// DPUB.
+func TestPublishToAndDeferred(t *testing.T) {
+	nsqd := startNSQD(t)
+	jobs := newConsumer(t, nsqbridge.ConsumerOptions{NSQD: []string{nsqd.TCP}})
+	other := newConsumer(t, nsqbridge.ConsumerOptions{Topic: "other", Channel: "workers", NSQD: []string{nsqd.TCP}})
+	dir := t.TempDir()
+	p := openPublisherWith(t, dir, nsqbridge.PublisherOptions{NSQD: []string{freePort(t)}})
+	ctx := context.Background()
+	for _, put := range []func() error{
+		func() error { return p.PublishTo(ctx, "other", msg(1)) },
+		func() error { return p.DeferredPublish(ctx, "jobs", 30*time.Minute, msg(2)) },
+		func() error { return p.Publish(ctx, msg(3)) },
+		func() error { return p.DeferredPublish(ctx, "other", 0, msg(4)) },
+	} {
+		if err := put(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.Close()
+	p = openPublisherWith(t, dir, nsqbridge.PublisherOptions{NSQD: []string{nsqd.TCP}})
+	defer p.Close()
+	syncPublisher(t, p)
+	if got := work(t, other, 2); len(got) != 2 || got[0]+got[1] != 1+4 {
+		t.Fatalf("topic other got %v, want 1 and 4", got)
+	}
+	if got := work(t, jobs, 1); got[0] != 3 {
+		t.Fatalf("topic jobs got %v, want 3", got)
+	}
+	ts := nsqd.stats("jobs")
+	if ts.MessageCount != 2 || len(ts.Channels) != 1 || ts.Channels[0].DeferredCount != 1 {
+		t.Fatalf("topic jobs: %+v, want 2 messages, 1 of them deferred", ts)
+	}
+}
+
+// TestBadLocalRecords: a local record that is not a publisher message (a
+// bare body from before the envelope), or no longer passes Publish's
+// checks (MaxMsgSize lowered since), goes to DeadLetter and the messages
+// around it are forwarded.
+func TestBadLocalRecords(t *testing.T) {
+	nsqd := startNSQD(t)
+	dir := t.TempDir()
+	p := openPublisherWith(t, dir, nsqbridge.PublisherOptions{NSQD: []string{freePort(t)}})
+	p.Publish(context.Background(), msg(0))
+	p.Publish(context.Background(), bytes.Repeat([]byte("y"), 200))
+	p.Close()
+	q, err := diskqueue.Open(dir, diskqueue.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.Put(context.Background(), []byte("a bare body"))
+	q.Put(context.Background(), appendEnvelopeForTest("jobs", msg(1)))
+	q.Close()
+	var dl deadLetters
+	p = openPublisherWith(t, dir, nsqbridge.PublisherOptions{NSQD: []string{nsqd.TCP}, MaxMsgSize: 100, DeadLetter: dl.handle})
+	defer p.Close()
+	syncPublisher(t, p)
+	got, reasons := dl.all()
+	if len(got) != 2 || !errors.Is(reasons[0], nsqbridge.ErrMessageTooLarge) || !errors.Is(reasons[1], nsqbridge.ErrBadEnvelope) ||
+		string(got[1].Body) != "a bare body" {
+		t.Fatalf("dead letters %v: %v", got, reasons)
+	}
+	if st := p.Stats(); st.BadRecords != 2 || st.DeadLetters != 2 || st.Forwarded != 2 {
+		t.Fatalf("stats %+v", st)
+	}
+	if got := work(t, newConsumer(t, nsqbridge.ConsumerOptions{NSQD: []string{nsqd.TCP}}), 2); got[0]+got[1] != 0+1 {
+		t.Fatalf("received %v, want 0 and 1", got)
+	}
+}
+
+// appendEnvelopeForTest is a plain publish's record, as FORMAT.md
+// specifies it.
+func appendEnvelopeForTest(topic string, body []byte) []byte {
+	return append(append([]byte{1, 0, byte(len(topic))}, topic...), body...)
+}
