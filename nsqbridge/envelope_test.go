@@ -3,8 +3,11 @@ package nsqbridge
 import (
 	"bytes"
 	"errors"
+	"strings"
 	"testing"
 	"time"
+
+	nsq "github.com/nsqio/go-nsq"
 )
 
 func TestEnvelopeRoundTrip(t *testing.T) {
@@ -102,4 +105,16 @@ func FuzzDecodeEnvelope(f *testing.F) {
 			t.Fatalf("decoded %q %d %q from % x, which encodes to % x", e.topic, e.due, e.body, b, again)
 		}
 	})
+}
+
+// TestValidTopic agrees with go-nsq's IsValidTopicName.
+func TestValidTopic(t *testing.T) {
+	for _, name := range []string{
+		"", "a", "jobs", "a.b_c-D9", "jobs#ephemeral", "#ephemeral", "jobs#ephemera", "a b", "a/b", "ü",
+		strings.Repeat("t", 64), strings.Repeat("t", 65), strings.Repeat("t", 54) + "#ephemeral", strings.Repeat("t", 55) + "#ephemeral",
+	} {
+		if got, want := validTopic(name), nsq.IsValidTopicName(name); got != want {
+			t.Errorf("%q: got %v, go-nsq says %v", name, got, want)
+		}
+	}
 }

@@ -110,6 +110,9 @@ func (p *Publisher) startBatch(it item) *batch {
 		return nil
 	}
 	b := &batch{topic: string(it.env.topic), bytes: 4}
+	if it.env.due == 0 {
+		b.items = make([]item, 0, p.opts.BatchSize)
+	}
 	b.add(it)
 	return b
 }
@@ -216,13 +219,14 @@ func (p *Publisher) nextBatch(ctx context.Context) *batch {
 }
 
 // node is one nsqd the publisher sends to, served by one goroutine
-// (runNode), which alone touches prod.
+// (runNode), which alone touches prod and bodies.
 type node struct {
 	addr   string
 	static bool // from Options.NSQD: never removed by discovery
 	ctx    context.Context
 	cancel context.CancelFunc
 	prod   *nsq.Producer
+	bodies [][]byte // send's MPUB argument, reused
 
 	connected         atomic.Bool
 	forwarded, errors atomic.Int64
@@ -376,11 +380,12 @@ func (n *node) send(b *batch, abort <-chan struct{}) error {
 			err = n.prod.PublishAsync(b.topic, it.env.body, done)
 		}
 	} else {
-		bodies := make([][]byte, len(b.items))
-		for i, it := range b.items {
-			bodies[i] = it.env.body
+		n.bodies = n.bodies[:0]
+		for _, it := range b.items {
+			n.bodies = append(n.bodies, it.env.body)
 		}
-		err = n.prod.MultiPublishAsync(b.topic, bodies, done)
+		err = n.prod.MultiPublishAsync(b.topic, n.bodies, done)
+		clear(n.bodies) // go-nsq copied them into its command
 	}
 	if err != nil {
 		return err

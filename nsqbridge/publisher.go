@@ -96,7 +96,7 @@ func (o PublisherOptions) withDefaults() (PublisherOptions, error) {
 	if len(o.NSQD)+len(o.Lookupd) == 0 {
 		return o, fmt.Errorf("%w: an NSQD or Lookupd address is required", ErrInvalidOptions)
 	}
-	if o.Topic != "" && !nsq.IsValidTopicName(o.Topic) {
+	if o.Topic != "" && !validTopic(o.Topic) {
 		return o, fmt.Errorf("%w: %w %q", ErrInvalidOptions, ErrInvalidTopic, o.Topic)
 	}
 	if o.MaxMsgSize < 0 || o.MaxDelay < 0 || o.BatchSize < 0 || o.MaxBatchBytes < 0 ||
@@ -323,7 +323,7 @@ func (p *Publisher) put(ctx context.Context, topic string, delay time.Duration, 
 
 // check applies nsqd's limits, as configured, to a message.
 func (p *Publisher) check(topic string, body []byte) error {
-	if !nsq.IsValidTopicName(topic) {
+	if !validTopic(topic) {
 		return fmt.Errorf("%w: %q", ErrInvalidTopic, topic)
 	}
 	if len(body) == 0 {
