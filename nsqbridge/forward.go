@@ -442,6 +442,17 @@ func (l *pendingList) remove(seq uint64) {
 	}
 }
 
+// oldest returns the seq of the oldest record not acknowledged; ok is false
+// if there is none.
+func (l *pendingList) oldest() (seq uint64, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.recs) == 0 {
+		return 0, false
+	}
+	return l.recs[0].seq, true
+}
+
 // oldestAge is now minus the put time of the oldest record not acknowledged.
 func (l *pendingList) oldestAge(now time.Time) time.Duration {
 	l.mu.Lock()
