@@ -98,3 +98,31 @@ func TestClusterFailover(t *testing.T) {
 		t.Fatalf("received %d distinct of %d", len(got), n)
 	}
 }
+
+// TestStaticNodesOneDown: of a static list of two nodes, one never
+// answers; the other takes every batch and the publisher reports the dead
+// one as not connected.
+func TestStaticNodesOneDown(t *testing.T) {
+	live, dead := startNSQD(t), freePort(t)
+	p := openPublisherWith(t, t.TempDir(), nsqbridge.PublisherOptions{NSQD: []string{dead, live.TCP}, BatchSize: 10})
+	defer p.Close()
+	const n = 300
+	for i := 0; i < n; i++ {
+		if err := p.Publish(context.Background(), msg(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	syncPublisher(t, p)
+	st := p.Stats()
+	if st.Forwarded != n || st.ConnectedNodes != 1 || len(st.Nodes) != 2 {
+		t.Fatalf("stats %+v", st)
+	}
+	for _, node := range st.Nodes {
+		if node.Discovered || node.Connected != (node.Addr == live.TCP) {
+			t.Fatalf("node %+v", node)
+		}
+	}
+	if got := live.stats("jobs").MessageCount; got != n {
+		t.Fatalf("the live node took %d of %d", got, n)
+	}
+}
