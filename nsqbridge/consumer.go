@@ -39,8 +39,9 @@ type ConsumerOptions struct {
 	// DeadLetter receives messages that ran out of attempts, with
 	// channel.ErrMaxAttempts, as channel.Options.DeadLetter does. The
 	// message is no longer in flight. It runs on a go-nsq goroutine, or in
-	// the worker's Requeue, and must not block for long. Nil logs the
-	// message at Warn and drops it; Stats counts it either way.
+	// the worker's Requeue, and must not block for long, nor call Close
+	// (which waits for go-nsq's goroutines). Nil logs the message at Warn
+	// and drops it; Stats counts it either way.
 	DeadLetter func(m *channel.Message, reason error)
 	// NSQConfig configures the go-nsq consumer; MaxInFlight, MsgTimeout
 	// and MaxAttempts override its fields. Nil means nsq.NewConfig().

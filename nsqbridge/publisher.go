@@ -64,8 +64,9 @@ type PublisherOptions struct {
 	// local record that is not a publisher message ([ErrBadEnvelope]) or
 	// fails Publish's checks under the current options. Its record is then
 	// removed from the local queue and forwarding goes on. It runs on a
-	// forwarding goroutine and must not block for long. Nil logs the
-	// message at Warn and drops it; Stats counts it either way.
+	// forwarding goroutine and must not block for long, nor call Close
+	// (which waits for that goroutine). Nil logs the message at Warn and
+	// drops it; Stats counts it either way.
 	DeadLetter func(m Rejected, reason error)
 
 	// Disk configures the local store-and-forward queue; its zero value is
