@@ -212,7 +212,10 @@ type Publisher struct {
 }
 
 // OpenPublisher opens (or creates) the local queue in dir and starts
-// forwarding it to nsqd, backlog first.
+// forwarding it to nsqd, backlog first. With Options.Lookupd it asks
+// nsqlookupd for nodes once before it returns, waiting at most
+// min(LookupdPollInterval, 5 s) for each address; nodes it cannot reach
+// are not waited for.
 func OpenPublisher(dir string, o PublisherOptions) (*Publisher, error) {
 	o, err := o.withDefaults()
 	if err != nil {
