@@ -20,10 +20,23 @@ import (
 
 func openPublisher(t testing.TB, dir string, nsqd *server) *nsqbridge.Publisher {
 	t.Helper()
-	p, err := nsqbridge.OpenPublisher(dir, nsqbridge.PublisherOptions{
-		NSQD: nsqd.TCP, Topic: "jobs", RetryInterval: 20 * time.Millisecond,
-		Disk: diskqueue.Options{SyncEvery: 1},
-	})
+	return openPublisherWith(t, dir, nsqbridge.PublisherOptions{NSQD: []string{nsqd.TCP}})
+}
+
+// openPublisherWith opens a publisher with o, publishing to "jobs" by
+// default, retrying every 20 ms and syncing every message locally.
+func openPublisherWith(t testing.TB, dir string, o nsqbridge.PublisherOptions) *nsqbridge.Publisher {
+	t.Helper()
+	if o.Topic == "" {
+		o.Topic = "jobs"
+	}
+	if o.RetryInterval == 0 {
+		o.RetryInterval = 20 * time.Millisecond
+	}
+	if o.Disk.SyncEvery == 0 {
+		o.Disk.SyncEvery = 1
+	}
+	p, err := nsqbridge.OpenPublisher(dir, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +158,7 @@ func TestNSQDKilledMidStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := p.Stats()
-	if st.Pending != 0 || st.ForwardErrors == 0 || st.Reconnects == 0 {
+	if st.Pending != 0 || st.SendErrors+st.ConnectErrors == 0 || st.Reconnects == 0 {
 		t.Fatalf("after nsqd came back: %+v", st)
 	}
 	c := newConsumer(t, nsqbridge.ConsumerOptions{NSQD: []string{nsqd.TCP}, MaxInFlight: 1})
@@ -165,7 +178,7 @@ func TestPublisherChild(t *testing.T) {
 		t.Skip("run by TestPublisherKilled")
 	}
 	p, err := nsqbridge.OpenPublisher(dir, nsqbridge.PublisherOptions{
-		NSQD: os.Getenv("SPILLQ_DEAD_NSQD"), Topic: "jobs", Disk: diskqueue.Options{SyncEvery: 1},
+		NSQD: []string{os.Getenv("SPILLQ_DEAD_NSQD")}, Topic: "jobs", Disk: diskqueue.Options{SyncEvery: 1},
 	})
 	if err != nil {
 		crashtest.Report("open-error", err)
@@ -208,6 +221,7 @@ func TestPublisherKilled(t *testing.T) {
 // TestRequeueAndTimeoutThroughNSQD: Requeue and an unfinished message's
 // timeout are nsqd's own mechanisms, with attempts counted by nsqd.
 func TestRequeueAndTimeoutThroughNSQD(t *testing.T) {
+	t.Parallel() // waits for nsqd to scan a new channel for timeouts (every 5 s)
 	nsqd := startNSQD(t)
 	p := openPublisher(t, t.TempDir(), nsqd)
 	defer p.Close()

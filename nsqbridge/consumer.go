@@ -2,9 +2,9 @@ package nsqbridge
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log"
+	"log/slog"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -15,7 +15,8 @@ import (
 	"github.com/spillq/spillq/channel"
 )
 
-// ConsumerOptions configures [NewConsumer].
+// ConsumerOptions configures [NewConsumer]. Every zero value means the
+// default named on its field.
 type ConsumerOptions struct {
 	Topic, Channel string // required
 	// NSQD lists nsqd TCP addresses to read from directly; Lookupd lists
@@ -24,65 +25,108 @@ type ConsumerOptions struct {
 	// MaxInFlight is how many messages nsqd may send before they are
 	// finished (go-nsq's max_in_flight). Zero means 100.
 	MaxInFlight int
-	// MsgTimeout asks nsqd to time messages out and deliver them again
-	// after this long unfinished. Zero means nsqd's default (60 s).
+	// MsgTimeout is how long a message may stay unfinished before nsqd
+	// delivers it again; the consumer asks nsqd for it, so both sides time
+	// messages out alike. Zero means 60 s (nsqd's default --msg-timeout).
 	MsgTimeout time.Duration
-	// NSQConfig configures the go-nsq consumer; MaxInFlight and MsgTimeout
-	// override its fields. Nil means nsq.NewConfig().
+	// MaxAttempts is how many deliveries a message gets, as
+	// channel.Options.MaxAttempts: a message requeued after its last
+	// attempt, or delivered again after it timed out on its last attempt,
+	// goes to DeadLetter and is finished at nsqd. Zero means unlimited (and
+	// go-nsq's own max_attempts, which finishes such messages silently, is
+	// turned off).
+	MaxAttempts uint16
+	// DeadLetter receives messages that ran out of attempts, with
+	// channel.ErrMaxAttempts, as channel.Options.DeadLetter does. The
+	// message is no longer in flight. It runs on a go-nsq goroutine, or in
+	// the worker's Requeue, and must not block for long, nor call Close
+	// (which waits for go-nsq's goroutines). Nil logs the message at Warn
+	// and drops it; Stats counts it either way.
+	DeadLetter func(m *channel.Message, reason error)
+	// NSQConfig configures the go-nsq consumer; MaxInFlight, MsgTimeout
+	// and MaxAttempts override its fields. Nil means nsq.NewConfig().
 	NSQConfig *nsq.Config
+	// Logger receives dead letters dropped for want of a DeadLetter
+	// handler. Nil discards.
+	Logger *slog.Logger
 }
 
+// Defaults documented on the ConsumerOptions fields.
+const (
+	DefaultMaxInFlight = 100
+	DefaultMsgTimeout  = 60 * time.Second
+)
+
 // Consumer reads an nsqd channel and hands out *channel.Message values: it
-// is a channel.Receiver. It is safe for concurrent use.
+// is a channel.Receiver, and its messages behave as a Channel's do. A
+// message's Finish, Requeue and Touch go to nsqd while it is in flight;
+// after its MsgTimeout has passed (nsqd then delivers it again) or once it
+// was answered they return channel.ErrNotInFlight and send nothing.
+// It is safe for concurrent use.
 type Consumer struct {
+	opts   ConsumerOptions
+	log    *slog.Logger
 	c      *nsq.Consumer
-	msgs   chan *nsq.Message
+	msgs   chan delivery
 	stopCh chan struct{}
 	once   sync.Once
 
-	received, finished, requeued atomic.Int64
+	received, finished, requeued, deadLetters, timedOut atomic.Int64
 
-	// mu guards outstanding: messages handed out and not yet answered,
-	// which Close requeues so go-nsq's Stop does not wait for them.
+	// mu guards the fields below. outstanding is the deliveries handed
+	// out and not yet answered, which Close requeues so go-nsq's Stop does
+	// not wait for them; held counts them by message ID; owed is the timed
+	// out deliveries whose REQ waits for a later delivery of the same
+	// message to be answered (see nsqAcker.answer).
 	mu          sync.Mutex
 	outstanding map[*nsqAcker]struct{}
+	held        map[nsq.MessageID]int
+	owed        map[nsq.MessageID][]*nsqAcker
 }
 
-// ErrClosed is returned by Receive after Close.
-var ErrClosed = errors.New("nsqbridge: consumer closed")
+// delivery is a message from nsqd, when it arrived and when its timeout
+// runs out.
+type delivery struct {
+	m                 *nsq.Message
+	arrived, deadline int64 // Unix ns
+}
 
 // NewConsumer connects to nsqd (or nsqlookupd) and starts receiving.
 func NewConsumer(o ConsumerOptions) (*Consumer, error) {
 	if o.Topic == "" || o.Channel == "" || len(o.NSQD)+len(o.Lookupd) == 0 {
 		return nil, fmt.Errorf("%w: Topic, Channel and an NSQD or Lookupd address are required", ErrInvalidOptions)
 	}
-	cfg := o.NSQConfig
-	if cfg == nil {
-		cfg = nsq.NewConfig()
+	if o.MaxInFlight < 0 || o.MsgTimeout < 0 {
+		return nil, fmt.Errorf("%w: negative MaxInFlight or MsgTimeout", ErrInvalidOptions)
 	}
-	cfg.MaxInFlight = 100
-	if o.MaxInFlight > 0 {
-		cfg.MaxInFlight = o.MaxInFlight
+	if o.MaxInFlight == 0 {
+		o.MaxInFlight = DefaultMaxInFlight
 	}
-	if o.MsgTimeout > 0 {
-		cfg.MsgTimeout = o.MsgTimeout
+	if o.MsgTimeout == 0 {
+		o.MsgTimeout = DefaultMsgTimeout
 	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	cfg := nsq.NewConfig()
+	if o.NSQConfig != nil {
+		cp := *o.NSQConfig // never write into the caller's config
+		cfg = &cp
+	}
+	cfg.MaxInFlight = o.MaxInFlight
+	cfg.MsgTimeout = o.MsgTimeout
+	cfg.MaxAttempts = 0 // attempts are counted here, as a Channel counts them
 	nc, err := nsq.NewConsumer(o.Topic, o.Channel, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidOptions, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
 	nc.SetLogger(log.New(discard{}, "", 0), nsq.LogLevelError)
-	c := &Consumer{c: nc, msgs: make(chan *nsq.Message), stopCh: make(chan struct{}), outstanding: map[*nsqAcker]struct{}{}}
-	nc.AddHandler(nsq.HandlerFunc(func(m *nsq.Message) error {
-		// The worker responds, through Finish or Requeue; go-nsq must not.
-		m.DisableAutoResponse()
-		select {
-		case c.msgs <- m:
-		case <-c.stopCh:
-			m.RequeueWithoutBackoff(0) // not delivered: give it back
-		}
-		return nil
-	}))
+	c := &Consumer{
+		opts: o, log: o.Logger.With("topic", o.Topic, "channel", o.Channel), c: nc,
+		msgs: make(chan delivery), stopCh: make(chan struct{}), outstanding: map[*nsqAcker]struct{}{},
+		held: map[nsq.MessageID]int{}, owed: map[nsq.MessageID][]*nsqAcker{},
+	}
+	nc.AddHandler(nsq.HandlerFunc(c.handle))
 	if len(o.NSQD) > 0 {
 		err = nc.ConnectToNSQDs(o.NSQD)
 	} else {
@@ -96,66 +140,179 @@ func NewConsumer(o ConsumerOptions) (*Consumer, error) {
 	return c, nil
 }
 
+// handle runs on go-nsq's goroutines for each message nsqd sends, and
+// waits until Receive takes it.
+func (c *Consumer) handle(m *nsq.Message) error {
+	// The worker responds, through Finish or Requeue; go-nsq must not.
+	m.DisableAutoResponse()
+	now := time.Now()
+	d := delivery{m: m, arrived: now.UnixNano(), deadline: now.Add(c.opts.MsgTimeout).UnixNano()}
+	if c.opts.MaxAttempts > 0 && m.Attempts > c.opts.MaxAttempts {
+		// It timed out on its last attempt and nsqd sent it again.
+		a := c.track(d)
+		a.answer(func() { c.deadLetter(a, c.message(a)) }, false)
+		return nil
+	}
+	select {
+	case c.msgs <- d:
+	case <-c.stopCh:
+		m.RequeueWithoutBackoff(0) // not delivered: give it back
+	}
+	return nil
+}
+
+// exhausted reports whether a message that had attempts deliveries may have
+// no more.
+func (c *Consumer) exhausted(attempts uint16) bool {
+	return c.opts.MaxAttempts > 0 && attempts >= c.opts.MaxAttempts
+}
+
+// deadLetter hands m to the DeadLetter handler and finishes it at nsqd;
+// it runs as the answer of m's acker a.
+func (c *Consumer) deadLetter(a *nsqAcker, m *channel.Message) {
+	c.deadLetters.Add(1)
+	if c.opts.DeadLetter != nil {
+		c.opts.DeadLetter(m, channel.ErrMaxAttempts)
+	} else {
+		c.log.Warn("nsqbridge: dropping dead letter (set ConsumerOptions.DeadLetter to keep them)",
+			"id", m.ID.String(), "attempts", m.Attempts, "reason", channel.ErrMaxAttempts)
+	}
+	a.m.Finish()
+}
+
 // Receive returns the next message from nsqd, waiting until there is one,
 // ctx ends or the consumer closes. As with a Channel, the message must be
 // finished or requeued; unfinished it times out and nsqd delivers it again.
+// A message whose timeout ran out before Receive took it is skipped: nsqd
+// delivers it again.
 func (c *Consumer) Receive(ctx context.Context) (*channel.Message, error) {
-	select {
-	case m := <-c.msgs:
-		c.received.Add(1)
-		id, _ := strconv.ParseUint(string(m.ID[:]), 16, 64)
-		a := &nsqAcker{c: c, m: m}
-		c.mu.Lock()
-		c.outstanding[a] = struct{}{}
-		c.mu.Unlock()
-		return channel.NewMessage(channel.ID(id), m.Body, time.Unix(0, m.Timestamp), m.Attempts, a), nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-c.stopCh:
-		return nil, ErrClosed
+	for {
+		select {
+		case d := <-c.msgs:
+			a := c.track(d)
+			if a.expired() {
+				continue
+			}
+			c.received.Add(1)
+			return c.message(a), nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-c.stopCh:
+			return nil, ErrClosed
+		}
 	}
+}
+
+// track starts the bookkeeping of a delivery.
+func (c *Consumer) track(d delivery) *nsqAcker {
+	a := &nsqAcker{c: c, m: d.m, arrived: d.arrived}
+	a.deadline.Store(d.deadline)
+	c.mu.Lock()
+	c.outstanding[a] = struct{}{}
+	c.held[d.m.ID]++
+	c.mu.Unlock()
+	return a
+}
+
+func (c *Consumer) message(a *nsqAcker) *channel.Message {
+	id, _ := strconv.ParseUint(string(a.m.ID[:]), 16, 64)
+	return channel.NewMessage(channel.ID(id), a.m.Body, time.Unix(0, a.m.Timestamp), a.m.Attempts, a)
 }
 
 // nsqAcker answers one nsqd message.
 type nsqAcker struct {
 	c         *Consumer
 	m         *nsq.Message
+	arrived   int64        // Unix ns
+	deadline  atomic.Int64 // Unix ns: nsqd times the message out then
 	responded atomic.Bool
 }
 
-// respond claims the one answer a message gets.
-func (a *nsqAcker) respond() bool {
+// answer claims the one answer a delivery gets and sends it with send;
+// it reports false if the delivery was answered already.
+//
+// A delivery whose timeout ran out is answered with REQ, sent only
+// because go-nsq waits, at Close, for an answer to every delivery. nsqd
+// names a message by its ID across deliveries, so that REQ would requeue a
+// later delivery of the same message to this consumer if one is held here:
+// it waits until every such delivery was answered, and then finds nothing
+// to requeue (nsqd replies E_REQ_FAILED, which go-nsq logs).
+func (a *nsqAcker) answer(send func(), expired bool) bool {
 	if !a.responded.CompareAndSwap(false, true) {
 		return false
 	}
-	a.c.mu.Lock()
-	delete(a.c.outstanding, a)
-	a.c.mu.Unlock()
+	c := a.c
+	id := a.m.ID
+	c.mu.Lock()
+	delete(c.outstanding, a)
+	c.held[id]--
+	if expired && c.held[id] > 0 {
+		c.owed[id] = append(c.owed[id], a)
+		c.mu.Unlock()
+		return true
+	}
+	var owed []*nsqAcker
+	if c.held[id] == 0 {
+		delete(c.held, id)
+		owed = c.owed[id]
+		delete(c.owed, id)
+	}
+	c.mu.Unlock()
+	if expired {
+		a.m.RequeueWithoutBackoff(0)
+	} else {
+		send()
+	}
+	for _, o := range owed {
+		o.m.RequeueWithoutBackoff(0)
+	}
+	return true
+}
+
+// expired reports whether the delivery's timeout has run out, and if so
+// gives up its answer: nsqd delivers the message again.
+func (a *nsqAcker) expired() bool {
+	if time.Now().UnixNano() < a.deadline.Load() {
+		return false
+	}
+	if a.answer(nil, true) {
+		a.c.timedOut.Add(1)
+	}
 	return true
 }
 
 func (a *nsqAcker) Finish(*channel.Message) error {
-	if !a.respond() {
+	if a.expired() || !a.answer(a.m.Finish, false) {
 		return channel.ErrNotInFlight
 	}
-	a.m.Finish()
 	a.c.finished.Add(1)
 	return nil
 }
 
-func (a *nsqAcker) Requeue(_ *channel.Message, delay time.Duration) error {
-	if !a.respond() {
+// Requeue sends the message back to nsqd, to be delivered again after
+// delay; after its last attempt it goes to DeadLetter instead.
+func (a *nsqAcker) Requeue(m *channel.Message, delay time.Duration) error {
+	if a.expired() {
 		return channel.ErrNotInFlight
 	}
-	a.m.RequeueWithoutBackoff(delay)
+	if a.c.exhausted(a.m.Attempts) {
+		if !a.answer(func() { a.c.deadLetter(a, m) }, false) {
+			return channel.ErrNotInFlight
+		}
+		return nil
+	}
+	if !a.answer(func() { a.m.RequeueWithoutBackoff(delay) }, false) {
+		return channel.ErrNotInFlight
+	}
 	a.c.requeued.Add(1)
 	return nil
 }
 
 func (a *nsqAcker) Touch(*channel.Message) error {
-	if a.responded.Load() {
+	if a.responded.Load() || a.expired() {
 		return channel.ErrNotInFlight
 	}
+	a.deadline.Store(time.Now().Add(a.c.opts.MsgTimeout).UnixNano())
 	a.m.Touch()
 	return nil
 }
@@ -163,17 +320,37 @@ func (a *nsqAcker) Touch(*channel.Message) error {
 // ConsumerStats counts what a consumer has done.
 type ConsumerStats struct {
 	Received, Finished, Requeued int64
-	Connections                  int // nsqd connections open now
+	// DeadLetters counts messages handed to DeadLetter (or logged and
+	// dropped) after their last attempt.
+	DeadLetters int64
+	// TimedOut counts messages whose timeout ran out before they were
+	// answered (or before Receive took them); nsqd delivers them again.
+	TimedOut int64
+	// InFlight is the messages received and not yet answered, and
+	// OldestInFlight how long ago the oldest of them arrived.
+	InFlight       int
+	OldestInFlight time.Duration
+	Connections    int // nsqd connections open now
 }
 
 // Stats returns the consumer's counters.
 func (c *Consumer) Stats() ConsumerStats {
-	return ConsumerStats{
+	st := ConsumerStats{
 		Received:    c.received.Load(),
 		Finished:    c.finished.Load(),
 		Requeued:    c.requeued.Load(),
+		DeadLetters: c.deadLetters.Load(),
+		TimedOut:    c.timedOut.Load(),
 		Connections: c.c.Stats().Connections,
 	}
+	now := time.Now()
+	c.mu.Lock()
+	st.InFlight = len(c.outstanding)
+	for a := range c.outstanding {
+		st.OldestInFlight = max(st.OldestInFlight, now.Sub(time.Unix(0, a.arrived)))
+	}
+	c.mu.Unlock()
+	return st
 }
 
 // Close stops receiving and waits for the connections to close. Messages
@@ -189,9 +366,7 @@ func (c *Consumer) Close() error {
 		}
 		c.mu.Unlock()
 		for _, a := range held {
-			if a.respond() {
-				a.m.RequeueWithoutBackoff(0)
-			}
+			a.answer(func() { a.m.RequeueWithoutBackoff(0) }, false)
 		}
 		c.c.Stop()
 		<-c.c.StopChan

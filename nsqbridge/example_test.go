@@ -2,60 +2,74 @@ package nsqbridge_test
 
 import (
 	"context"
+	"errors"
 	"log"
+	"time"
 
 	"github.com/spillq/spillq/channel"
-	"github.com/spillq/spillq/diskqueue"
 	"github.com/spillq/spillq/nsqbridge"
 )
 
-// A producer publishes through a local store-and-forward queue, and a
-// worker written against channel.Receiver consumes from nsqd. The example
-// has no Output comment, so go test compiles it but does not run it: it
-// needs a running nsqd (and nsqlookupd) at the addresses below. The
-// package's tests start real ones on loopback.
-func Example() {
+// A publisher over the nsqd nodes registered with nsqlookupd, with a
+// dead-letter handler for what nsqd refuses. (Not run: it needs a
+// cluster.)
+func ExampleOpenPublisher() {
+	pub, err := nsqbridge.OpenPublisher("/var/lib/orders/outbox", nsqbridge.PublisherOptions{
+		Lookupd: []string{"nsqlookupd:4161"},
+		Topic:   "orders",
+		DeadLetter: func(m nsqbridge.Rejected, reason error) {
+			log.Printf("nsqd refused message %d for %s: %v", m.Seq, m.Topic, reason)
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pub.Close() // what nsqd has not acknowledged waits on disk for the next start
+
 	ctx := context.Background()
-
-	// Publish returns once the message is in the local queue (here fsynced:
-	// SyncEvery 1); it is forwarded to nsqd in order, and removed locally
-	// only once nsqd acknowledged it. While nsqd is down, Publish goes on
-	// working into the local queue.
-	pub, err := nsqbridge.OpenPublisher("/var/lib/myservice/outbox", nsqbridge.PublisherOptions{
-		NSQD:  "127.0.0.1:4150",
-		Topic: "jobs",
-		Disk:  diskqueue.Options{SyncEvery: 1},
-	})
-	if err != nil {
-		log.Fatal(err)
+	if err := pub.Publish(ctx, []byte(`{"order":1}`)); errors.Is(err, nsqbridge.ErrMessageTooLarge) {
+		log.Print("too large for nsqd; not stored")
 	}
-	defer pub.Close()
-	if err := pub.Publish(ctx, []byte("resize image 42")); err != nil {
-		log.Fatal(err)
-	}
+	pub.PublishTo(ctx, "audit", []byte(`order 1 placed`))
+	pub.DeferredPublish(ctx, "reminders", 10*time.Minute, []byte(`order 1: pay`))
 
-	// The consumer is a channel.Receiver, as a *spillq.Queue is: moving a
-	// worker from the embedded queue to nsqd changes only this line.
+	// Wait until nsqd has acknowledged all three.
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := pub.Sync(ctx); err != nil {
+		log.Printf("not yet at nsqd (still safe locally): %v; %d pending", err, pub.Stats().Pending)
+	}
+}
+
+// A worker written against channel.Receiver, reading from nsqd with a
+// channel's attempt and dead-letter rules. (Not run: it needs a cluster.)
+func ExampleNewConsumer() {
 	var jobs channel.Receiver
-	cons, err := nsqbridge.NewConsumer(nsqbridge.ConsumerOptions{
-		Topic: "jobs", Channel: "workers", Lookupd: []string{"127.0.0.1:4161"},
+	c, err := nsqbridge.NewConsumer(nsqbridge.ConsumerOptions{
+		Topic: "orders", Channel: "billing", Lookupd: []string{"nsqlookupd:4161"},
+		MaxAttempts: 5,
+		DeadLetter: func(m *channel.Message, reason error) {
+			log.Printf("giving up on %s after %d attempts: %v", m.ID, m.Attempts, reason)
+		},
 	})
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer cons.Close()
-	jobs = cons
-	runWorker(ctx, jobs)
-}
-
-// runWorker is a worker that runs unchanged against spillq or nsqd.
-func runWorker(ctx context.Context, jobs channel.Receiver) {
+	defer c.Close()
+	jobs = c
 	for {
-		m, err := jobs.Receive(ctx)
+		m, err := jobs.Receive(context.Background())
 		if err != nil {
-			return // the consumer was closed, or ctx ended
+			return
 		}
-		log.Printf("working on %s", m.Body) // the work
-		m.Finish()                          // Finish, Requeue and Touch go to nsqd
+		if err := bill(m.Body); err != nil {
+			m.Requeue(time.Second) // after the 5th attempt: DeadLetter
+			continue
+		}
+		if err := m.Finish(); errors.Is(err, channel.ErrNotInFlight) {
+			log.Print("finished after MsgTimeout: nsqd delivers it again")
+		}
 	}
 }
+
+func bill([]byte) error { return nil }

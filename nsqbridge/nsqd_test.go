@@ -2,16 +2,20 @@ package nsqbridge_test
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
-	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/spillq/spillq/internal/broadcast"
 	"github.com/spillq/spillq/internal/crashtest"
 )
 
@@ -61,9 +65,15 @@ type server struct {
 	args     []string
 	ready    string // the log line that says it is listening
 	cmd      *exec.Cmd
+	drained  chan struct{} // closed when the log of the running process ends
 	TCP      string
 	HTTP     string
 	dataPath string
+
+	// mu guards logged: every log line of every run, in order.
+	mu     sync.Mutex
+	logged []string
+	wrote  broadcast.Broadcast // a line was logged
 }
 
 func startNSQD(t testing.TB, extra ...string) *server {
@@ -99,8 +109,15 @@ func (s *server) start() {
 	var seen []string
 	for sc.Scan() {
 		seen = append(seen, sc.Text())
+		s.record(sc.Text())
 		if strings.Contains(sc.Text(), s.ready) {
-			go io.Copy(io.Discard, stderr) // keep draining its log
+			s.drained = make(chan struct{})
+			go func() { // keep reading its log
+				defer close(s.drained)
+				for sc.Scan() {
+					s.record(sc.Text())
+				}
+			}()
 			return
 		}
 	}
@@ -108,10 +125,91 @@ func (s *server) start() {
 	s.t.Fatalf("%s did not start:\n%s", s.bin, strings.Join(seen, "\n"))
 }
 
+func (s *server) record(line string) {
+	s.mu.Lock()
+	s.logged = append(s.logged, line)
+	s.mu.Unlock()
+	s.wrote.Notify()
+}
+
+// waitLog waits until the server has logged n lines containing substr.
+func (s *server) waitLog(substr string, n int) {
+	s.t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		wait := s.wrote.Wait()
+		s.mu.Lock()
+		count := 0
+		for _, l := range s.logged {
+			if strings.Contains(l, substr) {
+				count++
+			}
+		}
+		s.mu.Unlock()
+		if count >= n {
+			return
+		}
+		select {
+		case <-wait:
+		case <-timeout:
+			s.t.Fatalf("%s logged %q %d times, want %d", s.bin, substr, count, n)
+		}
+	}
+}
+
+// topicStats is what nsqd's /stats says about a topic.
+type topicStats struct {
+	MessageCount uint64 `json:"message_count"`
+	Depth        int64  `json:"depth"`
+	Channels     []struct {
+		Name          string `json:"channel_name"`
+		Depth         int64  `json:"depth"`
+		InFlight      int    `json:"in_flight_count"`
+		DeferredCount int    `json:"deferred_count"`
+		MessageCount  uint64 `json:"message_count"`
+	} `json:"channels"`
+}
+
+// stats asks nsqd for its statistics of topic (zero if it has none).
+func (s *server) stats(topic string) topicStats {
+	s.t.Helper()
+	resp, err := http.Get("http://" + s.HTTP + "/stats?format=json&topic=" + topic)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Topics []struct {
+			Name string `json:"topic_name"`
+			topicStats
+		} `json:"topics"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		s.t.Fatal(err)
+	}
+	for _, t := range body.Topics {
+		if t.Name == topic {
+			return t.topicStats
+		}
+	}
+	return topicStats{}
+}
+
+// stop stops the server gracefully (SIGTERM), if it runs.
+func (s *server) stop() {
+	if s.cmd != nil && s.cmd.Process != nil {
+		s.cmd.Process.Signal(syscall.SIGTERM)
+		<-s.drained
+		s.cmd.Wait()
+		s.cmd = nil
+	}
+}
+
 // kill SIGKILLs the server, if it runs.
 func (s *server) kill() {
 	if s.cmd != nil && s.cmd.Process != nil {
 		s.cmd.Process.Signal(syscall.SIGKILL)
+		<-s.drained
 		s.cmd.Wait()
 		s.cmd = nil
 	}

@@ -1,0 +1,124 @@
+package nsqbridge_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/spillq/spillq/channel"
+	"github.com/spillq/spillq/nsqbridge"
+)
+
+type deadMessage struct {
+	m      *channel.Message
+	reason error
+}
+
+// TestConsumerUnlimitedAttempts: MaxAttempts zero means unlimited, as for a
+// Channel; go-nsq's default would finish the message after 5 silently.
+func TestConsumerUnlimitedAttempts(t *testing.T) {
+	nsqd := startNSQD(t)
+	p := openPublisher(t, t.TempDir(), nsqd)
+	defer p.Close()
+	p.Publish(context.Background(), msg(1))
+	c := newConsumer(t, nsqbridge.ConsumerOptions{NSQD: []string{nsqd.TCP}})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for attempt := uint16(1); attempt <= 8; attempt++ {
+		m, err := c.Receive(ctx)
+		if err != nil {
+			t.Fatalf("attempt %d: %v", attempt, err)
+		}
+		if m.Attempts != attempt {
+			t.Fatalf("got attempt %d, want %d", m.Attempts, attempt)
+		}
+		if err := m.Requeue(0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := c.Stats(); st.DeadLetters != 0 || st.Requeued != 8 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestConsumerMaxAttempts: a message requeued after its last attempt goes
+// to DeadLetter with channel.ErrMaxAttempts, as on a Channel, and nsqd
+// holds it no more.
+func TestConsumerMaxAttempts(t *testing.T) {
+	nsqd := startNSQD(t)
+	p := openPublisher(t, t.TempDir(), nsqd)
+	defer p.Close()
+	p.Publish(context.Background(), msg(1))
+	syncPublisher(t, p)
+	dead := make(chan deadMessage, 1)
+	c := newConsumer(t, nsqbridge.ConsumerOptions{NSQD: []string{nsqd.TCP}, MaxAttempts: 2,
+		DeadLetter: func(m *channel.Message, reason error) { dead <- deadMessage{m, reason} }})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for attempt := uint16(1); attempt <= 2; attempt++ {
+		m, err := c.Receive(ctx)
+		if err != nil || m.Attempts != attempt {
+			t.Fatalf("delivery %d: %v, attempts %d", attempt, err, m.Attempts)
+		}
+		if err := m.Requeue(0); err != nil {
+			t.Fatal(err)
+		}
+		if attempt == 2 {
+			if err := m.Finish(); !errors.Is(err, channel.ErrNotInFlight) {
+				t.Fatalf("Finish of a dead letter: %v", err)
+			}
+		}
+	}
+	d := <-dead
+	if !errors.Is(d.reason, channel.ErrMaxAttempts) || num(t, d.m) != 1 || d.m.Attempts != 2 {
+		t.Fatalf("dead letter %v attempts %d: %v", d.m.Body, d.m.Attempts, d.reason)
+	}
+	if st := c.Stats(); st.DeadLetters != 1 || st.Requeued != 1 || st.InFlight != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	// Finished at nsqd: the same connection carried the FIN before this
+	// publish, so once the next message arrives nsqd has forgotten it.
+	p.Publish(context.Background(), msg(2))
+	m, err := c.Receive(ctx)
+	if err != nil || num(t, m) != 2 {
+		t.Fatalf("next message: %v %v", m, err)
+	}
+	m.Finish()
+	if ch := nsqd.stats("jobs").Channels; len(ch) != 1 || ch[0].Depth != 0 || ch[0].DeferredCount != 0 {
+		t.Fatalf("nsqd channel stats %+v", ch)
+	}
+}
+
+// TestConsumerTimeout: a message not finished within MsgTimeout is
+// delivered again by nsqd; after its last attempt that delivery goes to
+// DeadLetter, and a late Finish of the timed-out delivery returns
+// channel.ErrNotInFlight, as on a Channel.
+func TestConsumerTimeout(t *testing.T) {
+	t.Parallel() // waits for nsqd to scan a new channel for timeouts (every 5 s)
+	nsqd := startNSQD(t)
+	p := openPublisher(t, t.TempDir(), nsqd)
+	defer p.Close()
+	p.Publish(context.Background(), msg(1))
+	dead := make(chan deadMessage, 1)
+	c := newConsumer(t, nsqbridge.ConsumerOptions{NSQD: []string{nsqd.TCP}, MaxAttempts: 1, MsgTimeout: time.Second,
+		DeadLetter: func(m *channel.Message, reason error) { dead <- deadMessage{m, reason} }})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	m, err := c.Receive(ctx)
+	if err != nil || m.Attempts != 1 {
+		t.Fatalf("first delivery: %v", err)
+	}
+	d := <-dead // nsqd timed it out and delivered it again
+	if !errors.Is(d.reason, channel.ErrMaxAttempts) || d.m.Attempts != 2 {
+		t.Fatalf("dead letter attempts %d: %v", d.m.Attempts, d.reason)
+	}
+	for name, answer := range map[string]func() error{"Finish": m.Finish, "Touch": m.Touch, "Requeue": func() error { return m.Requeue(0) }} {
+		if err := answer(); !errors.Is(err, channel.ErrNotInFlight) {
+			t.Fatalf("%s after the timeout: %v, want ErrNotInFlight", name, err)
+		}
+	}
+	if st := c.Stats(); st.TimedOut != 1 || st.Finished != 0 || st.DeadLetters != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
