@@ -247,6 +247,66 @@ func TestRealDiskFull(t *testing.T) {
 	}
 }
 
+// TestRealDiskFullDefaultSegments fills a 1 MiB tmpfs with the default
+// 100 MiB segments, so everything sits in the one active segment: Put
+// fails with ErrDiskFull before writing anything, nothing accepted is lost,
+// and once consumers acknowledge everything Put works again (the writer
+// frees the consumed active segment to roll it), in the same process and
+// after a reopen.
+func TestRealDiskFullDefaultSegments(t *testing.T) {
+	mnt := mountTmpfs(t, "the injected-ENOSPC tests cover the same paths")
+	dir := filepath.Join(mnt, "q")
+	q := mustOpen(t, dir, Options{})
+	ctx := context.Background()
+	body := bytes.Repeat([]byte("y"), 1000)
+	accepted := 0
+	var err error
+	for ; accepted < 5000; accepted++ {
+		if err = q.Put(ctx, body); err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, ErrDiskFull) || !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("Put on a full tmpfs: got %v after %d records, want ErrDiskFull wrapping ENOSPC", err, accepted)
+	}
+	if st := q.Stats(); st.WriteSeq != uint64(accepted) || st.Segments != 1 {
+		t.Fatalf("after the refused Put: WriteSeq %d Segments %d, want %d and 1", st.WriteSeq, st.Segments, accepted)
+	}
+	if got := len(readAll(t, q)); got != accepted {
+		t.Fatalf("read %d of %d accepted", got, accepted)
+	}
+	// The first Put after the drain may still find the disk full; it asks
+	// the writer to roll, and Sync waits for that round.
+	putAgain := func(stage string) {
+		t.Helper()
+		for i := 0; i < 50; i++ {
+			err := q.Put(ctx, body)
+			if err == nil {
+				continue
+			}
+			if !errors.Is(err, ErrDiskFull) {
+				t.Fatalf("%s: Put %d: %v", stage, i, err)
+			}
+			if err := q.Sync(ctx); err != nil {
+				t.Fatalf("%s: Sync: %v", stage, err)
+			}
+			if err := q.Put(ctx, body); err != nil {
+				t.Fatalf("%s: Put %d after the roll: %v", stage, i, err)
+			}
+		}
+	}
+	putAgain("same process")
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	q = mustOpen(t, dir, Options{})
+	defer q.Close()
+	if got := len(readAll(t, q)); got < 50 {
+		t.Fatalf("after reopen read %d, want the 50+ put after the drain", got)
+	}
+	putAgain("after reopen")
+}
+
 // TestRetentionAndReplay keeps consumed segments for replay by seq and by
 // time, bounded by bytes; the live cursor is not disturbed.
 func TestRetentionAndReplay(t *testing.T) {
@@ -552,4 +612,85 @@ func mountTmpfs(t *testing.T, instead string) string {
 	}
 	t.Cleanup(func() { exec.Command("umount", mnt).Run() })
 	return mnt
+}
+
+// TestFileCutUnderneath: another process cutting a segment file short must
+// not crash the process. A Put that faults on the mapped log gets an error
+// (sticky: the queue can no longer trust its files); a read of the cut log
+// reports the damage instead of panicking.
+func TestFileCutUnderneath(t *testing.T) {
+	dir := t.TempDir()
+	// A small segment is preallocated whole at once, so nothing extends
+	// the file again after the cut (which would turn it into a hole).
+	q := mustOpen(t, dir, Options{MaxSegmentBytes: 8 << 10})
+	ctx := context.Background()
+	if q.Stats().WritePath != "mmap" {
+		t.Skip("the write(2) path has no mapping to fault on; TestWritePathFallback covers it")
+	}
+	for i := 0; i < 10; i++ {
+		if err := q.Put(ctx, faultBody(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := q.Sync(ctx); err != nil { // a writer round: preallocation done
+		t.Fatal(err)
+	}
+	log := filepath.Join(dir, segmentName(0, logSuffix))
+	if err := os.Truncate(log, 0); err != nil {
+		t.Fatal(err)
+	}
+	err := q.Put(ctx, []byte("into the cut file"))
+	if !errors.Is(err, errFault) {
+		t.Fatalf("Put into a log cut to zero: got %v, want the mapping fault as an error", err)
+	}
+	if err := q.Put(ctx, []byte("after")); !errors.Is(err, errFault) {
+		t.Fatalf("Put after a fault: got %v, want the sticky fault", err)
+	}
+	// Reads go through pread: the cut records are reported, never served.
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	for {
+		rec, err := q.Read(done)
+		if err != nil {
+			break
+		}
+		t.Fatalf("Read served seq %d from a log cut to zero", rec.Seq)
+	}
+	q.Close()
+}
+
+// TestWritePathFallback: where segments cannot be mapped the producer's own
+// write(2) keeps the same guarantee, and Stats says which path is in use.
+func TestWritePathFallback(t *testing.T) {
+	dir := t.TempDir()
+	q := mustOpen(t, dir, Options{writePathForTesting: true, MaxSegmentBytes: 4 << 10})
+	ctx := context.Background()
+	if got := q.Stats().WritePath; got != "write" {
+		t.Fatalf("WritePath %q, want write", got)
+	}
+	for i := 0; i < 300; i++ {
+		if err := q.Put(ctx, faultBody(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// What Put returned for is in the kernel: another reader of the files
+	// (a read-only view) sees every record without a Sync or Close.
+	ro, err := OpenReadOnly(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := ro.Stats(); st.WriteSeq != 300 {
+		t.Fatalf("read-only view sees WriteSeq %d, want 300", st.WriteSeq)
+	}
+	ro.Close()
+	got := readAll(t, q)
+	if len(got) != 300 {
+		t.Fatalf("read %d of 300", len(got))
+	}
+	q.Close()
+	q = mustOpen(t, dir, Options{})
+	defer q.Close()
+	if st := q.Stats(); st.Depth != 0 || st.WritePath != "mmap" {
+		t.Fatalf("reopened on the mapped path: %+v", st)
+	}
 }

@@ -46,6 +46,12 @@ type mapper interface {
 	Map(n int) ([]byte, error)
 }
 
+// puncher is implemented by files whose blocks can be freed without
+// changing their size (a hole punched), on Linux.
+type puncher interface {
+	PunchHole(off, n int64) error
+}
+
 // osFS is the real file system.
 type osFS struct{}
 

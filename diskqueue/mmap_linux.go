@@ -37,6 +37,14 @@ func (f osFile) Allocate(off, n int64) error {
 	}
 }
 
+// PunchHole frees the blocks of [off, off+n); reads there return zeros.
+func (f osFile) PunchHole(off, n int64) error {
+	if err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n); err != nil {
+		return &os.PathError{Op: "punch hole", Path: f.Name(), Err: err}
+	}
+	return nil
+}
+
 // Map maps the first n bytes of the file shared and writable. n may reach
 // past the end of the file; only bytes inside it may be touched.
 func (f osFile) Map(n int) ([]byte, error) {

@@ -230,6 +230,9 @@ func (q *Queue) Put(ctx context.Context, body []byte) error {
 			seq, err = q.appendLocked(flags, stored)
 		}
 		if err != nil {
+			if errors.Is(err, ErrDiskFull) {
+				q.requestRollLocked()
+			}
 			wait := q.freed.Wait()
 			q.mu.Unlock()
 			if !q.opts.BlockWhenFull || !errors.Is(err, ErrDiskFull) {
@@ -270,9 +273,7 @@ func (q *Queue) acceptingLocked() error {
 }
 
 // fullLocked reports ErrDiskFull if a frame of n more bytes would break the
-// disk budget. When everything is acknowledged but the active segment
-// still holds records, it asks the writer to roll so the old segment can
-// go, since no consumer will ever free that space otherwise.
+// disk budget.
 func (q *Queue) fullLocked(n int64) error {
 	max := q.opts.MaxDiskBytes
 	if max == 0 {
@@ -285,11 +286,17 @@ func (q *Queue) fullLocked(n int64) error {
 	if used+n+indexEntrySize+reserve <= max {
 		return nil
 	}
+	return fmt.Errorf("%w: %d bytes used, %d more would pass MaxDiskBytes %d", ErrDiskFull, used, n, max)
+}
+
+// requestRollLocked asks the writer to roll the active segment when every
+// record in it is acknowledged: on a full disk (the budget's or the file
+// system's) no consumer will ever free that space otherwise.
+func (q *Queue) requestRollLocked() {
 	if q.ackFloor.Load() == q.nextSeq.Load() && !q.rollRequested.Load() {
 		q.rollRequested.Store(true)
 		q.wake()
 	}
-	return fmt.Errorf("%w: %d bytes used, %d more would pass MaxDiskBytes %d", ErrDiskFull, used, n, max)
 }
 
 // waitForSpace blocks until space may have been freed: this queue

@@ -247,7 +247,13 @@ func (q *Queue) housekeep(now time.Time) {
 		q.rollRequested.Store(false)
 		q.mu.Lock()
 		if t := q.t; floor >= t.end && t.end > t.seg.base && q.writeErr == nil {
-			if err := q.rotateLocked(); err != nil && !errors.Is(err, ErrDiskFull) {
+			err := q.rotateLocked()
+			if errors.Is(err, ErrDiskFull) {
+				// No room even for the next segment's first pages: the
+				// active one holds nothing unacknowledged, so it goes first.
+				err = q.recycleActiveLocked()
+			}
+			if err != nil && !errors.Is(err, ErrDiskFull) {
 				q.failLocked(err)
 			}
 		}
@@ -341,6 +347,25 @@ func (q *Queue) housekeep(now time.Time) {
 	}
 	q.updateDeleteHint()
 	q.freed.Notify()
+}
+
+// recycleActiveLocked makes room to roll an active segment every record of
+// which is acknowledged, on a file system too full to create the next
+// segment beside it: it frees the old records' blocks (a hole punched in
+// the log; its size and offsets stay, and the segment is deleted once
+// sealed), then rolls. Retained segments are not punched: retention keeps
+// them for replay. The caller holds q.mu and is the writer goroutine.
+func (q *Queue) recycleActiveLocked() error {
+	t := q.t
+	p, ok := t.log.f.(puncher)
+	if !ok || q.opts.RetainBytes > 0 || q.opts.RetainAge > 0 {
+		return fmt.Errorf("%w: cannot free the consumed active segment in place", ErrDiskFull)
+	}
+	if err := p.PunchHole(fileHeaderSize, t.size-fileHeaderSize); err != nil {
+		return fmt.Errorf("%w: %w", ErrDiskFull, err)
+	}
+	q.log.Warn("diskqueue: file system full; freed the consumed active segment's blocks to roll it", "segment", t.seg.base, "bytes", t.size)
+	return q.rotateLocked()
 }
 
 // ghostSegment deletes a fully acknowledged segment that older

@@ -7,11 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
-
-	nsq "github.com/nsqio/go-nsq"
 
 	"github.com/spillq/spillq/diskqueue"
 	"github.com/spillq/spillq/nsqbridge"
@@ -330,48 +327,4 @@ func TestBadLocalRecords(t *testing.T) {
 // specifies it.
 func appendEnvelopeForTest(topic string, body []byte) []byte {
 	return append(append([]byte{1, 0, byte(len(topic))}, topic...), body...)
-}
-
-// TestCloseWithFrozenNSQD: nsqd stops answering (SIGSTOP) with a batch in
-// flight. Close gives up waiting after CloseTimeout, not after go-nsq's
-// read timeout (set here to 5 minutes, its most), and the unacknowledged messages
-// are forwarded by the next publisher once nsqd runs again.
-func TestCloseWithFrozenNSQD(t *testing.T) {
-	nsqd := startNSQD(t)
-	dir := t.TempDir()
-	cfg := nsq.NewConfig()
-	cfg.ReadTimeout = 5 * time.Minute
-	o := nsqbridge.PublisherOptions{NSQD: []string{nsqd.TCP}, NSQConfig: cfg, CloseTimeout: 100 * time.Millisecond}
-	p := openPublisherWith(t, dir, o)
-	ctx := context.Background()
-	p.Publish(ctx, msg(0))
-	syncPublisher(t, p) // connected
-	nsqd.cmd.Process.Signal(syscall.SIGSTOP)
-	const n = 500
-	for i := 1; i < n; i++ {
-		if err := p.Publish(ctx, msg(i)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	closed := make(chan error, 1)
-	go func() { closed <- p.Close() }()
-	select {
-	case err := <-closed:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("Close still waits for a frozen nsqd a minute later")
-	}
-	if st := p.Stats(); st.Forwarded != 1 || st.Pending != n-1 {
-		t.Fatalf("after Close: %+v, want 1 forwarded and %d pending", st, n-1)
-	}
-	nsqd.cmd.Process.Signal(syscall.SIGCONT)
-	p = openPublisherWith(t, dir, o)
-	defer p.Close()
-	syncPublisher(t, p)
-	c := newConsumer(t, nsqbridge.ConsumerOptions{NSQD: []string{nsqd.TCP}})
-	if got := work(t, c, n); len(got) != n {
-		t.Fatalf("received %d distinct of %d", len(got), n)
-	}
 }
