@@ -60,6 +60,8 @@ type ackFile struct {
 	// mem says m is a private copy in memory: a read-only view's
 	// acknowledgements are never stored.
 	mem bool
+	// dirty says bits were set since the writer last fsynced the file.
+	dirty bool
 }
 
 // memAckFile is a read-only view's acknowledgement state: a copy of the
@@ -308,6 +310,7 @@ func (a *ackFile) set(i uint64) (err error) {
 		return fmt.Errorf("%w: %s has room for %d records, not record %d", ErrCorrupt, a.name, a.cap, i)
 	}
 	off := ackHeaderSize + int64(i/8)
+	a.dirty = true
 	if a.m != nil {
 		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 		defer guardFault(&err, a.name)
@@ -627,4 +630,30 @@ func (q *Queue) loadAcks() error {
 		}
 	}
 	return q.advanceFloorLocked()
+}
+
+// syncAcks fsyncs the acknowledgement files changed since the last call,
+// so a power cut loses at most the acknowledgements of one SyncInterval.
+// Under the default policy that is the same bound as for the records.
+func (q *Queue) syncAcks() {
+	if q.opts.NoSync || q.readOnly {
+		return
+	}
+	var files []file
+	q.readMu.Lock()
+	q.segMu.RLock()
+	for _, s := range q.segs {
+		if a := s.ack; a != nil && a.dirty && !a.mem {
+			a.dirty = false
+			files = append(files, a.f)
+		}
+	}
+	q.segMu.RUnlock()
+	q.readMu.Unlock()
+	for _, f := range files {
+		// A segment deleted meanwhile has closed its file: nothing to keep.
+		if err := f.Sync(); err != nil && !errors.Is(err, os.ErrClosed) {
+			q.log.Warn("diskqueue: cannot fsync acknowledgements; after a power cut finished records may be delivered again", "err", err)
+		}
+	}
 }

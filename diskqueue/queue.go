@@ -456,7 +456,9 @@ type Stats struct {
 	InFlight int64
 
 	// FirstSeq is the oldest record still on disk (retained for replay or
-	// not yet consumed); ReadAt of anything older returns ErrNotFound.
+	// not yet consumed); ReadAt of anything older returns ErrNotFound, as
+	// it does for a segment deleted because every record in it was
+	// acknowledged while an older one still held records.
 	FirstSeq uint64
 	// ReadSeq is the read cursor: the oldest record not yet acknowledged.
 	ReadSeq uint64
@@ -465,7 +467,7 @@ type Stats struct {
 	// ReadPos and WritePos are the cursors as segment and byte offset.
 	ReadPos, WritePos Position
 
-	Segments  int   // segment files on disk
+	Segments  int   // segments on disk (those deleted as acknowledged ahead of an older one are not counted)
 	DiskBytes int64 // bytes of log, index and time-index files (a sealed segment not read since Open has its time index estimated, within a few entries)
 
 	Puts  int64 // records accepted by Put since Open
@@ -532,9 +534,18 @@ func (q *Queue) Stats() Stats {
 	p := q.syncLatency.Percentiles(0.5, 0.99)
 	st.SyncP50, st.SyncP99 = p[0], p[1]
 	q.segMu.RLock()
-	st.Segments = len(q.segs)
+	// Segments deleted as acknowledged behind an older one are not on disk.
+	first := true
+	for _, s := range q.segs {
+		if s.gone.Load() {
+			continue
+		}
+		st.Segments++
+		if first {
+			st.FirstSeq, first = s.base, false
+		}
+	}
 	if len(q.segs) > 0 {
-		st.FirstSeq = q.segs[0].base
 		last := q.segs[len(q.segs)-1]
 		st.WritePos = Position{Segment: last.base, Offset: last.size.Load()}
 	}

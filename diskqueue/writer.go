@@ -75,6 +75,9 @@ func (q *Queue) run() {
 		}
 		q.prepareAhead()
 		q.housekeep(time.Now())
+		if tick {
+			q.syncAcks()
+		}
 		if tick || time.Since(q.w.persistedAt) >= cursorInterval {
 			q.persistCursor()
 		}
@@ -407,14 +410,6 @@ func (q *Queue) ghostSegment(s *segment) {
 	}
 }
 
-func bytesOf(segs []*segment) int64 {
-	var n int64
-	for _, s := range segs {
-		n += s.diskBytes()
-	}
-	return n
-}
-
 // removeSegment deletes the files of a segment already dropped from q.segs.
 // A failure is logged: the files stay and are cleaned up at the next Open.
 func (q *Queue) removeSegment(s *segment) {
@@ -454,6 +449,7 @@ func (q *Queue) updateDeleteHint() {
 func (q *Queue) finish() {
 	q.roundStarted.Add(1)
 	q.syncNow()
+	q.syncAcks()
 	q.mu.Lock()
 	t := q.t
 	q.t = nil
