@@ -328,6 +328,29 @@ func (a *ackFile) set(i uint64) (err error) {
 	return nil
 }
 
+// testAndSet acknowledges record i and reports whether it already was.
+func (a *ackFile) testAndSet(i uint64) (was bool, err error) {
+	if i >= a.cap {
+		return false, fmt.Errorf("%w: %s has room for %d records, not record %d", ErrCorrupt, a.name, a.cap, i)
+	}
+	off := ackHeaderSize + int64(i/8)
+	bit := byte(1) << (i % 8)
+	if a.m != nil {
+		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+		defer guardFault(&err, a.name)
+		if a.m[off]&bit != 0 {
+			return true, nil
+		}
+		a.m[off] |= bit
+		a.dirty = true
+		return false, nil
+	}
+	if was, err := a.isSet(i); err != nil || was {
+		return was, err
+	}
+	return false, a.set(i)
+}
+
 // raiseReadEnd records that records up to end (a seq) may have been handed
 // out, storing a little beyond it so the header is written rarely.
 func (a *ackFile) raiseReadEnd(end, limit uint64) error {
@@ -344,73 +367,70 @@ func (a *ackFile) raiseReadEnd(end, limit uint64) error {
 	return nil
 }
 
-// bitmap returns bytes [from/8, to/8] of the bitmap (record indexes), read
-// from the mapping or the file.
-func (a *ackFile) bitmap(from, to uint64) (b []byte, err error) {
+// view calls f with the bitmap bytes holding records [from, to): the
+// mapping itself (guarded against faults), or a copy read from the file on
+// the write path. byte 0 of the slice holds record from/8*8.
+func (a *ackFile) view(from, to uint64, f func(b []byte)) (err error) {
 	to = min(to, a.cap)
 	if from >= to {
-		return nil, nil
+		return nil
 	}
 	lo, hi := int64(from/8), int64((to+7)/8)
 	if a.m != nil {
 		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 		defer guardFault(&err, a.name)
-		return append([]byte(nil), a.m[ackHeaderSize+lo:ackHeaderSize+hi]...), nil
+		f(a.m[ackHeaderSize+lo : ackHeaderSize+hi])
+		return nil
 	}
-	b = make([]byte, hi-lo)
+	b := make([]byte, hi-lo)
 	if _, err := a.f.ReadAt(b, ackHeaderSize+lo); err != nil {
-		return nil, fmt.Errorf("diskqueue: read %s: %w", a.name, err)
+		return fmt.Errorf("diskqueue: read %s: %w", a.name, err)
 	}
-	return b, nil
+	f(b)
+	return nil
 }
 
 // countSet counts the set bits for records [from, to).
 func (a *ackFile) countSet(from, to uint64) (int64, error) {
 	to = min(to, a.cap)
-	b, err := a.bitmap(from, to)
-	if err != nil || len(b) == 0 {
-		return 0, err
-	}
 	var n int64
-	for i := from; i < to; {
-		v := b[i/8-from/8]
-		if i%8 == 0 && i+8 <= to {
-			n += int64(bits.OnesCount8(v))
-			i += 8
-			continue
+	err := a.view(from, to, func(b []byte) {
+		for i := from; i < to; {
+			v := b[i/8-from/8]
+			if i%8 == 0 && i+8 <= to {
+				n += int64(bits.OnesCount8(v))
+				i += 8
+				continue
+			}
+			if v&(1<<(i%8)) != 0 {
+				n++
+			}
+			i++
 		}
-		if v&(1<<(i%8)) != 0 {
-			n++
-		}
-		i++
-	}
-	return n, nil
+	})
+	return n, err
 }
 
 // firstClear returns the first record index in [from, to) whose bit is
 // clear, or to.
 func (a *ackFile) firstClear(from, to uint64) (uint64, error) {
 	to = min(to, a.cap)
-	for from < to {
-		chunk := min(to, (from/8+4096)*8)
-		b, err := a.bitmap(from, chunk)
-		if err != nil {
-			return from, err
-		}
+	found := to
+	err := a.view(from, to, func(b []byte) {
 		for k, v := range b {
-			i := (from/8 + uint64(k)) * 8
 			if v == 0xff {
 				continue
 			}
+			i := (from/8 + uint64(k)) * 8
 			for j := uint64(bits.TrailingZeros8(^v)); j < 8; j++ {
 				if v&(1<<j) == 0 && i+j >= from {
-					return min(i+j, to), nil
+					found = min(i+j, to)
+					return
 				}
 			}
 		}
-		from = chunk
-	}
-	return to, nil
+	})
+	return found, err
 }
 
 // tombstone marks a fully acknowledged segment's acknowledgement file as
@@ -515,16 +535,21 @@ func (q *Queue) segmentAt(seq uint64) *segment {
 }
 
 // advanceFloorLocked moves the floor (the oldest unacknowledged record)
-// over every acknowledged record it now touches, segment by segment. The
-// caller holds q.readMu.
-func (q *Queue) advanceFloorLocked() error {
+// over every acknowledged record it now touches, segment by segment. hint,
+// if not nil, is the segment the floor is likely in. The caller holds
+// q.readMu.
+func (q *Queue) advanceFloorLocked(hint *segment) error {
 	floor := q.ackFloor.Load()
 	var err error
 	for {
 		// Bounded by the segments' published ends, not by nextSeq: a
 		// producer publishes a record's segment end before nextSeq, and
 		// the record may be read and acknowledged in between.
-		seg := q.segmentAt(floor)
+		seg := hint
+		hint = nil
+		if seg == nil || floor < seg.base || floor >= seg.end.Load() {
+			seg = q.segmentAt(floor)
+		}
 		if seg == nil {
 			break
 		}
@@ -558,15 +583,16 @@ func (q *Queue) advanceFloorLocked() error {
 	return err
 }
 
-// markAckedLocked records seq, which was handed out and not acknowledged,
-// as acknowledged. The caller holds q.readMu.
-func (q *Queue) markAckedLocked(seg *segment, seq uint64) error {
+// markAckedLocked acknowledges seq, which was handed out, in seg. It
+// reports whether seq already was acknowledged (then nothing changes). The
+// caller holds q.readMu.
+func (q *Queue) markAckedLocked(seg *segment, seq uint64) (bool, error) {
 	a, err := q.ackFor(seg)
 	if err != nil {
-		return err
+		return false, err
 	}
-	if err := a.set(seq - seg.base); err != nil {
-		return err
+	if was, err := a.testAndSet(seq - seg.base); err != nil || was {
+		return was, err
 	}
 	q.ackedMax = max(q.ackedMax, seq)
 	q.ackedAbove.Add(1)
@@ -576,11 +602,11 @@ func (q *Queue) markAckedLocked(seg *segment, seq uint64) error {
 	if seq == q.ackFloor.Load() {
 		// The acknowledgement is recorded; a floor that cannot move now
 		// (a failed read of the next segment's bitmap) moves on a later one.
-		if err := q.advanceFloorLocked(); err != nil {
+		if err := q.advanceFloorLocked(seg); err != nil {
 			q.log.Warn("diskqueue: cannot advance the read cursor yet", "seq", seq, "err", err)
 		}
 	}
-	return nil
+	return false, nil
 }
 
 // loadAcks runs in Open once the floor is known: it opens the
@@ -629,7 +655,7 @@ func (q *Queue) loadAcks() error {
 			q.ackedMax = max(q.ackedMax, hi-1)
 		}
 	}
-	return q.advanceFloorLocked()
+	return q.advanceFloorLocked(nil)
 }
 
 // syncAcks fsyncs the acknowledgement files changed since the last call,

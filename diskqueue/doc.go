@@ -16,54 +16,79 @@
 //
 //   - Order: records are read in the order their Puts took the queue's
 //     lock, and every record gets the next sequence number (seq).
-//   - Durability: with SyncEvery 1, Put returns only once its record is on
-//     stable storage; Puts waiting at the same moment share one fsync. With
-//     the default (fsync every 2500 records or 2 seconds, as nsqd), Put
-//     returns once the record is queued for the writer: a process crash can
-//     lose the records of the last moments that were not yet written, and a
-//     power cut those not yet fsynced. [Queue.Sync] makes everything put so
-//     far durable. NoSync turns fsync off altogether.
-//   - Delivery: at-least-once. The read cursor is the oldest record not yet
-//     acknowledged and is persisted lazily (at most every 100 ms while the
-//     writer is busy, on the sync tick, at segment deletion and at Close), so
-//     after a crash records acknowledged since the last persist are
-//     delivered again.
+//   - Durability: when Put returns nil the record is in the kernel's page
+//     cache, so a crash of the process (panic, OOM kill, SIGKILL) loses
+//     nothing a Put returned for, under every sync policy. What reaches
+//     stable storage, and when, is the sync policy's business: with
+//     SyncEvery 1, Put returns only once its record is fsynced, and Puts
+//     waiting at the same moment share one fsync (group commit); by default
+//     (fsync every 2500 records or 2 seconds, as nsqd) a power cut loses
+//     at most what was put since the last fsync. [Queue.Sync] makes
+//     everything put so far durable. NoSync turns fsync off altogether.
+//   - Delivery: at-least-once, and exact across a process crash. Ack
+//     records the acknowledgement in the segment's bitmap file in the
+//     kernel at once: after a crash exactly the records not acknowledged
+//     are delivered again. A power cut may deliver again those
+//     acknowledged since the last fsync of the bitmaps (the sync tick).
+//   - Space: a segment every record of which is acknowledged is deleted
+//     (or kept by retention), even while an older segment still holds an
+//     unacknowledged record, so one long-held record pins one segment, not
+//     the log.
 //   - Integrity: every record carries a CRC-32C. A record that fails it is
 //     never returned as data: Read skips it, copies its bytes to a .bad file,
 //     logs a warning and counts it in [Stats]; the records around it stay
 //     readable, found through the sequence index when the damage hides
 //     where the next one starts.
 //   - Errors: limits, a full disk, a locked directory and a closed queue are
-//     sentinel errors for errors.Is. A failed write or fsync is sticky: Put,
-//     Sync and Close return it from then on, because after a failed fsync
-//     the kernel may have dropped the data it could not write. ENOSPC is the
-//     exception: records already accepted are held and written once space
-//     returns, while new Puts fail with [ErrDiskFull].
+//     sentinel errors for errors.Is. A full disk shows before a byte of a
+//     record is written ([ErrDiskFull] wrapping ENOSPC) and Put works again
+//     once space is freed. A failed write or fsync is sticky: Put, Sync and
+//     Close return it from then on, because after a failed fsync the kernel
+//     may have dropped the data it could not write. A fault on a mapped
+//     file (cut short by another process) is an error, never a crash.
 //
 // # Recovery
 //
-// Sealed segments are fsynced at rotation, so Open reads only the tail of
-// the last segment: from the last sequence-index entry that points at its
-// record, forward. A torn final record (short, zeroed, or failing its CRC
-// with nothing valid after it) is cut off and saved to a .bad file unless it
-// is all zeros; damage with valid records after it is kept for readers to
-// skip. Sealed segments are taken from the directory listing and their
-// files opened and checked on first use, so Open costs about the same for
-// ten million records as for ten thousand. Index files are derived data,
-// rebuilt from the log when missing, short or wrong. A damaged cursor file makes Open deliver every record on
-// disk again rather than start empty. A directory lock (flock) stops a
-// second Open, in this process or another.
+// Sealed segments are cut to size and fsynced when appends move on, so Open
+// reads only the tail of the last segment (and of any older one a crash
+// left unsealed, which still has its preallocated size): from the last
+// sequence-index entry that points at its record, forward. Zeros after the
+// records are preallocated space; a torn final record (short, or failing
+// its CRC with nothing valid after it) is cut off and saved to a .bad file;
+// damage with valid records after it is kept for readers to skip. Sealed
+// segments are taken from the directory listing and their files opened and
+// checked on first use, so Open costs about the same for ten million
+// records as for ten thousand. Index files are derived data, rebuilt from
+// the log when missing, short or wrong. Acknowledgements are counted from
+// the stored read cursor up to where the last run had read, no further. A
+// damaged cursor file makes Open deliver every record on disk again rather
+// than start empty. A directory lock (flock) stops a second Open, in this
+// process or another.
 //
 // # Concurrency
 //
-// A Queue is safe for concurrent use. Producers append encoded records to a
-// shared buffer under a short mutex; one writer goroutine writes whole
-// buffers with one write call, keeps the indexes, rotates, fsyncs and
-// deletes consumed segments. Readers share one read cursor under another
-// mutex and read the segment files with pread, in 256 KiB chunks.
+// A Queue is safe for concurrent use. Producers append under mu: each
+// copies its record and index entries straight into the active segment's
+// files, preallocated and mapped (on Linux; elsewhere, or where the file
+// system cannot, with its own write(2)); Stats.WritePath says which. One
+// writer goroutine does what should not hold producers up: fsyncs by the
+// sync policy, sealing rotated segments, preallocating and pre-faulting
+// ahead of the appends, storing the cursor, fsyncing acknowledgements and
+// deleting segments. Readers share one read cursor under readMu and read
+// the segment files with pread (so a fault there is an I/O error).
+//
+// Lock order, outermost first: mu (producer side: the active segment's
+// tail, the segments waiting to be sealed, the sticky error), readMu
+// (consumer side: the reader, the acknowledgement bitmaps, the floor),
+// segMu (the segment list), a segment's filesMu (its lazily opened read
+// handles). A segment's size and end are atomics a producer publishes
+// (size, then end); the writer goroutine alone seals, deletes and closes
+// handles, so it may use the active segment's handles outside mu.
 //
 // # Format
 //
 // The bytes on disk are specified in FORMAT.md at the repository root and
-// pinned by the golden files in testdata/v1.
+// pinned by the golden files in testdata/v1. Queues written before
+// acknowledgement files existed open as they are: each segment gets its
+// acknowledgement file on first use.
 package diskqueue

@@ -28,17 +28,18 @@ type Options struct {
 	// SyncEvery is how many records may be written between fsyncs. 1 makes
 	// every Put wait until its record is on stable storage; Puts running at
 	// the same moment share one fsync (group commit). Larger values let Put
-	// return as soon as the record is queued for writing, and the writer
-	// fsyncs once that many records have been written or SyncInterval has
-	// passed, whichever comes first: then a process crash can lose the
-	// records still queued (up to 1 MiB of them), and a power cut those not
-	// yet fsynced. Zero means 2500 (nsqd's default). To sync on the interval
-	// alone, set math.MaxInt.
+	// return as soon as the record is in the kernel (where a crash of the
+	// process cannot lose it), and the writer fsyncs once that many records
+	// have been put or SyncInterval has passed, whichever comes first: a
+	// power cut or kernel crash can lose the records not yet fsynced. Zero
+	// means 2500 (nsqd's default). To sync on the interval alone, set
+	// math.MaxInt.
 	SyncEvery int
 
-	// SyncInterval is the longest time written records wait for an fsync
-	// when SyncEvery has not been reached. The read cursor is persisted on
-	// the same tick. Zero means 2 seconds (nsqd's default).
+	// SyncInterval is the longest time put records wait for an fsync when
+	// SyncEvery has not been reached. The read cursor and the
+	// acknowledgement bitmaps are fsynced on the same tick. Zero means 2
+	// seconds (nsqd's default).
 	SyncInterval time.Duration
 
 	// NoSync turns every fsync off: records reach the OS but nothing forces
@@ -46,8 +47,10 @@ type Options struct {
 	// loses recent records, acknowledged or not. It survives a process crash.
 	NoSync bool
 
-	// MaxDiskBytes caps the bytes the queue keeps on disk (log, index and
-	// time-index files). At the cap Put returns ErrDiskFull, or waits if
+	// MaxDiskBytes caps the bytes the queue keeps on disk: what its log,
+	// index, time-index and acknowledgement files hold (the active
+	// segment's files are preallocated up to a chunk ahead of that, 1 MiB
+	// at most for the log). At the cap Put returns ErrDiskFull, or waits if
 	// BlockWhenFull is set, until consumers free space. Zero means no cap.
 	MaxDiskBytes int64
 

@@ -90,6 +90,8 @@ type Queue struct {
 	// at or below it: in a steady run acks trail the reader and it costs
 	// nothing.
 	ackedMax uint64
+	// lastAcked is the segment the last Ack landed in (cache for the next).
+	lastAcked *segment
 
 	// w is the writer goroutine's state.
 	w writer

@@ -543,21 +543,10 @@ func (q *Queue) quarantine(d *damageError) {
 		if seg == nil || seg.gone.Load() {
 			continue
 		}
-		if set, err := q.isAckedLocked(seg, s); err == nil && !set {
-			if err := q.markAckedLocked(seg, s); err != nil {
-				q.log.Warn("diskqueue: cannot acknowledge a damaged record; it is skipped again after a restart", "seq", s, "err", err)
-			}
+		if _, err := q.markAckedLocked(seg, s); err != nil {
+			q.log.Warn("diskqueue: cannot acknowledge a damaged record; it is skipped again after a restart", "seq", s, "err", err)
 		}
 	}
-}
-
-// isAckedLocked reports whether seq's bit is set. The caller holds q.readMu.
-func (q *Queue) isAckedLocked(seg *segment, seq uint64) (bool, error) {
-	a, err := q.ackFor(seg)
-	if err != nil {
-		return false, err
-	}
-	return a.isSet(seq - seg.base)
 }
 
 // copyBad copies bytes [from, to) of seg's log to a new file name.
@@ -588,21 +577,21 @@ func (q *Queue) Ack(seq uint64) error {
 	if seq < q.ackFloor.Load() || seq >= q.rd.seq {
 		return fmt.Errorf("%w: seq %d", ErrNotInFlight, seq)
 	}
-	seg := q.segmentAt(seq)
+	// Acks mostly land in the segment the last one did.
+	seg := q.lastAcked
+	if seg == nil || seq < seg.base || seq >= seg.end.Load() {
+		seg = q.segmentAt(seq)
+		q.lastAcked = seg
+	}
 	if seg == nil || seg.gone.Load() {
 		return fmt.Errorf("%w: seq %d already acknowledged", ErrNotInFlight, seq)
 	}
-	a, err := q.ackFor(seg)
+	was, err := q.markAckedLocked(seg, seq)
 	if err != nil {
 		return fmt.Errorf("diskqueue: ack %d: %w", seq, err)
 	}
-	if set, err := a.isSet(seq - seg.base); err != nil {
-		return fmt.Errorf("diskqueue: ack %d: %w", seq, err)
-	} else if set {
+	if was {
 		return fmt.Errorf("%w: seq %d already acknowledged", ErrNotInFlight, seq)
-	}
-	if err := q.markAckedLocked(seg, seq); err != nil {
-		return fmt.Errorf("diskqueue: ack %d: %w", seq, err)
 	}
 	q.inFlight.Add(-1)
 	q.acks.Add(1)

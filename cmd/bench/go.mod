@@ -1,8 +1,17 @@
 module github.com/spillq/spillq/cmd/bench
 
-go 1.24.0
+go 1.25.0
 
-require gonum.org/v1/plot v0.17.0
+require (
+	github.com/grandecola/bigqueue v0.5.0
+	gonum.org/v1/plot v0.17.0
+)
+
+require (
+	github.com/golang/snappy v1.0.0 // indirect
+	github.com/grandecola/mmap v0.6.0 // indirect
+	golang.org/x/sys v0.35.0 // indirect
+)
 
 require (
 	codeberg.org/go-fonts/liberation v0.5.0 // indirect
@@ -11,6 +20,9 @@ require (
 	git.sr.ht/~sbinet/gg v0.7.0 // indirect
 	github.com/ajstarks/svgo v0.0.0-20211024235047-1546f124cd8b // indirect
 	github.com/golang/freetype v0.0.0-20170609003504-e2365dfdc4a0 // indirect
+	github.com/spillq/spillq v0.0.0
 	golang.org/x/image v0.30.0 // indirect
 	golang.org/x/text v0.28.0 // indirect
 )
+
+replace github.com/spillq/spillq => ../..

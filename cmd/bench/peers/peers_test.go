@@ -1,0 +1,173 @@
+// Package peers benchmarks spillq's disk queue against embedded Go queues
+// whose dependencies spillq's own module should not carry: today
+// github.com/grandecola/bigqueue (mmap arenas, no checksums), the fastest
+// of them. Each benchmark runs both queues in the same process, one after
+// the other, so their ratio is what to read on a noisy machine.
+//
+// What each side promises when its Put returns, stated next to every
+// figure the report prints:
+//
+//   - spillq (default options): the record is in the kernel (copied into a
+//     mapped, preallocated segment), so it survives a crash of the
+//     process; fsync every 2500 records or 2 s; every record checksummed;
+//     Read hands a record out and Ack, recorded in the kernel at once,
+//     removes it, so a consumer crash redelivers exactly what it had not
+//     acknowledged.
+//   - bigqueue (default options): the record is in the kernel (copied into
+//     a mapped arena), so it survives a crash of the process; never
+//     fsynced unless a flush is configured; no checksums; Dequeue removes
+//     the record as it returns it, so a consumer crash loses what it held.
+package peers
+
+import (
+	"context"
+	"testing"
+
+	"github.com/grandecola/bigqueue"
+
+	"github.com/spillq/spillq/diskqueue"
+)
+
+const size = 100
+
+func openSpillq(b *testing.B) *diskqueue.Queue {
+	b.Helper()
+	q, err := diskqueue.Open(b.TempDir(), diskqueue.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { q.Close() })
+	return q
+}
+
+func openBigqueue(b *testing.B) *bigqueue.MmapQueue {
+	b.Helper()
+	q, err := bigqueue.NewMmapQueue(b.TempDir(), bigqueue.SetArenaSize(64<<20))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { q.Close() })
+	return q
+}
+
+// BenchmarkPut times Put of 100-byte records into an empty queue.
+func BenchmarkPut(b *testing.B) {
+	body := make([]byte, size)
+	b.Run("impl=spillq", func(b *testing.B) {
+		q := openSpillq(b)
+		ctx := context.Background()
+		b.SetBytes(size)
+		for b.Loop() {
+			if err := q.Put(ctx, body); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("impl=bigqueue", func(b *testing.B) {
+		q := openBigqueue(b)
+		b.SetBytes(size)
+		for b.Loop() {
+			if err := q.Enqueue(body); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkDrain times taking records that are already stored, page cache
+// warm: spillq's Read and Ack, bigqueue's Dequeue.
+func BenchmarkDrain(b *testing.B) {
+	body := make([]byte, size)
+	b.Run("impl=spillq", func(b *testing.B) {
+		q := openSpillq(b)
+		ctx := context.Background()
+		for range b.N {
+			if err := q.Put(ctx, body); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.SetBytes(size)
+		b.ResetTimer()
+		for range b.N {
+			rec, err := q.Read(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := q.Ack(rec.Seq); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("impl=bigqueue", func(b *testing.B) {
+		q := openBigqueue(b)
+		for range b.N {
+			if err := q.Enqueue(body); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.SetBytes(size)
+		b.ResetTimer()
+		for range b.N {
+			if _, err := q.Dequeue(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkPutGet times one producer and one consumer running at once,
+// per record through both.
+func BenchmarkPutGet(b *testing.B) {
+	body := make([]byte, size)
+	b.Run("impl=spillq", func(b *testing.B) {
+		q := openSpillq(b)
+		ctx := context.Background()
+		b.SetBytes(size)
+		done := make(chan error, 1)
+		b.ResetTimer()
+		go func() {
+			for range b.N {
+				if err := q.Put(ctx, body); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+		for range b.N {
+			rec, err := q.Read(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			q.Ack(rec.Seq)
+		}
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
+	})
+	b.Run("impl=bigqueue", func(b *testing.B) {
+		q := openBigqueue(b)
+		b.SetBytes(size)
+		done := make(chan error, 1)
+		b.ResetTimer()
+		go func() {
+			for range b.N {
+				if err := q.Enqueue(body); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+		for got := 0; got < b.N; {
+			if _, err := q.Dequeue(); err == nil {
+				got++
+			} else if err != bigqueue.ErrEmptyQueue {
+				b.Fatal(err)
+			}
+		}
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
+	})
+}
