@@ -48,7 +48,9 @@ type Options struct {
 	DeadLetter func(m *channel.Message, reason error)
 
 	// Disk configures the disk log. Its zero value is nsqd's policy:
-	// 100 MiB segments, fsync every 2500 records or 2 seconds. Set
+	// 100 MiB segments, fsync every 2500 records or 2 seconds; a message
+	// Put to disk is in the kernel when Put returns, so it survives a crash
+	// of the process, and one finished is not delivered again after it. Set
 	// Disk.SyncEvery to 1 for Put to return only once the message is on
 	// stable storage, and Disk.Compress to snappy-compress spilled bodies.
 	//

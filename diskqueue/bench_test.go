@@ -21,7 +21,7 @@ import (
 // file write, a raw write+fsync loop). Compare with benchstat; the README
 // table comes from
 //
-//	go run ./cmd/bench   (the whole matrix, with the report in bench/)
+//	go run -C cmd/bench .   (the whole matrix, with the report in bench/)
 //
 // Both queues use nsqd's defaults unless a benchmark says otherwise:
 // 100 MiB segments, fsync every 2500 records or 2 s.
