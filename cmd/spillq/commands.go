@@ -180,6 +180,25 @@ func cmdTail(e *env, args []string) error {
 // yet says nothing, and a wrong guess is costly either way (a channel
 // drops records that are not envelopes; a raw consumer gets 20 bytes of
 // envelope in every body), so then the operator must say.
+// openWriteKind opens dir for a command that writes records, creating the
+// queue only with -create, and settles which kind of record to write. A new
+// queue needs the kind said: need names the flags for the message.
+func openWriteKind(dir string, create bool, k kindFlags, need string) (*diskqueue.Queue, recordKind, error) {
+	if create && willCreate(dir) && k.forced() == kindUnknown {
+		return nil, kindUnknown, usageErr("a new queue needs %s", need)
+	}
+	q, err := openWrite(dir, create, nil)
+	if err != nil {
+		return nil, kindUnknown, err
+	}
+	kind, err := writeKind(k, q, dir)
+	if err != nil {
+		q.Close()
+		return nil, kindUnknown, err
+	}
+	return q, kind, nil
+}
+
 func writeKind(k kindFlags, q *diskqueue.Queue, dir string) (recordKind, error) {
 	held := detectKind(q)
 	want := k.forced()
@@ -207,16 +226,8 @@ func cmdPut(e *env, args []string) error {
 		return err
 	}
 	dir := pos[0]
-	if *create && willCreate(dir) && k.forced() == kindUnknown {
-		return usageErr("a new queue needs -channel (for a service using spillq.Open) or -raw (diskqueue used directly)")
-	}
-	q, err := openWrite(dir, *create, nil)
+	q, kind, err := openWriteKind(dir, *create, k, "-channel (for a service using spillq.Open) or -raw (diskqueue used directly)")
 	if err != nil {
-		return err
-	}
-	kind, err := writeKind(k, q, dir)
-	if err != nil {
-		q.Close()
 		return err
 	}
 	ctx := context.Background()

@@ -53,17 +53,26 @@ type oldestRecord struct {
 	Time time.Time `json:"time"`
 }
 
-func cmdStat(e *env, args []string) error {
-	fs := newFlags("stat")
-	format := fs.String("format", "text", "output format: text or json")
+// dirAndFormat parses the arguments of a command that takes a queue
+// directory and -format text|json.
+func dirAndFormat(e *env, name string, args []string) (dir, format string, err error) {
+	fs := newFlags(name)
+	f := fs.String("format", "text", "output format: text or json")
 	pos, err := parseArgs(e, fs, args, 1)
+	if err != nil {
+		return "", "", err
+	}
+	if err := checkFormat(*f, "text", "json"); err != nil {
+		return "", "", err
+	}
+	return pos[0], *f, nil
+}
+
+func cmdStat(e *env, args []string) error {
+	dir, format, err := dirAndFormat(e, "stat", args)
 	if err != nil {
 		return err
 	}
-	if err := checkFormat(*format, "text", "json"); err != nil {
-		return err
-	}
-	dir := pos[0]
 	q, err := openRead(dir)
 	if err != nil {
 		return err
@@ -95,7 +104,7 @@ func cmdStat(e *env, args []string) error {
 	if bad, err := listBad(dir); err == nil {
 		r.BadFiles = append(r.BadFiles, bad...)
 	}
-	if *format == "json" {
+	if format == "json" {
 		return writeJSON(e.stdout, r)
 	}
 	out := e.stdout
@@ -179,16 +188,10 @@ func check(dir string) (verifyReport, []problemState, int, error) {
 }
 
 func cmdVerify(e *env, args []string) error {
-	fs := newFlags("verify")
-	format := fs.String("format", "text", "output format: text or json")
-	pos, err := parseArgs(e, fs, args, 1)
+	dir, format, err := dirAndFormat(e, "verify", args)
 	if err != nil {
 		return err
 	}
-	if err := checkFormat(*format, "text", "json"); err != nil {
-		return err
-	}
-	dir := pos[0]
 	if err := checkQueue(dir); err != nil {
 		return err
 	}
@@ -196,7 +199,7 @@ func cmdVerify(e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *format == "json" {
+	if format == "json" {
 		if err := writeJSON(e.stdout, r); err != nil {
 			return err
 		}

@@ -52,16 +52,8 @@ func cmdImportNSQD(e *env, args []string) error {
 	if err != nil {
 		return fmt.Errorf("%w; nothing imported", err)
 	}
-	if *create && willCreate(dir) && k.forced() == kindUnknown {
-		return usageErr("a new queue needs -channel (for a service using spillq.Open; keeps nsqd's IDs, timestamps and attempts) or -raw (diskqueue used directly; bodies only)")
-	}
-	q, err := openWrite(dir, *create, nil)
+	q, kind, err := openWriteKind(dir, *create, k, "-channel (for a service using spillq.Open; keeps nsqd's IDs, timestamps and attempts) or -raw (diskqueue used directly; bodies only)")
 	if err != nil {
-		return err
-	}
-	kind, err := writeKind(k, q, dir)
-	if err != nil {
-		q.Close()
 		return err
 	}
 	ctx := context.Background()
