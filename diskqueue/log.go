@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime/debug"
 	"sync/atomic"
+	"time"
 	"unsafe"
 )
 
@@ -160,6 +161,7 @@ type tail struct {
 	maxTime             int64  // running maximum of record timestamps, across segments
 	mapped              bool
 	scratch             []byte // the write path's frame buffer
+	wokeAt              int64  // log.alloc when appends last woke the writer to prepare
 	// ack is the segment's acknowledgement file, whose preallocation
 	// appends grow; ackCap is how many records it has room for: the
 	// segment rotates when it is reached.
@@ -225,7 +227,7 @@ func (q *Queue) appendLocked(flags byte, stored []byte) (seq uint64, err error) 
 		}
 	}
 	t := q.t
-	ts := q.opts.clockForTesting().UnixNano()
+	ts := q.stamp()
 	seq = t.end
 	maxTime := max(t.maxTime, ts)
 	timeEntry := t.lastTimeSeq == maxSeq || t.size-t.lastTimeOff >= timeIndexIntervalBytes
@@ -302,7 +304,11 @@ func (q *Queue) reserve(t *tail, n int64, timeEntry bool) error {
 		q.failLocked(err)
 		return err
 	}
-	if t.log.alloc < min(t.size+n+logChunk/2, q.opts.MaxSegmentBytes) || t.log.prefaulted < t.log.alloc {
+	// Wake the writer once per preallocation step: when appends come
+	// within half a chunk of its end, or allocated pages it has not
+	// pre-faulted yet.
+	if t.log.alloc != t.wokeAt && (t.log.alloc-(t.size+n) < logChunk/2 && t.log.alloc < q.opts.MaxSegmentBytes || t.log.prefaulted < t.log.alloc) {
+		t.wokeAt = t.log.alloc
 		q.wake()
 	}
 	return nil
@@ -331,16 +337,36 @@ func (q *Queue) undoLocked(t *tail, err error) error {
 	return err
 }
 
+// stamp is a record's timestamp: the wall clock at Open plus the monotonic
+// time since, one clock read where time.Now takes two (a clock read is a
+// good share of a Put on a virtual machine), and immune to the wall clock
+// stepping while the queue is open.
+func (q *Queue) stamp() int64 {
+	if q.opts.clockForTesting != nil {
+		return q.opts.clockForTesting().UnixNano()
+	}
+	return q.started.Add(time.Since(q.started)).UnixNano()
+}
+
 // publishLocked makes what t holds visible to readers and to Stats. size
 // is stored before end, so a reader that sees end also sees the bytes.
+// Each atomic store is a locked instruction on the hot path, so the index
+// sizes and the newest timestamp are stored only when they changed.
 func (q *Queue) publishLocked(t *tail) {
-	prev := t.seg.diskBytes()
-	t.seg.size.Store(t.size)
-	t.seg.indexBytes.Store(t.indexSize)
-	t.seg.timeIndexBytes.Store(t.timeSize)
-	t.seg.maxTime.Store(t.maxTime)
-	t.seg.end.Store(t.end)
-	q.diskBytes.Add(t.seg.diskBytes() - prev)
+	seg := t.seg
+	prev := seg.diskBytes()
+	seg.size.Store(t.size)
+	if seg.indexBytes.Load() != t.indexSize {
+		seg.indexBytes.Store(t.indexSize)
+	}
+	if seg.timeIndexBytes.Load() != t.timeSize {
+		seg.timeIndexBytes.Store(t.timeSize)
+	}
+	if seg.maxTime.Load() != t.maxTime {
+		seg.maxTime.Store(t.maxTime)
+	}
+	seg.end.Store(t.end)
+	q.diskBytes.Add(seg.diskBytes() - prev)
 }
 
 // rotateLocked hands the active segment to the writer goroutine to seal

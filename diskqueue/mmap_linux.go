@@ -62,14 +62,16 @@ func unmap(b []byte) error {
 	return unix.Munmap(b)
 }
 
-// prefault makes the kernel set up writable pages for b now, so a producer
-// copying a record there does not stop for a page fault. It changes no
-// byte, so it is safe while producers write into the same pages. Kernels
-// older than 5.14 lack MADV_POPULATE_WRITE; the faults then happen on
-// first write, as they would anyway.
+// prefault makes the kernel map b's pages now, so a producer copying a
+// record there does not stop for a full page fault. It reads them in
+// (MADV_POPULATE_READ) rather than populating them for write: pages
+// populated for write are dirty, so every fsync would write the zeros ahead
+// of the records back and write-protect them again. It changes no byte, so
+// it is safe while producers write into the same pages. Kernels older than
+// 5.14 lack it; the faults then happen on first write, as they would anyway.
 func prefault(b []byte) {
 	if len(b) > 0 {
-		unix.Madvise(b, unix.MADV_POPULATE_WRITE)
+		unix.Madvise(b, unix.MADV_POPULATE_READ)
 	}
 }
 

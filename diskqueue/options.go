@@ -127,9 +127,6 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	if o.clockForTesting == nil {
-		o.clockForTesting = time.Now
-	}
 	if o.fsForTesting == nil {
 		o.fsForTesting = osFS{}
 	}

@@ -36,6 +36,11 @@ type Queue struct {
 	readOnly bool
 	// listing is the directory as Open read it; only during Open.
 	listing map[string]os.DirEntry
+	// started is when Open ran; record timestamps are it plus the
+	// monotonic time since (see stamp).
+	started time.Time
+	// openSeq is nextSeq at Open: Puts since Open are the difference.
+	openSeq uint64
 	// lastMaxTime carries the running maximum of timestamps from one
 	// segment to the next while Open recovers them.
 	lastMaxTime int64
@@ -114,7 +119,6 @@ type Queue struct {
 	indexRebuilds  atomic.Int64
 	readErrors     atomic.Int64
 	syncs          atomic.Int64
-	puts           atomic.Int64
 	acks           atomic.Int64
 	retriedWrites  atomic.Int64
 	syncLatency    histogram.Histogram // duration of each fsync of the log
@@ -180,6 +184,7 @@ func newQueue(dir string, o Options) *Queue {
 	return &Queue{
 		dir:        dir,
 		opts:       o,
+		started:    time.Now(),
 		fs:         o.fsForTesting,
 		log:        o.Logger.With("queue", dir),
 		syncAlways: o.SyncEvery == 1,
@@ -250,7 +255,6 @@ func (q *Queue) Put(ctx context.Context, body []byte) error {
 		if waited {
 			q.retriedWrites.Add(1)
 		}
-		q.puts.Add(1)
 		q.written.Notify()
 		if !q.syncAlways || q.opts.NoSync {
 			if over {
@@ -519,7 +523,7 @@ func (q *Queue) Stats() Stats {
 		ReadSeq:        q.ackFloor.Load(),
 		WriteSeq:       q.nextSeq.Load(),
 		DiskBytes:      q.diskBytes.Load(),
-		Puts:           q.puts.Load(),
+		Puts:           int64(q.nextSeq.Load() - q.openSeq),
 		Acks:           q.acks.Load(),
 		Syncs:          q.syncs.Load(),
 		CorruptRecords: q.corruptRecords.Load(),

@@ -198,6 +198,7 @@ func (q *Queue) recover() error {
 	}
 	end := q.segs[len(q.segs)-1].end.Load()
 	q.nextSeq.Store(end)
+	q.openSeq = end
 
 	// The cursor: the oldest record not acknowledged. Clamp it into the log:
 	// below the first segment its records were deleted after being

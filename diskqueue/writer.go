@@ -183,8 +183,8 @@ func (q *Queue) prepareAhead() {
 		q.mu.Unlock()
 		return
 	}
-	// Stay half a chunk ahead, but not past what the segment can hold.
-	if want := min(t.size+logChunk/2, q.opts.MaxSegmentBytes); want > t.log.alloc {
+	// Stay a chunk ahead, but not past what the segment can hold.
+	if want := min(t.size+logChunk, q.opts.MaxSegmentBytes); want > t.log.alloc {
 		t.log.ensure(want)
 	}
 	from, to := t.log.prefaulted, t.log.alloc
