@@ -127,7 +127,7 @@ type Queue struct {
 // Record is one record read from the queue. Body belongs to the caller.
 type Record struct {
 	Seq  uint64    // position in the log; consecutive, starting where the queue started
-	Time time.Time // when Put stored it (wall clock of the producer's machine)
+	Time time.Time // when Put stored it: the wall clock at Open plus the monotonic time since
 	Body []byte
 }
 
