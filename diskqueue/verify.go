@@ -158,6 +158,18 @@ func (q *Queue) verifySegment(seg *segment, rep *Report) {
 		rep.Problems = append(rep.Problems, Problem{File: segmentName(seg.base, timeIndexSuffix), Offset: -1,
 			Err: fmt.Errorf("entry for seq %d is past the segment's end %d", entries[n-1].seq, end)})
 	}
+	// The acknowledgement file, if the segment has one yet: a damaged one
+	// loses no record (Open recreates it), but its acknowledgements above
+	// the read cursor would be delivered again.
+	ackName := segmentName(seg.base, ackSuffix)
+	if b, err := readFile(q.fs, seg.path(ackSuffix)); err == nil {
+		if _, _, err := decodeAckHeader(b, seg.base); err != nil {
+			rep.Problems = append(rep.Problems, Problem{File: ackName, Offset: 0, Err: err})
+		} else if need := ackFileSize(end - seg.base); seg.sealed.Load() && int64(len(b)) < need {
+			rep.Problems = append(rep.Problems, Problem{File: ackName, Offset: int64(len(b)),
+				Err: fmt.Errorf("%w: %d bytes, the segment's %d records need %d", ErrCorrupt, len(b), end-seg.base, need)})
+		}
+	}
 }
 
 // collectHandler keeps the warnings a read-only open logs.
