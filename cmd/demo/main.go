@@ -393,7 +393,7 @@ func (d *demo) summary(out io.Writer, past pastRun, dir string, temporary bool) 
 	fmt.Fprintf(out, "summary produced=%d finished=%d spilled=%d redelivered=%d duplicates=%d waiting=%d lost=%d\n",
 		d.produced.Load(), d.finished.Load(), st.Spills, d.redelivered.Load(), d.duplicates.Load(), waiting, lost)
 	if dup := d.duplicates.Load(); dup > 0 {
-		fmt.Fprintf(out, "note: %d messages were finished before a crash and delivered again: delivery is at-least-once, and the read cursor is persisted every 100 ms\n", dup)
+		fmt.Fprintf(out, "note: %d messages were recorded finished before a crash and delivered again: the demo writes its ledger before it finishes a message, so a kill between the two leaves one unfinished (delivery is at-least-once)\n", dup)
 	}
 	if waiting > 0 {
 		if temporary {
