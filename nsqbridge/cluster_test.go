@@ -83,8 +83,13 @@ func TestClusterFailover(t *testing.T) {
 		}
 		held += got
 	}
-	if held < int64(n) {
-		t.Fatalf("the nodes hold %d messages, want at least %d", held, n)
+	// nsqd's own disk queue answers a write before it syncs its metadata
+	// (even with --sync-every=1, the sync comes at its next loop), so the
+	// one message it acknowledged last before the SIGKILL can vanish
+	// inside nsqd, out of any publisher's reach.
+	const nsqdMayLose = 1
+	if held < int64(n-nsqdMayLose) {
+		t.Fatalf("the nodes hold %d messages, want at least %d", held, n-nsqdMayLose)
 	}
 	// Reading with an fsync per message would take a second per 500: restart
 	// the nodes (gracefully, so they keep everything) without it.
@@ -94,7 +99,7 @@ func TestClusterFailover(t *testing.T) {
 		node.start()
 	}
 	c := newConsumer(t, nsqbridge.ConsumerOptions{NSQD: []string{nodes[0].TCP, nodes[1].TCP}})
-	if got := work(t, c, n); len(got) != n {
+	if got := work(t, c, n-nsqdMayLose); len(got) < n-nsqdMayLose {
 		t.Fatalf("received %d distinct of %d", len(got), n)
 	}
 }
