@@ -124,9 +124,10 @@ const ackChunk = 64 << 10
 
 // createAckFile makes a zeroed acknowledgement file for a segment, with room
 // for capacity records. Where it can be mapped (and mapped says to try),
-// grow says the bitmap is preallocated as records are appended
-// (reserveAck), so a full disk shows at Put and no Ack ever fails for lack
-// of space; otherwise it is preallocated whole.
+// it is preallocated: as records are appended when grow is set (reserve),
+// whole otherwise, so a full disk shows at Put and an Ack does not fail for
+// lack of space. On the write path it is a sparse file, whose one-byte
+// writes can still meet a full disk.
 func (q *Queue) createAckFile(seg *segment, capacity uint64, mapped, grow bool) (*ackFile, error) {
 	name := seg.path(ackSuffix)
 	f, err := q.fs.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
@@ -441,22 +442,11 @@ func (q *Queue) tombstone(seg *segment, a *ackFile) error {
 }
 
 // writeTombstone writes seg's acknowledgement file as a tombstone.
+// The tombstone replaces the bitmap whole (temporary file, fsync, rename,
+// directory fsync), so a crash leaves either the full bitmap (every bit
+// set: the segment is deleted again) or the tombstone, never a mix.
 func (q *Queue) writeTombstone(seg *segment) error {
-	f, err := q.fs.OpenFile(seg.path(ackSuffix), os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if _, err := f.WriteAt(encodeAckHeader(seg.base, seg.end.Load(), ackGone), 0); err != nil {
-		return err
-	}
-	if err := f.Truncate(ackHeaderSize); err != nil {
-		return err
-	}
-	if !q.opts.NoSync {
-		return f.Sync()
-	}
-	return nil
+	return q.writeAtomically(seg.path(ackSuffix), encodeAckHeader(seg.base, seg.end.Load(), ackGone), nil)
 }
 
 // recordCapacity is the most records a segment can hold under the current
@@ -619,10 +609,14 @@ func (q *Queue) loadAcks() error {
 	q.segMu.RLock()
 	segs := q.segs
 	q.segMu.RUnlock()
+	stop := false // past the last segment ever read: only tombstones count
 	for _, seg := range segs {
 		end := seg.end.Load()
 		if end <= floor {
 			seg.acked.Store(int64(end - seg.base))
+			continue
+		}
+		if stop && !seg.gone.Load() {
 			continue
 		}
 		if seg.gone.Load() {
@@ -641,7 +635,7 @@ func (q *Queue) loadAcks() error {
 		if hi <= lo {
 			seg.acked.Store(int64(lo - seg.base))
 			if a.readEnd <= seg.base {
-				break // never read: neither is anything after it
+				stop = true // never read: neither is anything after it
 			}
 			continue
 		}

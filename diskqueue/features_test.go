@@ -735,3 +735,84 @@ func TestVerifyReportsAckDamage(t *testing.T) {
 		t.Fatalf("read %d of 100 after the acknowledgement file was damaged", got)
 	}
 }
+
+// TestEmptyRacesProducers: Put rolls segments itself, so Empty must delete
+// only what came before the segment it rolled to. Producers roll two more
+// segments inside Empty's window here: what they put survives, and the
+// queue stays usable.
+func TestEmptyRacesProducers(t *testing.T) {
+	ctx := context.Background()
+	body := bytes.Repeat([]byte("e"), 1000)
+	var q *Queue
+	opts := Options{MaxSegmentBytes: 4096}
+	opts.emptyHookForTesting = func() {
+		for i := 0; i < 10; i++ { // four to a segment
+			if err := q.Put(ctx, body); err != nil {
+				t.Errorf("Put inside Empty: %v", err)
+			}
+		}
+	}
+	q = mustOpen(t, t.TempDir(), opts)
+	defer q.Close()
+	for i := 0; i < 3; i++ {
+		q.Put(ctx, body)
+	}
+	if err := q.Empty(); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Put(ctx, []byte("after")); err != nil {
+		t.Fatalf("Put after Empty: %v", err)
+	}
+	if err := q.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := readAll(t, q)
+	if len(got) != 11 || string(got[10]) != "after" {
+		t.Fatalf("after Empty: read %d records, want the 10 put inside it and 1 after", len(got))
+	}
+}
+
+// TestTimeIndexAcrossManyReopens: every Close seals the active segment's
+// time index with one more entry and the next Open appends to it again;
+// the segment must roll before its mapped time index is full, not fail.
+func TestTimeIndexAcrossManyReopens(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{MaxSegmentBytes: 64 << 10, MaxRecordBytes: 1000}
+	ctx := context.Background()
+	n := 0
+	for cycle := 0; cycle < 40; cycle++ {
+		q := mustOpen(t, dir, opts)
+		for i := 0; i < 10; i++ {
+			if err := q.Put(ctx, faultBody(n)); err != nil {
+				t.Fatalf("cycle %d Put %d: %v", cycle, n, err)
+			}
+			n++
+		}
+		if err := q.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q := mustOpen(t, dir, opts)
+	defer q.Close()
+	for i := 0; i < 3000; i++ {
+		if err := q.Put(ctx, bytes.Repeat([]byte("t"), 900)); err != nil {
+			t.Fatalf("Put %d after 40 reopens: %v", i, err)
+		}
+	}
+}
+
+// TestAckAfterClose: Close released the files and the directory lock; an
+// Ack after it must not open them again.
+func TestAckAfterClose(t *testing.T) {
+	q := mustOpen(t, t.TempDir(), Options{})
+	ctx := context.Background()
+	q.Put(ctx, []byte("x"))
+	rec, err := q.Read(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.Close()
+	if err := q.Ack(rec.Seq); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Ack after Close: got %v, want ErrClosed", err)
+	}
+}

@@ -162,11 +162,22 @@ type tail struct {
 	mapped              bool
 	scratch             []byte // the write path's frame buffer
 	wokeAt              int64  // log.alloc when appends last woke the writer to prepare
+	// punched is set once the consumed records' blocks were freed to roll
+	// on a full disk: the segment takes no more appends.
+	punched bool
 	// ack is the segment's acknowledgement file, whose preallocation
 	// appends grow; ackCap is how many records it has room for: the
 	// segment rotates when it is reached.
 	ack    *ackFile
 	ackCap uint64
+}
+
+// timeFull reports whether the mapped time index could not take the two
+// entries a record and a later seal may add. Each Close seals the active
+// segment with one more entry and the next Open appends to it again, so
+// after enough restarts the estimate in mapLimits is not a bound.
+func (t *tail) timeFull() bool {
+	return t.mapped && t.timeSize+2*timeIndexEntrySize > int64(len(t.timeIdx.m))
 }
 
 // mapLimits are the largest sizes the active segment's three files can
@@ -221,7 +232,7 @@ var errFault = errors.New("diskqueue: fault writing a mapped segment file (was i
 // before a byte is written; a failed write(2) is cut back.
 func (q *Queue) appendLocked(flags byte, stored []byte) (seq uint64, err error) {
 	n := int64(frameSize(len(stored)))
-	if t := q.t; t.size > fileHeaderSize && (t.size+n > q.opts.MaxSegmentBytes || t.end-t.seg.base >= t.ackCap) {
+	if t := q.t; t.punched || t.size > fileHeaderSize && (t.size+n > q.opts.MaxSegmentBytes || t.end-t.seg.base >= t.ackCap || t.timeFull()) {
 		if err := q.rotateLocked(); err != nil {
 			return 0, err
 		}

@@ -90,6 +90,9 @@ type Options struct {
 	// crash is most interesting (see crashPoint); the crash test's child
 	// kills itself there.
 	crashPointForTesting func(point string)
+	// emptyHookForTesting, if set, runs in Empty once producers may append
+	// again, so a test can make them roll segments right there.
+	emptyHookForTesting func()
 	// writePathForTesting makes Put use write(2) even where segments can
 	// be mapped, so tests cover the path other systems take.
 	writePathForTesting bool

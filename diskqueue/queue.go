@@ -474,7 +474,7 @@ type Stats struct {
 	ReadPos, WritePos Position
 
 	Segments  int   // segments on disk (those deleted as acknowledged ahead of an older one are not counted)
-	DiskBytes int64 // bytes of log, index and time-index files (a sealed segment not read since Open has its time index estimated, within a few entries)
+	DiskBytes int64 // bytes the log, index, time-index and acknowledgement files hold (not the preallocation ahead of the active segment's records; a sealed segment not read since Open has its time index estimated, within a few entries)
 
 	Puts  int64 // records accepted by Put since Open
 	Acks  int64 // records acknowledged since Open

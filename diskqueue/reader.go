@@ -543,6 +543,10 @@ func (q *Queue) quarantine(d *damageError) {
 		if seg == nil || seg.gone.Load() {
 			continue
 		}
+		if a, err := q.ackFor(seg); err == nil {
+			// Open counts bits only below readEnd.
+			a.raiseReadEnd(s+1, seg.base+a.cap)
+		}
 		if _, err := q.markAckedLocked(seg, s); err != nil {
 			q.log.Warn("diskqueue: cannot acknowledge a damaged record; it is skipped again after a restart", "seq", s, "err", err)
 		}
@@ -574,6 +578,10 @@ func (q *Queue) copyBad(seg *segment, from, to int64, name string) error {
 func (q *Queue) Ack(seq uint64) error {
 	q.readMu.Lock()
 	defer q.readMu.Unlock()
+	if q.isClosed.Load() {
+		// Close has released the files and the directory.
+		return ErrClosed
+	}
 	if seq < q.ackFloor.Load() || seq >= q.rd.seq {
 		return fmt.Errorf("%w: seq %d", ErrNotInFlight, seq)
 	}

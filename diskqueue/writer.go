@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"syscall"
 	"time"
 )
@@ -77,6 +78,11 @@ func (q *Queue) run() {
 		q.housekeep(time.Now())
 		if tick {
 			q.syncAcks()
+			// A floor an error stopped (a failed bitmap read) moves here:
+			// no later Ack lands on a record already acknowledged.
+			q.readMu.Lock()
+			q.advanceFloorLocked(nil)
+			q.readMu.Unlock()
 		}
 		if tick || time.Since(q.w.persistedAt) >= cursorInterval {
 			q.persistCursor()
@@ -334,6 +340,7 @@ func (q *Queue) housekeep(now time.Time) {
 	for i := range segs[:prefix] {
 		if segs[i].gone.Load() {
 			q.removeTombstone(segs[i].base)
+			q.diskBytes.Add(-ackHeaderSize)
 		} else {
 			q.removeSegment(segs[i])
 		}
@@ -367,6 +374,10 @@ func (q *Queue) recycleActiveLocked() error {
 	if err := p.PunchHole(fileHeaderSize, t.size-fileHeaderSize); err != nil {
 		return fmt.Errorf("%w: %w", ErrDiskFull, err)
 	}
+	// Its records are gone now: nothing may be appended behind the hole,
+	// so until the roll succeeds every Put rolls first (or reports the
+	// disk full).
+	t.punched = true
 	q.log.Warn("diskqueue: file system full; freed the consumed active segment's blocks to roll it", "segment", t.seg.base, "bytes", t.size)
 	return q.rotateLocked()
 }
@@ -491,15 +502,26 @@ func (q *Queue) empty() error {
 	q.inFlight.Store(0)
 	q.readMu.Unlock()
 	q.mu.Unlock()
+	if q.opts.emptyHookForTesting != nil {
+		q.opts.emptyHookForTesting() // producers may append and roll from here on
+	}
 	if err := q.sealPending(); err != nil {
 		return err
 	}
 	q.persistCursor()
+	// Producers may have rotated past t.seg meanwhile: only what came
+	// before it goes.
 	q.segMu.Lock()
-	old := q.segs[:len(q.segs)-1]
-	q.segs = []*segment{t.seg}
+	idx := slices.Index(q.segs, t.seg)
+	old := slices.Clone(q.segs[:idx])
+	q.segs = slices.Clone(q.segs[idx:])
 	q.segMu.Unlock()
 	for _, s := range old {
+		if s.gone.Load() {
+			q.removeTombstone(s.base)
+			q.diskBytes.Add(-ackHeaderSize)
+			continue
+		}
 		q.removeSegment(s)
 	}
 	q.updateDeleteHint()
