@@ -816,3 +816,69 @@ func TestAckAfterClose(t *testing.T) {
 		t.Fatalf("Ack after Close: got %v, want ErrClosed", err)
 	}
 }
+
+// TestBlockWhenFullOnlyWhenFull: with BlockWhenFull, Puts that fit the
+// budget never wait, however many run at once (the old write buffer
+// counted bytes twice for a moment, and a waiter woke only on deletions).
+func TestBlockWhenFullOnlyWhenFull(t *testing.T) {
+	body := bytes.Repeat([]byte("b"), 100)
+	frame := int64(frameSize(len(body)) + indexEntrySize + 1)
+	q := mustOpen(t, t.TempDir(), Options{MaxDiskBytes: 2000 * frame, MaxSegmentBytes: 64 << 10, BlockWhenFull: true})
+	defer q.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for p := 0; p < 4; p++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 300; i++ {
+				if err := q.Put(ctx, body); err != nil {
+					t.Errorf("Put %d of 1,200 that fit: %v", i, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if st := q.Stats(); st.RetriedWrites != 0 {
+		t.Fatalf("%d Puts waited for space although every one fitted (%d of %d bytes used)", st.RetriedWrites, st.DiskBytes, 2000*frame)
+	}
+}
+
+// TestVerifyUnderLiveWrites: Verify of a queue being written reports no
+// problem: what the writer has not published yet is a write in progress.
+func TestVerifyUnderLiveWrites(t *testing.T) {
+	dir := t.TempDir()
+	q := mustOpen(t, dir, Options{MaxSegmentBytes: 16 << 10})
+	defer q.Close()
+	ctx := context.Background()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := q.Put(ctx, faultBody(i)); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	for i := 0; i < 30; i++ {
+		rep, err := Verify(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !rep.OK() {
+			t.Fatalf("Verify %d of a healthy queue under live writes: %v", i, rep.Problems)
+		}
+	}
+	close(stop)
+	wg.Wait()
+}

@@ -506,26 +506,34 @@ func (q *Queue) sealFiles(t *tail) error {
 		t.seg.timeIndexBytes.Store(t.timeSize)
 		q.diskBytes.Add(t.seg.diskBytes() - prev)
 	}
+	if t.ack != nil {
+		// Acks touch only the bits of records that exist, all inside.
+		if err := t.ack.f.Truncate(ackFileSize(t.end - t.seg.base)); err != nil {
+			return fmt.Errorf("diskqueue: seal %s: %w", t.seg.path(ackSuffix), err)
+		}
+	}
+	// The log is cut last: a read-only view (Verify beside a live writer)
+	// tells an unsealed segment by its log's preallocated size, so once
+	// the log is exact, the other files must be too.
 	for _, c := range []struct {
 		r    *region
 		size int64
 		name string
-	}{{&t.log, t.size, logSuffix}, {&t.index, t.indexSize, indexSuffix}, {&t.timeIdx, t.timeSize, timeIndexSuffix}} {
+	}{{&t.timeIdx, t.timeSize, timeIndexSuffix}, {&t.index, t.indexSize, indexSuffix}, {&t.log, t.size, logSuffix}} {
 		if err := c.r.f.Truncate(c.size); err != nil {
 			return fmt.Errorf("diskqueue: seal %s: %w", t.seg.path(c.name), err)
 		}
-		if !q.opts.NoSync {
+	}
+	if !q.opts.NoSync {
+		for _, c := range []struct {
+			r    *region
+			name string
+		}{{&t.log, logSuffix}, {&t.index, indexSuffix}, {&t.timeIdx, timeIndexSuffix}} {
 			if err := c.r.f.Sync(); err != nil {
 				// Sticky even for ENOSPC: after a failed fsync the kernel
 				// may have dropped the pages, so writing again proves nothing.
 				return fmt.Errorf("diskqueue: seal: fsync %s: %w", t.seg.path(c.name), err)
 			}
-		}
-	}
-	if t.ack != nil {
-		// Acks touch only the bits of records that exist, all inside.
-		if err := t.ack.f.Truncate(ackFileSize(t.end - t.seg.base)); err != nil {
-			return fmt.Errorf("diskqueue: seal %s: %w", t.seg.path(ackSuffix), err)
 		}
 	}
 	q.crashPoint("rotate-sealed")
