@@ -49,14 +49,13 @@ var magicAck = [4]byte{'S', 'Q', 'A', 'K'}
 // ackFile is one segment's acknowledgement bitmap. It is guarded by
 // q.readMu, except count, which retention reads without it.
 type ackFile struct {
-	f       file
-	m       []byte // header and bitmap mapped shared; nil on the write path
+	// region is the file, its mapping (header and bitmap, shared; nil on
+	// the write path) and its preallocation, which appends grow as they do
+	// the log's (reserve): alloc is guarded by q.mu.
+	region
 	cap     uint64 // records the bitmap has room for
 	readEnd uint64 // the stored readEnd
 	name    string
-	// alloc is how much of the file is preallocated, on the mapped path;
-	// guarded by q.mu, since appends grow it (reserve).
-	alloc int64
 	// mem says m is a private copy in memory: a read-only view's
 	// acknowledgements are never stored.
 	mem bool
@@ -76,7 +75,7 @@ func memAckFile(name string, base, capacity uint64, from []byte) *ackFile {
 	if len(from) >= ackHeaderSize {
 		readEnd = binary.BigEndian.Uint64(from[16:24])
 	}
-	return &ackFile{m: m, cap: capacity, readEnd: readEnd, name: name, mem: true}
+	return &ackFile{region: region{m: m}, cap: capacity, readEnd: readEnd, name: name, mem: true}
 }
 
 func ackFileSize(capacity uint64) int64 { return ackHeaderSize + int64((capacity+7)/8) }
@@ -134,7 +133,7 @@ func (q *Queue) createAckFile(seg *segment, capacity uint64, mapped, grow bool) 
 	if err != nil {
 		return nil, err
 	}
-	a := &ackFile{f: f, cap: capacity, name: name}
+	a := &ackFile{region: region{f: f, chunk: ackChunk}, cap: capacity, name: name}
 	size := ackFileSize(capacity)
 	if mf, ok := f.(mapper); ok && mapped {
 		alloc := size
@@ -165,27 +164,13 @@ func (q *Queue) createAckFile(seg *segment, capacity uint64, mapped, grow bool) 
 }
 
 // reserve preallocates the bitmap for the first records records, before
-// the last of them is appended. The caller holds q.mu (the producer side
-// owns alloc); Acks write only bits of records that exist, inside it.
+// the last of them is appended. The caller holds q.mu; Acks write only bits
+// of records that exist, inside what is preallocated.
 func (a *ackFile) reserve(records uint64) error {
-	need := ackFileSize(records)
-	if a.m == nil || a.mem || need <= a.alloc {
+	if a.mem {
 		return nil
 	}
-	want := min(max(need, a.alloc+min(a.alloc, ackChunk)), int64(len(a.m)))
-	want = min(roundUp(want, allocUnit), int64(len(a.m)))
-	mf := a.f.(mapper)
-	err := mf.Allocate(a.alloc, want-a.alloc)
-	if err != nil && isNoSpace(err) && need < want {
-		want = need
-		err = mf.Allocate(a.alloc, want-a.alloc)
-	}
-	if err != nil {
-		a.f.Truncate(a.alloc)
-		return err
-	}
-	a.alloc = want
-	return nil
+	return a.ensure(ackFileSize(records))
 }
 
 // openAckFile opens a segment's existing acknowledgement file, with room
@@ -228,7 +213,7 @@ func (q *Queue) openAckFile(seg *segment, capacity uint64) (*ackFile, byte, erro
 		return nil, 0, fmt.Errorf("diskqueue: stat %s", name)
 	}
 	mapLen := max(size, ackFileSize(capacity))
-	a := &ackFile{f: f, readEnd: readEnd, name: name, cap: uint64(size-ackHeaderSize) * 8}
+	a := &ackFile{region: region{f: f, chunk: ackChunk}, readEnd: readEnd, name: name, cap: uint64(size-ackHeaderSize) * 8}
 	if mf, ok := f.(mapper); ok && flags&ackGone == 0 {
 		m, err := mf.Map(int(mapLen))
 		switch {
@@ -434,17 +419,11 @@ func (a *ackFile) firstClear(from, to uint64) (uint64, error) {
 	return found, err
 }
 
-// tombstone marks a fully acknowledged segment's acknowledgement file as
-// standing for the segment's deleted files, and cuts the bitmap off.
-func (q *Queue) tombstone(seg *segment, a *ackFile) error {
-	a.close()
-	return q.writeTombstone(seg)
-}
-
-// writeTombstone writes seg's acknowledgement file as a tombstone.
-// The tombstone replaces the bitmap whole (temporary file, fsync, rename,
-// directory fsync), so a crash leaves either the full bitmap (every bit
-// set: the segment is deleted again) or the tombstone, never a mix.
+// writeTombstone marks a fully acknowledged segment's acknowledgement file
+// as standing for its deleted files. It replaces the bitmap whole
+// (temporary file, fsync, rename, directory fsync), so a crash leaves
+// either the full bitmap (every bit set: the segment is deleted again) or
+// the tombstone, never a mix.
 func (q *Queue) writeTombstone(seg *segment) error {
 	return q.writeAtomically(seg.path(ackSuffix), encodeAckHeader(seg.base, seg.end.Load(), ackGone), nil)
 }

@@ -215,16 +215,7 @@ func TestRealDiskFull(t *testing.T) {
 	defer q.Close()
 	ctx := context.Background()
 	body := bytes.Repeat([]byte("x"), 1000)
-	accepted := 0
-	var err error
-	for ; accepted < 5000; accepted++ {
-		if err = q.Put(ctx, body); err != nil {
-			break
-		}
-	}
-	if !errors.Is(err, ErrDiskFull) || !errors.Is(err, syscall.ENOSPC) {
-		t.Fatalf("Put on a full tmpfs: got %v after %d records, want ErrDiskFull wrapping ENOSPC", err, accepted)
-	}
+	accepted := fillTmpfs(t, q, body)
 	// Consume everything accepted: segments are deleted, space returns.
 	got := 0
 	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -247,6 +238,24 @@ func TestRealDiskFull(t *testing.T) {
 	}
 }
 
+// fillTmpfs puts body until the file system is full, checks that the Put
+// that did not fit failed with ErrDiskFull wrapping ENOSPC, and returns how
+// many were accepted.
+func fillTmpfs(t *testing.T, q *Queue, body []byte) int {
+	t.Helper()
+	accepted := 0
+	var err error
+	for ; accepted < 5000; accepted++ {
+		if err = q.Put(context.Background(), body); err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, ErrDiskFull) || !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("Put on a full tmpfs: got %v after %d records, want ErrDiskFull wrapping ENOSPC", err, accepted)
+	}
+	return accepted
+}
+
 // TestRealDiskFullDefaultSegments fills a 1 MiB tmpfs with the default
 // 100 MiB segments, so everything sits in the one active segment: Put
 // fails with ErrDiskFull before writing anything, nothing accepted is lost,
@@ -259,16 +268,7 @@ func TestRealDiskFullDefaultSegments(t *testing.T) {
 	q := mustOpen(t, dir, Options{})
 	ctx := context.Background()
 	body := bytes.Repeat([]byte("y"), 1000)
-	accepted := 0
-	var err error
-	for ; accepted < 5000; accepted++ {
-		if err = q.Put(ctx, body); err != nil {
-			break
-		}
-	}
-	if !errors.Is(err, ErrDiskFull) || !errors.Is(err, syscall.ENOSPC) {
-		t.Fatalf("Put on a full tmpfs: got %v after %d records, want ErrDiskFull wrapping ENOSPC", err, accepted)
-	}
+	accepted := fillTmpfs(t, q, body)
 	if st := q.Stats(); st.WriteSeq != uint64(accepted) || st.Segments != 1 {
 		t.Fatalf("after the refused Put: WriteSeq %d Segments %d, want %d and 1", st.WriteSeq, st.Segments, accepted)
 	}

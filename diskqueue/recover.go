@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -157,12 +158,13 @@ func (q *Queue) recover() error {
 			ghost.acked.Store(int64(end - g))
 			q.segs = append(q.segs, ghost)
 		}
-		if len(q.segs) > 0 && (last || q.maybeUnsealed(base)) {
+		unsealed := !last && q.maybeUnsealed(base)
+		if len(q.segs) > 0 && (last || unsealed) {
 			// A tail's time index continues the running maximum of the
 			// segments before it.
 			q.lastMaxTime = q.segMaxTime(q.segs[len(q.segs)-1])
 		}
-		seg, err := q.openSegment(base, next, last)
+		seg, err := q.openSegment(base, next, last, unsealed)
 		if err != nil {
 			return err
 		}
@@ -345,12 +347,13 @@ func (q *Queue) removeOrphanIndexes(entries []os.DirEntry, bases, ghosts []uint6
 }
 
 // openSegment opens one segment found on disk. next is the base of the
-// segment after it (which bounds its records) or maxSeq for the last. A
-// last segment whose header is damaged is set aside as .bad and nil is
+// segment after it (which bounds its records) or maxSeq for the last;
+// unsealed says an older segment may not have been sealed (maybeUnsealed),
+// so its tail is checked like the last one's. A last segment whose header is damaged is set aside as .bad and nil is
 // returned; the caller then starts a fresh segment at its base.
-func (q *Queue) openSegment(base, next uint64, last bool) (*segment, error) {
+func (q *Queue) openSegment(base, next uint64, last, unsealed bool) (*segment, error) {
 	seg := &segment{dir: q.dir, base: base}
-	if !last && !q.maybeUnsealed(base) {
+	if !last && !unsealed {
 		return seg, q.openSealedLazily(seg, next)
 	}
 	name := seg.path(logSuffix)
@@ -604,10 +607,11 @@ func (q *Queue) listedSize(name string) (int64, error) {
 	if !ok {
 		return -1, fmt.Errorf("%s: %w", filepath.Join(q.dir, name), os.ErrNotExist)
 	}
-	info, err := e.Info()
+	info, err := e.Info() // an lstat: once per name, then kept
 	if err != nil {
 		return -1, err
 	}
+	q.listing[name] = fs.FileInfoToDirEntry(info)
 	return info.Size(), nil
 }
 

@@ -317,11 +317,7 @@ func (q *Queue) housekeep(now time.Time) {
 		}
 	}
 	// Leading tombstones (nothing older left) go too.
-	head := 0
-	for head < len(segs)-1 && segs[head].gone.Load() {
-		head++
-	}
-	if keep == 0 && head == 0 {
+	if keep == 0 && !(len(segs) > 1 && segs[0].gone.Load()) {
 		return
 	}
 	// Store the cursor first so that, after a crash, it does not point into
@@ -388,26 +384,15 @@ func (q *Queue) recycleActiveLocked() error {
 // beside the log (Open finishes the deletion), never a gap taken for loss.
 func (q *Queue) ghostSegment(s *segment) {
 	q.readMu.Lock()
-	a := s.ack
-	s.ack = nil
-	if a == nil {
-		var err error
-		if a, _, err = q.openAckFile(s, 0); err != nil {
-			a = nil
-		}
+	if s.ack != nil {
+		s.ack.close()
+		s.ack = nil
 	}
 	before := s.diskBytes()
 	s.gone.Store(true)
 	q.diskBytes.Add(s.diskBytes() - before)
 	q.readMu.Unlock()
-	if a != nil {
-		if err := q.tombstone(s, a); err != nil {
-			q.log.Warn("diskqueue: cannot mark an acknowledged segment deleted; keeping it", "segment", s.base, "err", err)
-			s.gone.Store(false)
-			q.diskBytes.Add(before - ackHeaderSize)
-			return
-		}
-	} else if err := q.writeTombstone(s); err != nil {
+	if err := q.writeTombstone(s); err != nil {
 		q.log.Warn("diskqueue: cannot mark an acknowledged segment deleted; keeping it", "segment", s.base, "err", err)
 		s.gone.Store(false)
 		q.diskBytes.Add(before - ackHeaderSize)
