@@ -425,7 +425,7 @@ func (a *ackFile) firstClear(from, to uint64) (uint64, error) {
 // either the full bitmap (every bit set: the segment is deleted again) or
 // the tombstone, never a mix.
 func (q *Queue) writeTombstone(seg *segment) error {
-	return q.writeAtomically(seg.path(ackSuffix), encodeAckHeader(seg.base, seg.end.Load(), ackGone), nil)
+	return q.writeAtomically(seg.path(ackSuffix), encodeAckHeader(seg.base, seg.endNow(), ackGone), nil)
 }
 
 // recordCapacity is the most records a segment can hold under the current
@@ -448,7 +448,7 @@ func (q *Queue) ackFor(seg *segment) (*ackFile, error) {
 	if seg.gone.Load() {
 		return nil, fmt.Errorf("%w: segment %d was acknowledged and deleted", ErrNotFound, seg.base)
 	}
-	capacity := seg.end.Load() - seg.base
+	capacity := seg.endNow() - seg.base
 	if seg.writing.Load() {
 		capacity = max(capacity, q.recordCapacity())
 	}
@@ -497,7 +497,7 @@ func (q *Queue) segmentAt(seq uint64) *segment {
 	segs := q.segs
 	q.segMu.RUnlock()
 	i := sort.Search(len(segs), func(i int) bool { return segs[i].base > seq }) - 1
-	if i < 0 || seq >= segs[i].end.Load() {
+	if i < 0 || seq >= segs[i].endNow() {
 		return nil
 	}
 	return segs[i]
@@ -516,13 +516,13 @@ func (q *Queue) advanceFloorLocked(hint *segment) error {
 		// the record may be read and acknowledged in between.
 		seg := hint
 		hint = nil
-		if seg == nil || floor < seg.base || floor >= seg.end.Load() {
+		if seg == nil || floor < seg.base || floor >= seg.endNow() {
 			seg = q.segmentAt(floor)
 		}
 		if seg == nil {
 			break
 		}
-		segEnd := seg.end.Load()
+		segEnd := seg.endNow()
 		if seg.gone.Load() {
 			q.ackedAbove.Add(-int64(segEnd - floor))
 			floor = segEnd
@@ -565,7 +565,7 @@ func (q *Queue) markAckedLocked(seg *segment, seq uint64) (bool, error) {
 	}
 	q.ackedMax = max(q.ackedMax, seq)
 	q.ackedAbove.Add(1)
-	if n := seg.acked.Add(1); n >= int64(seg.end.Load()-seg.base) && seg.sealed.Load() {
+	if n := seg.acked.Add(1); n >= int64(seg.endNow()-seg.base) && seg.sealed.Load() {
 		q.wake() // the whole segment can go
 	}
 	if seq == q.ackFloor.Load() {
@@ -590,7 +590,7 @@ func (q *Queue) loadAcks() error {
 	q.segMu.RUnlock()
 	stop := false // past the last segment ever read: only tombstones count
 	for _, seg := range segs {
-		end := seg.end.Load()
+		end := seg.endNow()
 		if end <= floor {
 			seg.acked.Store(int64(end - seg.base))
 			continue

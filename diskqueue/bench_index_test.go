@@ -101,7 +101,7 @@ func buildSparseIndex(b *testing.B, q *Queue) *sparseIndex {
 		if err != nil {
 			b.Fatal(err)
 		}
-		sc := newScanner(f.log, fileHeaderSize, seg.base, seg.size.Load(), DefaultMaxRecordBytes)
+		sc := newScanner(f.log, fileHeaderSize, seg.base, seg.sizeNow(), DefaultMaxRecordBytes)
 		last := int64(-1 << 40)
 		for sc.Next() {
 			off, h, _ := sc.Record()
@@ -127,7 +127,7 @@ func (si *sparseIndex) lookup(b *testing.B, q *Queue, seq uint64) uint64 {
 		b.Fatal(err)
 	}
 	w.reset(f.log)
-	limit := seg.size.Load()
+	limit := seg.sizeNow()
 	for off < limit {
 		h, _, n, err := w.frameAt(off, limit, DefaultMaxRecordBytes)
 		if err != nil && err != io.EOF {

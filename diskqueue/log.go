@@ -359,14 +359,14 @@ func (q *Queue) stamp() int64 {
 	return q.started.Add(time.Since(q.started)).UnixNano()
 }
 
-// publishLocked makes what t holds visible to readers and to Stats. size
-// is stored before end, so a reader that sees end also sees the bytes.
-// Each atomic store is a locked instruction on the hot path, so the index
-// sizes and the newest timestamp are stored only when they changed.
+// publishLocked makes what t holds visible to readers and to Stats: the
+// extent last, so a reader that sees the record also sees its index sizes
+// and timestamp. Each atomic store is a locked instruction on the hot path,
+// so the index sizes and the newest timestamp are stored only when they
+// changed.
 func (q *Queue) publishLocked(t *tail) {
 	seg := t.seg
 	prev := seg.diskBytes()
-	seg.size.Store(t.size)
 	if seg.indexBytes.Load() != t.indexSize {
 		seg.indexBytes.Store(t.indexSize)
 	}
@@ -376,7 +376,7 @@ func (q *Queue) publishLocked(t *tail) {
 	if seg.maxTime.Load() != t.maxTime {
 		seg.maxTime.Store(t.maxTime)
 	}
-	seg.end.Store(t.end)
+	seg.setExtent(t.size, t.end)
 	q.diskBytes.Add(seg.diskBytes() - prev)
 }
 
@@ -469,10 +469,9 @@ func (q *Queue) createSegment(base uint64, maxTime int64, mapped bool) (*segment
 	}
 	seg.setFiles(log, index)
 	seg.writing.Store(true)
-	seg.size.Store(fileHeaderSize)
+	seg.setExtent(fileHeaderSize, base)
 	seg.indexBytes.Store(fileHeaderSize)
 	seg.timeIndexBytes.Store(fileHeaderSize)
-	seg.end.Store(base)
 	seg.maxTime.Store(maxTime)
 	return seg, t, nil
 }

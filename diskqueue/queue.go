@@ -553,7 +553,7 @@ func (q *Queue) Stats() Stats {
 	}
 	if len(q.segs) > 0 {
 		last := q.segs[len(q.segs)-1]
-		st.WritePos = Position{Segment: last.base, Offset: last.size.Load()}
+		st.WritePos = Position{Segment: last.base, Offset: last.sizeNow()}
 	}
 	q.segMu.RUnlock()
 	if pos, err := q.position(st.ReadSeq); err == nil {

@@ -139,7 +139,7 @@ func (r *reader) next() (Record, error) {
 	for {
 		if r.seg != nil && r.seg.gone.Load() {
 			// Every record in it was acknowledged and its files deleted.
-			r.seq, r.seg = max(r.seq, r.seg.end.Load()), nil
+			r.seq, r.seg = max(r.seq, r.seg.endNow()), nil
 		}
 		if r.seg == nil {
 			seg, off, seq, err := r.q.locate(r.seq)
@@ -150,9 +150,9 @@ func (r *reader) next() (Record, error) {
 				return Record{}, err
 			}
 		}
-		// sealed before size: the writer stores the final size first.
+		// sealed before the extent: rotation sets sealed after the last publish.
 		sealed := r.seg.sealed.Load()
-		limit := r.seg.size.Load()
+		limit := r.seg.sizeNow() // every frame below it has a seq below its end
 		if r.off >= limit {
 			if !sealed {
 				return Record{}, errNoData
@@ -160,7 +160,7 @@ func (r *reader) next() (Record, error) {
 			nxt := r.q.segmentAfter(r.seg)
 			prev, from := r.seq, r.off
 			for nxt != nil && nxt.gone.Load() {
-				prev = max(prev, nxt.end.Load())
+				prev = max(prev, nxt.endNow())
 				nxt = r.q.segmentAfter(nxt)
 			}
 			if nxt == nil {
@@ -176,12 +176,6 @@ func (r *reader) next() (Record, error) {
 		}
 		rec, n, err := r.decodeAt(r.off, limit)
 		if err == nil {
-			if !sealed && rec.Seq >= r.seg.end.Load() {
-				// The producer has published the bytes (size) and not yet
-				// the seq (end): the record is not handed out before
-				// everything else can see it exists.
-				return Record{}, errNoData
-			}
 			r.off += int64(n)
 			r.seq++
 			return rec, nil
@@ -272,11 +266,11 @@ func makeRecord(h recordHeader, stored []byte, sl *slab) (Record, error) {
 // (which should hold seq); if nothing after it in the readable segment
 // checks out, the rest of it is skipped.
 func (q *Queue) skipDamage(seg *segment, off int64, seq uint64, limit int64, cause error) *damageError {
-	d := &damageError{seg: seg, from: off, first: seq, to: limit, next: seg.end.Load(), cause: cause}
+	d := &damageError{seg: seg, from: off, first: seq, to: limit, next: seg.endNow(), cause: cause}
 	if seg.sealed.Load() || d.next < seq {
 		d.next = max(d.next, seq)
 	}
-	entries := seg.end.Load()
+	entries := seg.endNow()
 	if seg.partialIndex {
 		entries = min(entries, seg.indexedEnd)
 	}
@@ -370,24 +364,18 @@ func (q *Queue) locate(seq uint64) (*segment, int64, uint64, error) {
 		i++
 		seq = max(seq, segs[i].base)
 	}
-	if i < len(segs) && segs[i].base == seq && segs[i].end.Load() > seq {
+	if i < len(segs) && segs[i].base == seq && segs[i].endNow() > seq {
 		return segs[i], fileHeaderSize, seq, nil
 	}
 	seg := segs[i]
 	sealed := seg.sealed.Load()
-	size, end := seg.size.Load(), seg.end.Load()
+	size, end := seg.bounds()
 	if seq >= end {
 		if sealed && i+1 < len(segs) {
 			return segs[i+1], fileHeaderSize, segs[i+1].base, nil
 		}
 		if seq > end {
 			return nil, 0, 0, fmt.Errorf("%w: seq %d is past the end %d", ErrNotFound, seq, end)
-		}
-		if !sealed {
-			// Being appended to: size may already count a record whose
-			// end is not published yet, so it is no offset for seq. Once
-			// seq is written its index entry says where it starts.
-			return nil, 0, 0, errNoData
 		}
 		return seg, size, end, nil
 	}
@@ -421,7 +409,7 @@ func (q *Queue) segmentFor(seq uint64) (*segment, error) {
 		}
 		return nil, fmt.Errorf("%w: seq %d is older than the first retained record %d", ErrNotFound, seq, segs[0].base)
 	}
-	if seq >= segs[i].end.Load() {
+	if seq >= segs[i].endNow() {
 		return nil, fmt.Errorf("%w: seq %d has not been written", ErrNotFound, seq)
 	}
 	return segs[i], nil
@@ -587,7 +575,7 @@ func (q *Queue) Ack(seq uint64) error {
 	}
 	// Acks mostly land in the segment the last one did.
 	seg := q.lastAcked
-	if seg == nil || seq < seg.base || seq >= seg.end.Load() {
+	if seg == nil || seq < seg.base || seq >= seg.endNow() {
 		seg = q.segmentAt(seq)
 		q.lastAcked = seg
 	}
@@ -619,9 +607,7 @@ func (q *Queue) ReadAt(seq uint64) (Record, error) {
 	if err != nil {
 		return Record{}, err
 	}
-	// end before size: the size read covers at least every record below end.
-	end := seg.end.Load()
-	limit := seg.size.Load()
+	limit, end := seg.bounds()
 	f, err := q.segFiles(seg)
 	if err != nil {
 		return Record{}, err

@@ -67,7 +67,7 @@ func resync(w *window, off, limit int64, after, before uint64, maxBody int) (int
 // within the segment (SeekTime takes the maximum across segments itself).
 func (q *Queue) rebuildIndexes(seg *segment, log file) error {
 	maxBody := maxBodyForRead(q.opts.MaxRecordBytes)
-	end, size := seg.end.Load(), seg.size.Load()
+	end, size := seg.endNow(), seg.sizeNow()
 	b := indexBuilder{lastTimeSeq: maxSeq}
 	sc := newScanner(log, fileHeaderSize, seg.base, size, maxBody)
 	for {
@@ -337,8 +337,7 @@ func (q *Queue) recoverTailFiles(w *tail, seg *segment, log file, size int64, ma
 	w.timeSize = timeIndexSize
 	w.maxTime = b.maxTime
 	w.lastTimeOff, w.lastTimeSeq = b.lastTimeOff, b.lastTimeSeq
-	seg.size.Store(goodEnd)
-	seg.end.Store(end)
+	seg.setExtent(goodEnd, end)
 	seg.maxTime.Store(b.maxTime)
 	seg.indexBytes.Store(w.indexSize)
 	seg.timeIndexBytes.Store(w.timeSize)
@@ -405,8 +404,7 @@ func (q *Queue) scanTail(seg *segment, log file, size int64) error {
 		_, h, _ := sc.Record()
 		maxTime = max(maxTime, h.ts)
 	}
-	seg.size.Store(sc.Offset())
-	seg.end.Store(sc.seq)
+	seg.setExtent(sc.Offset(), sc.seq)
 	seg.maxTime.Store(maxTime)
 	// Bytes past sc.Offset() that do not check out are a torn write or one
 	// in progress; Verify reports them, and Open would cut them.

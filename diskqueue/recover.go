@@ -152,7 +152,7 @@ func (q *Queue) recover() error {
 			if len(ghosts) > 0 {
 				end = min(end, ghosts[0])
 			}
-			ghost.end.Store(end)
+			ghost.setExtent(0, end)
 			ghost.sealed.Store(true)
 			ghost.gone.Store(true)
 			ghost.acked.Store(int64(end - g))
@@ -182,7 +182,7 @@ func (q *Queue) recover() error {
 		if n := len(bases); n > 0 {
 			base = bases[n-1]
 			if len(q.segs) > 0 {
-				base = max(base, q.segs[len(q.segs)-1].end.Load())
+				base = max(base, q.segs[len(q.segs)-1].endNow())
 			}
 		}
 		if err := q.startSegment(base); err != nil {
@@ -198,7 +198,7 @@ func (q *Queue) recover() error {
 	for _, s := range q.segs {
 		q.diskBytes.Add(s.diskBytes())
 	}
-	end := q.segs[len(q.segs)-1].end.Load()
+	end := q.segs[len(q.segs)-1].endNow()
 	q.nextSeq.Store(end)
 	q.openSeq = end
 
@@ -300,8 +300,7 @@ func (q *Queue) startSegment(base uint64) error {
 	if q.readOnly {
 		seg := &segment{dir: q.dir, base: base}
 		seg.setFiles(nil, nil) // nothing to open; it stays empty
-		seg.size.Store(fileHeaderSize)
-		seg.end.Store(base)
+		seg.setExtent(fileHeaderSize, base)
 		q.segs = append(q.segs, seg)
 		return nil
 	}
@@ -465,8 +464,10 @@ func (q *Queue) openSealedLazily(seg *segment, next uint64) error {
 	if err != nil {
 		return fmt.Errorf("diskqueue: open: %w", err)
 	}
-	seg.size.Store(size)
-	seg.end.Store(next)
+	if size > math.MaxUint32 || next-seg.base > math.MaxUint32 {
+		return fmt.Errorf("%w: %s is %d bytes for seqs %d..%d, more than a segment can hold", ErrCorrupt, seg.path(logSuffix), size, seg.base, next)
+	}
+	seg.setExtent(size, next)
 	seg.sealed.Store(true)
 	seg.maxTime.Store(unknownTime)
 	seg.indexBytes.Store(fileHeaderSize + int64(next-seg.base)*indexEntrySize)
@@ -517,14 +518,14 @@ func (q *Queue) openSealed(seg *segment) (*segFiles, error) {
 		log.Close()
 		return nil, err
 	}
-	damage, intact, err := q.checkLogHeader(seg, log, seg.size.Load())
+	damage, intact, err := q.checkLogHeader(seg, log, seg.sizeNow())
 	if err != nil {
 		return fail(err)
 	}
 	if damage != nil && !intact {
 		q.log.Warn("diskqueue: segment header is damaged; its records are checked one by one and damaged ones skipped", "segment", seg.base, "err", damage)
 	}
-	count := int64(seg.end.Load() - seg.base)
+	count := int64(seg.endNow() - seg.base)
 	timeBytes := q.statSize(seg.path(timeIndexSuffix))
 	timeOK := timeBytes >= fileHeaderSize+timeIndexEntrySize && (timeBytes-fileHeaderSize)%timeIndexEntrySize == 0
 	index, err := q.fs.OpenFile(seg.path(indexSuffix), os.O_RDONLY, 0)
@@ -631,7 +632,7 @@ func (q *Queue) segMaxTime(seg *segment) int64 {
 		q.log.Warn("diskqueue: time index is damaged; scanning the segment for its newest timestamp", "segment", seg.base, "err", err)
 		t = unknownTime + 1
 		if f, err := q.segFiles(seg); err == nil {
-			sc := newScanner(f.log, fileHeaderSize, seg.base, seg.size.Load(), maxBodyForRead(q.opts.MaxRecordBytes))
+			sc := newScanner(f.log, fileHeaderSize, seg.base, seg.sizeNow(), maxBodyForRead(q.opts.MaxRecordBytes))
 			for sc.Next() {
 				_, h, _ := sc.Record()
 				t = max(t, h.ts)
@@ -656,8 +657,8 @@ func (q *Queue) lastTimeEntry(seg *segment) (int64, error) {
 	if _, err := f.ReadAt(e[:], n-timeIndexEntrySize); err != nil {
 		return 0, err
 	}
-	if seq := binary.BigEndian.Uint64(e[8:]); seq != seg.end.Load()-1 {
-		return 0, fmt.Errorf("%w: last time index entry is for seq %d, the segment ends at %d", ErrCorrupt, seq, seg.end.Load()-1)
+	if seq := binary.BigEndian.Uint64(e[8:]); seq != seg.endNow()-1 {
+		return 0, fmt.Errorf("%w: last time index entry is for seq %d, the segment ends at %d", ErrCorrupt, seq, seg.endNow()-1)
 	}
 	return int64(binary.BigEndian.Uint64(e[:])), nil
 }

@@ -62,12 +62,13 @@ type segment struct {
 	filesMu sync.Mutex
 	closed  bool
 
-	// size is the number of log bytes, header included, that are written and
-	// may be read. end is the seq after the last readable record, so the
-	// segment holds [base, end). Both grow only, and size is stored before
-	// end, so a reader that sees end also sees the bytes behind it.
-	size atomic.Int64
-	end  atomic.Uint64
+	// extent packs the segment's size (low 32 bits: log bytes, header
+	// included, written and readable) and its record count (high 32 bits:
+	// the segment holds [base, end)), published by one store: a reader
+	// that loads it sees a size and an end that belong together. Both grow
+	// only. Options keep a segment under 4 GiB, and every record takes at
+	// least 25 bytes, so both fit.
+	extent atomic.Uint64
 	// sealed is set once appends have moved on to the next segment; size
 	// and end are final. (The files are cut to size and fsynced a moment
 	// later by the writer goroutine; writing says when that is done.)
@@ -102,6 +103,20 @@ type segment struct {
 	gone atomic.Bool
 }
 
+// bounds returns the segment's size and end, consistent with each other.
+func (s *segment) bounds() (size int64, end uint64) {
+	v := s.extent.Load()
+	return int64(uint32(v)), s.base + v>>32
+}
+
+func (s *segment) sizeNow() int64 { size, _ := s.bounds(); return size }
+func (s *segment) endNow() uint64 { _, end := s.bounds(); return end }
+
+// setExtent publishes size and end together.
+func (s *segment) setExtent(size int64, end uint64) {
+	s.extent.Store((end-s.base)<<32 | uint64(uint32(size)))
+}
+
 func (s *segment) path(suffix string) string {
 	return filepath.Join(s.dir, segmentName(s.base, suffix))
 }
@@ -113,7 +128,7 @@ func (s *segment) diskBytes() int64 {
 	if s.gone.Load() {
 		return ackHeaderSize
 	}
-	return s.size.Load() + s.indexBytes.Load() + s.timeIndexBytes.Load() + ackFileSize(s.end.Load()-s.base)
+	return s.sizeNow() + s.indexBytes.Load() + s.timeIndexBytes.Load() + ackFileSize(s.endNow()-s.base)
 }
 
 // segFiles are a segment's read handles. index is nil when the segment has

@@ -85,7 +85,7 @@ func Verify(dir string) (Report, error) {
 
 func (q *Queue) verifySegment(seg *segment, rep *Report) {
 	logName := segmentName(seg.base, logSuffix)
-	size, end := seg.size.Load(), seg.end.Load()
+	size, end := seg.bounds()
 	f, err := q.segFiles(seg)
 	if err != nil {
 		rep.Problems = append(rep.Problems, Problem{File: logName, Offset: -1, Err: err})

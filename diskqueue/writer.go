@@ -276,7 +276,7 @@ func (q *Queue) housekeep(now time.Time) {
 	// is acknowledged, whether the floor has passed them or an older
 	// segment still holds unacknowledged records.
 	done := func(s *segment) bool {
-		return !s.writing.Load() && (s.end.Load() <= floor || s.acked.Load() >= int64(s.end.Load()-s.base))
+		return !s.writing.Load() && (s.endNow() <= floor || s.acked.Load() >= int64(s.endNow()-s.base))
 	}
 	var cands []int
 	for i := 0; i < len(segs)-1; i++ {
