@@ -166,12 +166,13 @@ func (d diskBackend) Empty() error         { return d.q.Empty() }
 func (d diskBackend) Close() error         { return d.q.Close() }
 
 // ScanBacklog makes a diskBackend a [channel.BacklogScanner]: the records
-// from the read cursor to the write cursor. Damaged ones are left out; Read
+// from the read cursor to the write cursor that Read will still hand out
+// (not those acknowledged out of order). Damaged ones are left out; Read
 // reports them when it reaches them.
 func (d diskBackend) ScanBacklog() (uint64, func(yield func(uint64, []byte, error) bool)) {
 	st := d.q.Stats()
 	return st.WriteSeq, func(yield func(uint64, []byte, error) bool) {
-		for rec, err := range d.q.Scan(st.ReadSeq, st.WriteSeq) {
+		for rec, err := range d.q.Unacknowledged(st.ReadSeq, st.WriteSeq) {
 			if errors.Is(err, diskqueue.ErrCorrupt) {
 				continue
 			}

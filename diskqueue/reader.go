@@ -672,6 +672,42 @@ func (q *Queue) readAtSlow(seg *segment, seq uint64, limit int64, cause error) (
 	return Record{}, fmt.Errorf("%w: segment %s: seq %d: %v", ErrCorrupt, segmentName(seg.base, logSuffix), seq, cause)
 }
 
+// Unacknowledged is Scan of the records with from <= seq < to that are not
+// acknowledged (those out of order above the read cursor, before a restart
+// too, are left out), as Read would hand them out. It moves no cursor.
+func (q *Queue) Unacknowledged(from, to uint64) iter.Seq2[Record, error] {
+	return func(yield func(Record, error) bool) {
+		for rec, err := range q.Scan(max(from, q.ackFloor.Load()), to) {
+			if err == nil && q.acknowledged(rec.Seq) {
+				continue
+			}
+			if !yield(rec, err) {
+				return
+			}
+		}
+	}
+}
+
+// acknowledged reports whether seq is acknowledged: below the floor, in a
+// segment deleted as acknowledged, or with its bit set.
+func (q *Queue) acknowledged(seq uint64) bool {
+	q.readMu.Lock()
+	defer q.readMu.Unlock()
+	if seq < q.ackFloor.Load() {
+		return true
+	}
+	seg := q.segmentAt(seq)
+	if seg == nil || seg.gone.Load() {
+		return seg != nil
+	}
+	a, err := q.ackFor(seg)
+	if err != nil {
+		return false
+	}
+	set, _ := a.isSet(seq - seg.base)
+	return set
+}
+
 // Scan returns an iterator over the records with from <= seq < to, in
 // order, without moving any cursor; it suits replay from retained segments.
 // Pass [math.MaxUint64] as to for "up to the newest record". Records that
