@@ -381,8 +381,17 @@ func (c *Channel) take(ctx context.Context) (*Message, error) {
 		if m := c.popReady(); m != nil {
 			return m, nil
 		}
+		// Memory before disk (disk holds only newer messages), each looked
+		// at without waiting: a done ctx still gets a message the pump has
+		// ready, and a backlog costs no lock.
 		select {
 		case m := <-c.memCh:
+			return m, nil
+		default:
+		}
+		select {
+		case m := <-c.diskCh:
+			c.delivered()
 			return m, nil
 		default:
 		}
@@ -391,14 +400,6 @@ func (c *Channel) take(ctx context.Context) (*Message, error) {
 		// message, so one added between the two is not missed.
 		if m := c.popReady(); m != nil {
 			return m, nil
-		}
-		select {
-		case m := <-c.diskCh:
-			// Before the waiting select, so that a done ctx still gets a
-			// message the pump has ready.
-			c.delivered()
-			return m, nil
-		default:
 		}
 		select {
 		case <-wait:
