@@ -63,12 +63,14 @@ func (p *Publisher) readLocal() {
 			if it == nil {
 				break
 			}
-			if !p.admit(*it) {
-				continue
-			}
 			if it.env.due != 0 || string(it.env.topic) != b.topic || b.bytes+4+len(it.env.body) > p.opts.MaxBatchBytes {
-				next = it
+				next = it // startBatch checks it whole
 				break
+			}
+			// Its topic is the batch's, checked when the batch started.
+			if err := p.checkBody(it.env.body); err != nil {
+				p.badRecord(*it, err)
+				continue
 			}
 			b.add(*it)
 		}
@@ -139,7 +141,6 @@ func (p *Publisher) badRecord(it item, reason error) {
 
 // deadLetter hands it to the DeadLetter handler and removes its record.
 func (p *Publisher) deadLetter(it item, reason error) {
-	p.deadLetters.Add(1)
 	m := Rejected{Topic: string(it.env.topic), Body: it.env.body, Published: it.rec.Time, Seq: it.rec.Seq}
 	if it.env.due != 0 {
 		m.Due = time.Unix(0, it.env.due)

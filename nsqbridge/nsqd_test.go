@@ -196,19 +196,14 @@ func (s *server) stats(topic string) topicStats {
 }
 
 // stop stops the server gracefully (SIGTERM), if it runs.
-func (s *server) stop() {
-	if s.cmd != nil && s.cmd.Process != nil {
-		s.cmd.Process.Signal(syscall.SIGTERM)
-		<-s.drained
-		s.cmd.Wait()
-		s.cmd = nil
-	}
-}
+func (s *server) stop() { s.end(syscall.SIGTERM) }
 
 // kill SIGKILLs the server, if it runs.
-func (s *server) kill() {
+func (s *server) kill() { s.end(syscall.SIGKILL) }
+
+func (s *server) end(sig syscall.Signal) {
 	if s.cmd != nil && s.cmd.Process != nil {
-		s.cmd.Process.Signal(syscall.SIGKILL)
+		s.cmd.Process.Signal(sig)
 		<-s.drained
 		s.cmd.Wait()
 		s.cmd = nil

@@ -207,7 +207,9 @@ type Publisher struct {
 	pending  pendingList         // records read and not yet acknowledged locally
 	progress broadcast.Broadcast // local records were acknowledged
 
-	published, forwarded, deadLetters, invalid, refused, badRecords atomic.Int64
+	// refused and badRecords are the two ways to DeadLetter; their sum is
+	// DeadLetters.
+	published, forwarded, invalid, refused, badRecords              atomic.Int64
 	sendErrors, connectErrors, lookupdErrors, reconnects, failovers atomic.Int64
 }
 
@@ -330,6 +332,11 @@ func (p *Publisher) check(topic string, body []byte) error {
 	if !validTopic(topic) {
 		return fmt.Errorf("%w: %q", ErrInvalidTopic, topic)
 	}
+	return p.checkBody(body)
+}
+
+// checkBody is check's half about the body.
+func (p *Publisher) checkBody(body []byte) error {
 	if len(body) == 0 {
 		return ErrEmptyMessage
 	}
@@ -445,10 +452,8 @@ func (p *Publisher) Stats() PublisherStats {
 	st := PublisherStats{
 		Published:     p.published.Load(),
 		Forwarded:     p.forwarded.Load(),
-		Pending:       p.q.Depth(),
 		OldestPending: p.pending.oldestAge(time.Now()),
 		Invalid:       p.invalid.Load(),
-		DeadLetters:   p.deadLetters.Load(),
 		Refused:       p.refused.Load(),
 		BadRecords:    p.badRecords.Load(),
 		SendErrors:    p.sendErrors.Load(),
@@ -458,6 +463,8 @@ func (p *Publisher) Stats() PublisherStats {
 		Failovers:     p.failovers.Load(),
 		Local:         p.q.Stats(),
 	}
+	st.Pending = st.Local.Depth // one snapshot, so the two agree
+	st.DeadLetters = st.Refused + st.BadRecords
 	p.nodesMu.Lock()
 	for _, n := range p.nodes {
 		ns := NodeStats{Addr: n.addr, Discovered: !n.static, Connected: n.connected.Load(), Forwarded: n.forwarded.Load(), Errors: n.errors.Load()}
