@@ -175,11 +175,6 @@ func cmdTail(e *env, args []string) error {
 	}
 }
 
-// writeKind decides what put and import-nsqd write into q: the -channel or
-// -raw flag, else what the queue already holds. A queue with no records
-// yet says nothing, and a wrong guess is costly either way (a channel
-// drops records that are not envelopes; a raw consumer gets 20 bytes of
-// envelope in every body), so then the operator must say.
 // openWriteKind opens dir for a command that writes records, creating the
 // queue only with -create, and settles which kind of record to write. A new
 // queue needs the kind said: need names the flags for the message.
@@ -199,6 +194,11 @@ func openWriteKind(dir string, create bool, k kindFlags, need string) (*diskqueu
 	return q, kind, nil
 }
 
+// writeKind decides what put and import-nsqd write into q: the -channel or
+// -raw flag, else what the queue already holds. A queue with no records
+// yet says nothing, and a wrong guess is costly either way (a channel
+// drops records that are not envelopes; a raw consumer gets 20 bytes of
+// envelope in every body), so then the operator must say.
 func writeKind(k kindFlags, q *diskqueue.Queue, dir string) (recordKind, error) {
 	held := detectKind(q)
 	want := k.forced()
