@@ -62,8 +62,7 @@ func TestSumSeconds(t *testing.T) {
 	if got := h.SumSeconds(); got != 1.75 {
 		t.Fatalf("sum %v s, want 1.75 s", got)
 	}
-	// Concurrent Records must not lose an addition: whole seconds add
-	// exactly in float64, so the sum is exact whatever the order.
+	// Concurrent Records must not lose an addition.
 	const goroutines, each = 4, 1000
 	done := make(chan struct{})
 	for range goroutines {
@@ -91,8 +90,7 @@ func TestSumSeconds(t *testing.T) {
 }
 
 // BenchmarkRecord times Record from every core at once, as consumers
-// finishing messages do; the compare-and-swap on the sum is the part that
-// contends.
+// finishing messages do; the shared sum is the part that contends.
 func BenchmarkRecord(b *testing.B) {
 	var h Histogram
 	b.RunParallel(func(pb *testing.PB) {
