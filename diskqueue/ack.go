@@ -2,7 +2,6 @@ package diskqueue
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"math/bits"
@@ -46,16 +45,17 @@ const (
 
 var magicAck = [4]byte{'S', 'Q', 'A', 'K'}
 
-// ackFile is one segment's acknowledgement bitmap. It is guarded by
-// q.readMu, except count, which retention reads without it.
+// ackFile is one cursor's acknowledgement bitmap of one segment. It is
+// guarded by the cursor's readMu, except alloc (below).
 type ackFile struct {
 	// region is the file, its mapping (header and bitmap, shared; nil on
 	// the write path) and its preallocation, which appends grow as they do
-	// the log's (reserve): alloc is guarded by q.mu.
+	// the log's (reserve): alloc is guarded by the log's mu.
 	region
 	cap     uint64 // records the bitmap has room for
 	readEnd uint64 // the stored readEnd
 	name    string
+	owner   *Cursor
 	// mem says m is a private copy in memory: a read-only view's
 	// acknowledgements are never stored.
 	mem bool
@@ -127,13 +127,13 @@ const ackChunk = 64 << 10
 // whole otherwise, so a full disk shows at Put and an Ack does not fail for
 // lack of space. On the write path it is a sparse file, whose one-byte
 // writes can still meet a full disk.
-func (q *Queue) createAckFile(seg *segment, capacity uint64, mapped, grow bool) (*ackFile, error) {
-	name := seg.path(ackSuffix)
-	f, err := q.fs.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+func (c *Cursor) createAckFile(seg *segment, capacity uint64, mapped, grow bool) (*ackFile, error) {
+	name := c.ackPath(seg)
+	f, err := c.log.fs.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return nil, err
 	}
-	a := &ackFile{region: region{f: f, chunk: ackChunk}, cap: capacity, name: name}
+	a := &ackFile{region: region{f: f, chunk: ackChunk}, cap: capacity, name: name, owner: c}
 	size := ackFileSize(capacity)
 	if mf, ok := f.(mapper); ok && mapped {
 		alloc := size
@@ -157,14 +157,14 @@ func (q *Queue) createAckFile(seg *segment, capacity uint64, mapped, grow bool) 
 	}
 	if err != nil {
 		a.close()
-		q.fs.Remove(name)
+		c.log.fs.Remove(name)
 		return nil, fmt.Errorf("diskqueue: create %s: %w", name, err)
 	}
 	return a, nil
 }
 
 // reserve preallocates the bitmap for the first records records, before
-// the last of them is appended. The caller holds q.mu; Acks write only bits
+// the last of them is appended. The caller holds the log's mu; Acks write only bits
 // of records that exist, inside what is preallocated.
 func (a *ackFile) reserve(records uint64) error {
 	if a.mem {
@@ -176,10 +176,10 @@ func (a *ackFile) reserve(records uint64) error {
 // openAckFile opens a segment's existing acknowledgement file, with room
 // for at least capacity records. It returns os.ErrNotExist (wrapped) when
 // there is none, and ErrCorrupt for one whose header does not check out.
-func (q *Queue) openAckFile(seg *segment, capacity uint64) (*ackFile, byte, error) {
-	name := seg.path(ackSuffix)
-	if q.readOnly {
-		b, err := readFile(q.fs, name)
+func (c *Cursor) openAckFile(seg *segment, capacity uint64) (*ackFile, byte, error) {
+	name := c.ackPath(seg)
+	if c.log.readOnly {
+		b, err := readFile(c.log.fs, name)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -190,7 +190,7 @@ func (q *Queue) openAckFile(seg *segment, capacity uint64) (*ackFile, byte, erro
 		capacity := max(uint64(max(len(b)-ackHeaderSize, 0))*8, capacity)
 		return memAckFile(name, seg.base, capacity, b), flags, nil
 	}
-	f, err := q.fs.OpenFile(name, os.O_RDWR, 0)
+	f, err := c.log.fs.OpenFile(name, os.O_RDWR, 0)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -213,7 +213,7 @@ func (q *Queue) openAckFile(seg *segment, capacity uint64) (*ackFile, byte, erro
 		return nil, 0, fmt.Errorf("diskqueue: stat %s", name)
 	}
 	mapLen := max(size, ackFileSize(capacity))
-	a := &ackFile{region: region{f: f, chunk: ackChunk}, readEnd: readEnd, name: name, cap: uint64(size-ackHeaderSize) * 8}
+	a := &ackFile{region: region{f: f, chunk: ackChunk}, readEnd: readEnd, name: name, owner: c, cap: uint64(size-ackHeaderSize) * 8}
 	if mf, ok := f.(mapper); ok && flags&ackGone == 0 {
 		m, err := mf.Map(int(mapLen))
 		switch {
@@ -424,235 +424,26 @@ func (a *ackFile) firstClear(from, to uint64) (uint64, error) {
 // (temporary file, fsync, rename, directory fsync), so a crash leaves
 // either the full bitmap (every bit set: the segment is deleted again) or
 // the tombstone, never a mix.
-func (q *Queue) writeTombstone(seg *segment) error {
-	return q.writeAtomically(seg.path(ackSuffix), encodeAckHeader(seg.base, seg.endNow(), ackGone), nil)
+func (l *Log) writeTombstone(seg *segment) error {
+	return l.writeAtomically(seg.path(ackSuffix), encodeAckHeader(seg.base, seg.endNow(), ackGone), nil)
 }
 
 // recordCapacity is the most records a segment can hold under the current
 // options: the size of a new segment's bitmap.
-func (q *Queue) recordCapacity() uint64 {
+func (l *Log) recordCapacity() uint64 {
 	// A segment rotates before a record would take it past
 	// MaxSegmentBytes, so only a segment of one record is larger.
-	return uint64((q.opts.MaxSegmentBytes-fileHeaderSize)/recordHeaderSize + 1)
-}
-
-// ackFor returns seg's acknowledgement file, opening it on first use, or
-// creating it for a segment written before acknowledgement files existed
-// (format v1) or whose file is damaged (its acknowledgements above the
-// floor are then delivered again: at-least-once). The caller holds
-// q.readMu.
-func (q *Queue) ackFor(seg *segment) (*ackFile, error) {
-	if seg.ack != nil {
-		return seg.ack, nil
-	}
-	if seg.gone.Load() {
-		return nil, fmt.Errorf("%w: segment %d was acknowledged and deleted", ErrNotFound, seg.base)
-	}
-	capacity := seg.endNow() - seg.base
-	if seg.writing.Load() {
-		capacity = max(capacity, q.recordCapacity())
-	}
-	a, flags, err := q.openAckFile(seg, capacity)
-	switch {
-	case err == nil && flags&ackGone != 0:
-		// A tombstone beside a log that still exists: a crash came while
-		// the segment was being deleted. Every record was acknowledged.
-		a.close()
-		return nil, fmt.Errorf("%w: segment %d was acknowledged and is being deleted", ErrNotFound, seg.base)
-	case err == nil:
-	case q.readOnly:
-		// Nothing to read the bits from: start from none.
-		a = memAckFile(seg.path(ackSuffix), seg.base, capacity, nil)
-	case errors.Is(err, os.ErrNotExist) || errors.Is(err, ErrCorrupt):
-		if !errors.Is(err, os.ErrNotExist) {
-			q.log.Warn("diskqueue: acknowledgement file is damaged; its records above the read cursor are delivered again", "segment", seg.base, "err", err)
-		}
-		if a, err = q.createAckFile(seg, capacity, q.mapped, seg.writing.Load()); err != nil {
-			if isNoSpace(err) {
-				return nil, fmt.Errorf("%w: %w", ErrDiskFull, err)
-			}
-			return nil, err
-		}
-	default:
-		return nil, err
-	}
-	seg.ack = a
-	return a, nil
-}
-
-// closeAck releases seg's acknowledgement file, under q.readMu so that no
-// Ack is writing into its mapping meanwhile.
-func (q *Queue) closeAck(seg *segment) {
-	q.readMu.Lock()
-	defer q.readMu.Unlock()
-	if seg.ack != nil {
-		seg.ack.close()
-		seg.ack = nil
-	}
+	return uint64((l.opts.MaxSegmentBytes-fileHeaderSize)/recordHeaderSize + 1)
 }
 
 // segmentAt returns the segment (gone or not) whose range holds seq, or nil.
-func (q *Queue) segmentAt(seq uint64) *segment {
-	q.segMu.RLock()
-	segs := q.segs
-	q.segMu.RUnlock()
+func (l *Log) segmentAt(seq uint64) *segment {
+	l.segMu.RLock()
+	segs := l.segs
+	l.segMu.RUnlock()
 	i := sort.Search(len(segs), func(i int) bool { return segs[i].base > seq }) - 1
 	if i < 0 || seq >= segs[i].endNow() {
 		return nil
 	}
 	return segs[i]
-}
-
-// advanceFloorLocked moves the floor (the oldest unacknowledged record)
-// over every acknowledged record it now touches, segment by segment. hint,
-// if not nil, is the segment the floor is likely in. The caller holds
-// q.readMu.
-func (q *Queue) advanceFloorLocked(hint *segment) error {
-	floor := q.ackFloor.Load()
-	var err error
-	for {
-		// Bounded by the segments' published ends, not by nextSeq: a
-		// producer publishes a record's segment end before nextSeq, and
-		// the record may be read and acknowledged in between.
-		seg := hint
-		hint = nil
-		if seg == nil || floor < seg.base || floor >= seg.endNow() {
-			seg = q.segmentAt(floor)
-		}
-		if seg == nil {
-			break
-		}
-		segEnd := seg.endNow()
-		if seg.gone.Load() {
-			q.ackedAbove.Add(-int64(segEnd - floor))
-			floor = segEnd
-			continue
-		}
-		var a *ackFile
-		if a, err = q.ackFor(seg); err != nil {
-			break
-		}
-		var j uint64
-		if j, err = a.firstClear(floor-seg.base, segEnd-seg.base); err != nil {
-			break
-		}
-		next := seg.base + j
-		q.ackedAbove.Add(-int64(next - floor))
-		floor = next
-		if next < segEnd {
-			break
-		}
-	}
-	if floor != q.ackFloor.Load() {
-		q.ackFloor.Store(floor)
-		if floor >= q.deleteHint.Load() {
-			q.wake()
-		}
-	}
-	return err
-}
-
-// markAckedLocked acknowledges seq, which was handed out, in seg. It
-// reports whether seq already was acknowledged (then nothing changes). The
-// caller holds q.readMu.
-func (q *Queue) markAckedLocked(seg *segment, seq uint64) (bool, error) {
-	a, err := q.ackFor(seg)
-	if err != nil {
-		return false, err
-	}
-	if was, err := a.testAndSet(seq - seg.base); err != nil || was {
-		return was, err
-	}
-	q.ackedMax = max(q.ackedMax, seq)
-	q.ackedAbove.Add(1)
-	if n := seg.acked.Add(1); n >= int64(seg.endNow()-seg.base) && seg.sealed.Load() {
-		q.wake() // the whole segment can go
-	}
-	if seq == q.ackFloor.Load() {
-		// The acknowledgement is recorded; a floor that cannot move now
-		// (a failed read of the next segment's bitmap) moves on a later one.
-		if err := q.advanceFloorLocked(seg); err != nil {
-			q.log.Warn("diskqueue: cannot advance the read cursor yet", "seq", seq, "err", err)
-		}
-	}
-	return false, nil
-}
-
-// loadAcks runs in Open once the floor is known: it opens the
-// acknowledgement files from the floor on, counts the records acknowledged
-// above it (only up to each file's readEnd: nothing past it was ever handed
-// out, so Open reads no more than the last run's reading reached), and
-// moves the floor over them.
-func (q *Queue) loadAcks() error {
-	floor := q.ackFloor.Load()
-	q.segMu.RLock()
-	segs := q.segs
-	q.segMu.RUnlock()
-	stop := false // past the last segment ever read: only tombstones count
-	for _, seg := range segs {
-		end := seg.endNow()
-		if end <= floor {
-			seg.acked.Store(int64(end - seg.base))
-			continue
-		}
-		if stop && !seg.gone.Load() {
-			continue
-		}
-		if seg.gone.Load() {
-			n := int64(end - max(floor, seg.base))
-			seg.acked.Store(int64(end - seg.base))
-			q.ackedAbove.Add(n)
-			q.ackedMax = max(q.ackedMax, end-1)
-			continue
-		}
-		a, err := q.ackFor(seg)
-		if err != nil {
-			return err
-		}
-		lo := max(floor, seg.base)
-		hi := min(a.readEnd, end)
-		if hi <= lo {
-			seg.acked.Store(int64(lo - seg.base))
-			if a.readEnd <= seg.base {
-				stop = true // never read: neither is anything after it
-			}
-			continue
-		}
-		n, err := a.countSet(lo-seg.base, hi-seg.base)
-		if err != nil {
-			return err
-		}
-		seg.acked.Store(int64(lo-seg.base) + n)
-		q.ackedAbove.Add(n)
-		if n > 0 {
-			q.ackedMax = max(q.ackedMax, hi-1)
-		}
-	}
-	return q.advanceFloorLocked(nil)
-}
-
-// syncAcks fsyncs the acknowledgement files changed since the last call,
-// so a power cut loses at most the acknowledgements of one SyncInterval.
-// Under the default policy that is the same bound as for the records.
-func (q *Queue) syncAcks() {
-	if q.opts.NoSync || q.readOnly {
-		return
-	}
-	var files []file
-	q.readMu.Lock()
-	q.segMu.RLock()
-	for _, s := range q.segs {
-		if a := s.ack; a != nil && a.dirty && !a.mem {
-			a.dirty = false
-			files = append(files, a.f)
-		}
-	}
-	q.segMu.RUnlock()
-	q.readMu.Unlock()
-	for _, f := range files {
-		// A segment deleted meanwhile has closed its file: nothing to keep.
-		if err := f.Sync(); err != nil && !errors.Is(err, os.ErrClosed) {
-			q.log.Warn("diskqueue: cannot fsync acknowledgements; after a power cut finished records may be delivered again", "err", err)
-		}
-	}
 }

@@ -1,157 +1,1050 @@
 package diskqueue
 
 import (
-	"encoding/binary"
+	"context"
 	"errors"
 	"fmt"
-	"hash/crc32"
-	"io"
+	"io/fs"
+	"iter"
+	"log/slog"
 	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
 )
 
-// The cursor file persists the one thing that cannot be recomputed from the
-// log: the read position. It holds two fixed slots written alternately, each
-// with its own checksum, so a torn write spoils at most the slot being
-// written and the other still holds the previous position. One pwrite and one
-// fsync per update; no rename, no directory fsync.
+// Cursor is one consumer's place in a [Log]: a read position, the
+// records handed out and not yet acknowledged, and an acknowledgement
+// bitmap per segment. Every cursor sees every record of the log from where
+// it started, in order, at least once; cursors do not affect one another,
+// except that a segment stays on disk until every cursor has acknowledged
+// all of it. A Cursor is safe for concurrent use by any number of
+// consumers, which share its position.
 //
-//	slot (32 bytes), at offset 0 and 32:
-//	0       4     5          8               16                24       28      32
-//	| magic | ver | reserved | gen uint64 BE  | readSeq uint64 | crc32c | zero  |
+// Its files live in the log's directory for a [Queue]'s own cursor
+// (cursor and NNNN.ack, as format v1 had them), and in cursors/NAME/ for a
+// named one.
+type Cursor struct {
+	log    *Log
+	name   string // "" for a Queue's own cursor
+	dir    string // where its cursor and acknowledgement files are
+	logger *slog.Logger
+
+	// readMu guards the fields below: the consumer side.
+	readMu sync.Mutex
+	rd     reader // the next record Read hands out
+	// ackedMax is the highest seq acknowledged (at Open: an upper bound of
+	// those acknowledged before). Read checks the bitmap only for records
+	// at or below it: in a steady run acks trail the reader and it costs
+	// nothing.
+	ackedMax uint64
+	// segs is the cursor's acknowledgement state of each segment it has
+	// touched (opened on first use); lastAcked caches the one the last Ack
+	// landed in.
+	segs      map[*segment]*segAcks
+	lastAcked *segAcks
+	// closed is set when the log closes or the cursor is deleted: its
+	// files are released.
+	closed bool
+
+	// Written only under readMu, readable without it (Depth, Stats, the
+	// writer goroutine's housekeeping).
+	ackFloor atomic.Uint64 // oldest record not yet acknowledged
+	// ackedAbove counts acknowledged records above ackFloor (acked out of
+	// order, or before a restart ahead of the floor).
+	ackedAbove atomic.Int64
+	inFlight   atomic.Int64 // handed out by Read, not yet acknowledged
+	acks       atomic.Int64 // acknowledged since Open
+
+	// The cursor file, touched only by the writer goroutine once the
+	// cursor is registered with the log (and before that by whoever
+	// creates it, and by Close once the writer has returned).
+	file        *cursorFile
+	persisted   uint64    // readSeq last stored in the cursor file
+	persistedAt time.Time // when
+	persistErr  error     // the first failure to store it, for Close
+}
+
+// segAcks is a cursor's acknowledgement state of one segment.
+type segAcks struct {
+	seg *segment
+	ack *ackFile // nil until opened
+	// acked counts the segment's acknowledged records, once ack is open
+	// (or the floor has passed the segment).
+	acked int64
+}
+
+// Start says where a new cursor begins: [FromNext], [FromOldest],
+// [FromSeq] or [FromTime]. It is used only when the cursor is created; an
+// existing cursor goes on from where it was.
+type Start struct {
+	kind startKind
+	seq  uint64
+	t    time.Time
+}
+
+type startKind uint8
+
 const (
-	cursorSlotSize = 32
-	cursorFileSize = 2 * cursorSlotSize
+	startNext startKind = iota
+	startOldest
+	startSeq
+	startTime
 )
 
-// cursorState is what a slot holds.
-type cursorState struct {
-	gen     uint64 // increases with every store; the higher valid slot wins
-	readSeq uint64 // oldest record not yet acknowledged
-}
+// FromNext starts a cursor at the next record put (nsqd's behaviour for a
+// new channel): nothing already in the log is delivered to it.
+func FromNext() Start { return Start{kind: startNext} }
 
-func encodeCursorSlot(c cursorState) []byte {
-	b := make([]byte, 0, cursorSlotSize)
-	b = append(b, magicCursor[:]...)
-	b = append(b, formatVersion, 0, 0, 0)
-	b = binary.BigEndian.AppendUint64(b, c.gen)
-	b = binary.BigEndian.AppendUint64(b, c.readSeq)
-	b = binary.BigEndian.AppendUint32(b, crc32.Checksum(b, crcTable))
-	return append(b, 0, 0, 0, 0)
-}
+// FromOldest starts a cursor at the oldest record still on disk.
+func FromOldest() Start { return Start{kind: startOldest} }
 
-func decodeCursorSlot(b []byte) (cursorState, error) {
-	if len(b) < cursorSlotSize {
-		return cursorState{}, fmt.Errorf("%w: cursor slot is %d bytes", ErrCorrupt, len(b))
-	}
-	if [4]byte(b[0:4]) != magicCursor {
-		return cursorState{}, fmt.Errorf("%w: cursor slot has bad magic %q", ErrCorrupt, b[0:4])
-	}
-	if b[4] != formatVersion {
-		return cursorState{}, fmt.Errorf("%w: cursor format version %d", ErrUnsupportedVersion, b[4])
-	}
-	if got, want := crc32.Checksum(b[:24], crcTable), binary.BigEndian.Uint32(b[24:28]); got != want {
-		return cursorState{}, fmt.Errorf("%w: cursor slot checksum mismatch", ErrCorrupt)
-	}
-	return cursorState{
-		gen:     binary.BigEndian.Uint64(b[8:16]),
-		readSeq: binary.BigEndian.Uint64(b[16:24]),
-	}, nil
-}
+// FromSeq starts a cursor at seq: a seq older than the oldest record on
+// disk starts at that record, one past the end at the next record put.
+func FromSeq(seq uint64) Start { return Start{kind: startSeq, seq: seq} }
 
-// decodeCursorFile returns the newest valid slot. It fails only when neither
-// slot is valid.
-func decodeCursorFile(b []byte) (cursorState, error) {
-	var best cursorState
-	var firstErr error
-	found := false
-	for i := 0; i < 2; i++ {
-		lo := i * cursorSlotSize
-		if lo >= len(b) {
-			if firstErr == nil {
-				firstErr = fmt.Errorf("%w: cursor file is %d bytes", ErrCorrupt, len(b))
-			}
-			continue
-		}
-		c, err := decodeCursorSlot(b[lo:min(len(b), lo+cursorSlotSize)])
-		if err != nil {
-			if firstErr == nil {
-				firstErr = err
-			}
-			continue
-		}
-		if !found || c.gen > best.gen {
-			best, found = c, true
+// FromTime starts a cursor at the first record stored at or after t (see
+// [Log.SeekTime]), or at the next record put if there is none.
+func FromTime(t time.Time) Start { return Start{kind: startTime, t: t} }
+
+// cursorsDir is the directory of named cursors, in the log's directory.
+const cursorsDir = "cursors"
+
+// ErrBadCursorName is returned for a cursor name that is empty, longer
+// than 64 bytes, or has a byte other than ASCII letters, digits, '.', '_'
+// and '-' (or is "." or "..").
+var ErrBadCursorName = errors.New("diskqueue: bad cursor name")
+
+func checkCursorName(name string) error {
+	if name == "" || len(name) > 64 || name == "." || name == ".." {
+		return fmt.Errorf("%w: %q", ErrBadCursorName, name)
+	}
+	for i := 0; i < len(name); i++ {
+		b := name[i]
+		if !(b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || b == '.' || b == '_' || b == '-') {
+			return fmt.Errorf("%w: %q", ErrBadCursorName, name)
 		}
 	}
-	if !found {
-		return cursorState{}, firstErr
-	}
-	return best, nil
-}
-
-// cursorFile owns the open cursor file. Only the writer goroutine (and Open
-// and Close, which run when it does not) touches it.
-type cursorFile struct {
-	f      file
-	state  cursorState
-	noSync bool
-}
-
-// loadCursor opens (creating if needed) the cursor file in dir. exists
-// reports whether a valid position was read; when it is false the caller
-// decides the position and stores it.
-func loadCursor(fsys fileSystem, path string, noSync, readOnly bool) (c *cursorFile, exists bool, err error) {
-	flag := os.O_RDWR | os.O_CREATE
-	if readOnly {
-		flag = os.O_RDONLY
-	}
-	f, err := fsys.OpenFile(path, flag, 0o644)
-	if readOnly && errors.Is(err, os.ErrNotExist) {
-		return &cursorFile{f: nil, noSync: true}, false, nil
-	}
-	if err != nil {
-		return nil, false, err
-	}
-	if readOnly {
-		// A read-only view keeps nothing open: it never stores.
-		defer func() {
-			f.Close()
-			if c != nil {
-				c.f = nil
-			}
-		}()
-	}
-	c = &cursorFile{f: f, noSync: noSync}
-	buf := make([]byte, cursorFileSize)
-	n, err := f.ReadAt(buf, 0)
-	if err != nil && err != io.EOF {
-		f.Close()
-		return nil, false, fmt.Errorf("diskqueue: read cursor: %w", err)
-	}
-	if n == 0 {
-		return c, false, nil
-	}
-	st, err := decodeCursorFile(buf[:n])
-	if err != nil {
-		return c, false, err
-	}
-	c.state = st
-	return c, true, nil
-}
-
-// store persists readSeq in the slot not holding the current position.
-func (c *cursorFile) store(readSeq uint64) error {
-	next := cursorState{gen: c.state.gen + 1, readSeq: readSeq}
-	if _, err := c.f.WriteAt(encodeCursorSlot(next), int64(next.gen%2)*cursorSlotSize); err != nil {
-		return fmt.Errorf("diskqueue: write cursor: %w", err)
-	}
-	if !c.noSync {
-		if err := c.f.Sync(); err != nil {
-			return fmt.Errorf("diskqueue: sync cursor: %w", err)
-		}
-	}
-	c.state = next
 	return nil
 }
 
-func (c *cursorFile) close() error { return c.f.Close() }
+// Name returns the cursor's name ("" for a Queue's own cursor).
+func (c *Cursor) Name() string { return c.name }
+
+// Cursor returns the named cursor, creating it at start if it does not
+// exist yet. A created cursor is durable when Cursor returns: it survives a
+// crash and is opened with the log from then on.
+func (l *Log) Cursor(name string, start Start) (*Cursor, error) {
+	if err := checkCursorName(name); err != nil {
+		return nil, err
+	}
+	return l.cursor(name, start)
+}
+
+// Cursors returns the names of the log's cursors, sorted.
+func (l *Log) Cursors() []string {
+	var names []string
+	for _, c := range *l.cursorList.Load() {
+		names = append(names, c.name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// cursor returns the named cursor ("" is a Queue's own), opening or
+// creating it.
+func (l *Log) cursor(name string, start Start) (*Cursor, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil, ErrClosed
+	}
+	for _, c := range l.cursors {
+		if c.name == name {
+			return c, nil
+		}
+	}
+	if l.readOnly && name != "" {
+		return nil, fmt.Errorf("%w: cursor %q does not exist", ErrNotFound, name)
+	}
+	c, err := l.createCursor(name, start)
+	if err != nil {
+		return nil, err
+	}
+	if err := l.registerLocked(c); err != nil {
+		c.closeFiles()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (l *Log) newCursor(name string) *Cursor {
+	c := &Cursor{log: l, name: name, dir: l.dir, logger: l.logger, segs: map[*segment]*segAcks{}}
+	if name != "" {
+		c.dir = filepath.Join(l.dir, cursorsDir, name)
+		c.logger = l.logger.With("cursor", name)
+	}
+	c.rd = reader{l: l}
+	return c
+}
+
+// createCursor makes a cursor that has no cursor file yet (or, for a
+// Queue's own cursor, whose file is missing or damaged), stores its
+// position, and fsyncs what it created. The caller holds l.mu.
+func (l *Log) createCursor(name string, start Start) (*Cursor, error) {
+	c := l.newCursor(name)
+	if name != "" && !l.readOnly {
+		if err := l.fs.MkdirAll(c.dir, 0o755); err != nil {
+			return nil, fmt.Errorf("diskqueue: create cursor %q: %w", name, err)
+		}
+	}
+	cur, have, err := loadCursor(l.fs, filepath.Join(c.dir, cursorName), l.opts.NoSync, l.readOnly)
+	if cur == nil {
+		return nil, fmt.Errorf("diskqueue: open cursor %q: %w", name, err)
+	}
+	c.file = cur
+	if err != nil {
+		cur.close()
+		if errors.Is(err, ErrUnsupportedVersion) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("diskqueue: open cursor %q: %w", name, err)
+	}
+	if have {
+		// Another cursor file appeared (a named one left by a crash between
+		// its creation and the listing): take it as it is.
+		if err := c.load(have); err != nil {
+			c.closeFiles()
+			return nil, err
+		}
+		return c, nil
+	}
+	seq, err := l.startSeq(start)
+	if err != nil {
+		cur.close()
+		return nil, err
+	}
+	if name == "" && seq < l.nextSeq.Load() {
+		c.logger.Warn("diskqueue: no valid cursor; delivering every record on disk again", "from_seq", seq)
+	}
+	if err := c.initAt(seq, false); err != nil {
+		c.closeFiles()
+		return nil, err
+	}
+	if !l.readOnly && !l.opts.NoSync {
+		dirs := []string{c.dir}
+		if name != "" {
+			dirs = append(dirs, filepath.Join(l.dir, cursorsDir), l.dir)
+		}
+		for _, d := range dirs {
+			if err := l.fs.SyncDir(d); err != nil {
+				c.closeFiles()
+				return nil, fmt.Errorf("diskqueue: create cursor %q: fsync %s: %w", name, d, err)
+			}
+		}
+	}
+	return c, nil
+}
+
+// startSeq turns a Start into a seq inside the log.
+func (l *Log) startSeq(s Start) (uint64, error) {
+	end := l.nextSeq.Load()
+	switch s.kind {
+	case startOldest:
+		return l.firstLiveSeq(), nil
+	case startSeq:
+		return min(max(s.seq, l.firstLiveSeq()), end), nil
+	case startTime:
+		seq, err := l.SeekTime(s.t)
+		if errors.Is(err, ErrNotFound) {
+			return end, nil
+		}
+		return seq, err
+	}
+	return end, nil
+}
+
+// firstLiveSeq is the oldest record on disk: the first segment's base, or
+// the end of the log when there is no record.
+func (l *Log) firstLiveSeq() uint64 {
+	l.segMu.RLock()
+	defer l.segMu.RUnlock()
+	for _, s := range l.segs {
+		if !s.gone.Load() && s.endNow() > s.base {
+			return s.base
+		}
+	}
+	return l.nextSeq.Load()
+}
+
+// loadCursors opens the cursors stored with the log at Open: its own
+// (if the directory has a cursor file) and the named ones. They are all
+// known before the writer goroutine starts, so housekeeping never deletes
+// a segment a cursor not yet asked for still needs.
+func (l *Log) loadCursors() error {
+	var names []string
+	if _, ok := l.listing[cursorName]; ok {
+		names = append(names, "")
+	}
+	entries, err := l.fs.ReadDir(filepath.Join(l.dir, cursorsDir))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("diskqueue: open: list cursors: %w", err)
+	}
+	for _, e := range entries {
+		if !e.IsDir() || checkCursorName(e.Name()) != nil {
+			l.logger.Warn("diskqueue: leaving an unknown entry in the cursors directory alone", "name", e.Name())
+			continue
+		}
+		dir := filepath.Join(l.dir, cursorsDir, e.Name())
+		if _, err := l.fs.Stat(filepath.Join(dir, cursorName)); errors.Is(err, fs.ErrNotExist) {
+			// Its creation or deletion was cut short by a crash.
+			if !l.readOnly {
+				if err := l.removeCursorDir(dir); err != nil {
+					l.logger.Warn("diskqueue: cannot remove a cursor directory without a cursor file", "dir", dir, "err", err)
+				}
+			}
+			continue
+		}
+		names = append(names, e.Name())
+	}
+	for _, name := range names {
+		c := l.newCursor(name)
+		cur, have, err := loadCursor(l.fs, filepath.Join(c.dir, cursorName), l.opts.NoSync, l.readOnly)
+		if cur == nil {
+			return fmt.Errorf("diskqueue: open cursor %q: %w", name, err)
+		}
+		c.file = cur
+		if err != nil {
+			if errors.Is(err, ErrUnsupportedVersion) {
+				c.closeFiles()
+				return err
+			}
+			c.logger.Warn("diskqueue: cursor file is damaged; rebuilding it from the segments, so acknowledged records may be delivered again", "err", err)
+		}
+		if err := c.load(have); err != nil {
+			c.closeFiles()
+			return err
+		}
+		if name != "" && !l.readOnly {
+			l.removeOrphanBitmaps(c)
+		}
+		if err := l.registerLocked(c); err != nil {
+			c.closeFiles()
+			return err
+		}
+	}
+	return nil
+}
+
+// removeOrphanBitmaps removes a named cursor's acknowledgement files of
+// segments no longer in the log (a crash came between a segment's deletion
+// and theirs).
+func (l *Log) removeOrphanBitmaps(c *Cursor) {
+	entries, err := l.fs.ReadDir(c.dir)
+	if err != nil {
+		return
+	}
+	live := map[uint64]bool{}
+	for _, s := range l.segs {
+		if !s.gone.Load() {
+			live[s.base] = true
+		}
+	}
+	for _, e := range entries {
+		base, ok := parseSegmentName(e.Name(), ackSuffix)
+		if !ok || live[base] {
+			continue
+		}
+		if err := l.fs.Remove(filepath.Join(c.dir, e.Name())); err != nil {
+			c.logger.Warn("diskqueue: cannot remove the acknowledgement file of a deleted segment", "file", e.Name(), "err", err)
+		}
+	}
+}
+
+// load sets up a cursor from its stored position (have says there was a
+// valid one): clamped into the log, then moved over what its
+// acknowledgement files say was acknowledged above it.
+func (c *Cursor) load(have bool) error {
+	l := c.log
+	end := l.nextSeq.Load()
+	readSeq := c.file.state.readSeq
+	first := l.segs[0].base
+	switch {
+	case !have:
+		readSeq = first
+		if end > first {
+			c.logger.Warn("diskqueue: no valid cursor; delivering every record on disk again", "from_seq", first)
+		}
+	case readSeq < first:
+		// Its records were deleted after being acknowledged.
+		readSeq = first
+	case readSeq > end:
+		c.logger.Warn("diskqueue: cursor is past the end of the log; records were lost in a crash", "cursor", readSeq, "end", end)
+		readSeq = end
+	}
+	return c.initAt(readSeq, have && readSeq == c.file.state.readSeq)
+}
+
+// initAt puts the cursor at readSeq, stores that unless stored says it
+// already is, and counts the acknowledgements above it.
+func (c *Cursor) initAt(readSeq uint64, stored bool) error {
+	c.ackFloor.Store(readSeq)
+	c.rd = reader{l: c.log, seq: readSeq}
+	if !c.log.readOnly && !stored {
+		if err := c.file.store(readSeq); err != nil {
+			return err
+		}
+	}
+	c.persisted = readSeq
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	if err := c.loadAcks(); err != nil {
+		return fmt.Errorf("diskqueue: open cursor %q: %w", c.name, err)
+	}
+	return nil
+}
+
+// registerLocked adds c to the log's cursors, with its bitmap of the
+// active segment among those appends grow. The caller holds l.mu.
+func (l *Log) registerLocked(c *Cursor) error {
+	if t := l.t; t != nil {
+		c.readMu.Lock()
+		a, err := c.ackFor(t.seg)
+		c.readMu.Unlock()
+		if err != nil {
+			return fmt.Errorf("diskqueue: open cursor %q: %w", c.name, err)
+		}
+		t.acks = append(t.acks, a)
+		t.ackCap = min(t.ackCap, a.cap)
+	}
+	l.cursors = append(l.cursors, c)
+	list := slices.Clone(l.cursors)
+	l.cursorList.Store(&list)
+	l.countBitmapsLocked(1)
+	return nil
+}
+
+// countBitmapsLocked changes the number of acknowledgement files each
+// segment is counted with in the disk usage by delta. The caller holds
+// l.mu.
+func (l *Log) countBitmapsLocked(delta int32) {
+	l.segMu.Lock()
+	defer l.segMu.Unlock()
+	for _, s := range l.segs {
+		prev := s.diskBytes()
+		s.bitmaps.Add(delta)
+		l.diskBytes.Add(s.diskBytes() - prev)
+	}
+}
+
+// DeleteCursor removes the named cursor and its files. Segments that only
+// it still needed are deleted by the writer goroutine's next round. It
+// returns [ErrNotFound] for a cursor that does not exist.
+func (l *Log) DeleteCursor(name string) error {
+	if err := checkCursorName(name); err != nil {
+		return err
+	}
+	if l.readOnly {
+		return ErrReadOnly
+	}
+	return l.request(func() error { return l.deleteCursor(name) })
+}
+
+// deleteCursor runs on the writer goroutine, so no seal is using the
+// cursor's bitmap files meanwhile.
+func (l *Log) deleteCursor(name string) error {
+	l.mu.Lock()
+	i := slices.IndexFunc(l.cursors, func(c *Cursor) bool { return c.name == name })
+	if i < 0 {
+		l.mu.Unlock()
+		return fmt.Errorf("%w: cursor %q", ErrNotFound, name)
+	}
+	c := l.cursors[i]
+	l.cursors = slices.Delete(slices.Clone(l.cursors), i, i+1)
+	list := slices.Clone(l.cursors)
+	l.cursorList.Store(&list)
+	for _, t := range append([]*tail{l.t}, l.sealQ...) {
+		if t == nil {
+			continue
+		}
+		t.acks = slices.DeleteFunc(t.acks, func(a *ackFile) bool { return a.owner == c })
+	}
+	l.countBitmapsLocked(-1)
+	l.mu.Unlock()
+	c.closeFiles()
+	// The cursor file goes first: a directory without one is a deletion a
+	// crash interrupted, which the next Open finishes.
+	if err := l.fs.Remove(filepath.Join(c.dir, cursorName)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("diskqueue: delete cursor %q: %w", name, err)
+	}
+	if err := l.removeCursorDir(c.dir); err != nil {
+		return fmt.Errorf("diskqueue: delete cursor %q: %w", name, err)
+	}
+	if !l.opts.NoSync {
+		if err := l.fs.SyncDir(filepath.Join(l.dir, cursorsDir)); err != nil {
+			return fmt.Errorf("diskqueue: delete cursor %q: %w", name, err)
+		}
+	}
+	l.wake()
+	return nil
+}
+
+// removeCursorDir removes a cursor's directory whose cursor file is gone.
+func (l *Log) removeCursorDir(dir string) error {
+	entries, err := l.fs.ReadDir(dir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	for _, e := range entries {
+		if err := l.fs.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	if err := l.fs.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// closeFiles releases the cursor's files.
+func (c *Cursor) closeFiles() {
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	c.closeFilesLocked()
+}
+
+func (c *Cursor) closeFilesLocked() {
+	c.closed = true
+	for _, sa := range c.segs {
+		if sa.ack != nil {
+			sa.ack.close()
+			sa.ack = nil
+		}
+	}
+	if c.file != nil && c.file.f != nil {
+		c.file.close()
+		c.file.f = nil
+	}
+}
+
+// state returns the cursor's acknowledgement state of seg, making it on
+// first use. The caller holds c.readMu.
+func (c *Cursor) state(seg *segment) *segAcks {
+	sa := c.segs[seg]
+	if sa == nil {
+		sa = &segAcks{seg: seg}
+		if end := seg.endNow(); seg.gone.Load() || end <= c.ackFloor.Load() {
+			sa.acked = int64(end - seg.base)
+		}
+		c.segs[seg] = sa
+	}
+	return sa
+}
+
+// closeBitmap closes the cursor's acknowledgement file of seg, keeping
+// what it counted.
+func (c *Cursor) closeBitmap(seg *segment) {
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	if sa := c.segs[seg]; sa != nil && sa.ack != nil {
+		sa.ack.close()
+		sa.ack = nil
+	}
+}
+
+// forget drops the cursor's state of a segment leaving the log, closing
+// its bitmap file.
+func (c *Cursor) forget(seg *segment) {
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	if sa := c.segs[seg]; sa != nil {
+		if sa.ack != nil {
+			sa.ack.close()
+		}
+		delete(c.segs, seg)
+		if c.lastAcked == sa {
+			c.lastAcked = nil
+		}
+	}
+}
+
+// done reports, for each of segs, whether the cursor has acknowledged
+// every record in it.
+func (c *Cursor) done(segs []*segment) []bool {
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	floor := c.ackFloor.Load()
+	out := make([]bool, len(segs))
+	for i, s := range segs {
+		end := s.endNow()
+		if end <= floor || s.gone.Load() {
+			out[i] = true
+			continue
+		}
+		if sa := c.segs[s]; sa != nil && sa.acked >= int64(end-s.base) {
+			out[i] = true
+		}
+	}
+	return out
+}
+
+// CursorStats is a snapshot of one cursor.
+type CursorStats struct {
+	Name string
+	// Depth is the records not yet acknowledged: the log's WriteSeq -
+	// ReadSeq, less those above ReadSeq acknowledged out of order.
+	Depth int64
+	// InFlight is the records handed out by Read and not yet acknowledged.
+	InFlight int64
+	// ReadSeq is the oldest record not yet acknowledged.
+	ReadSeq uint64
+	// Acks counts the records acknowledged since Open.
+	Acks int64
+}
+
+// Stats returns a snapshot of the cursor. It takes no lock and does no I/O.
+func (c *Cursor) Stats() CursorStats {
+	return CursorStats{
+		Name:     c.name,
+		Depth:    c.Depth(),
+		InFlight: c.inFlight.Load(),
+		ReadSeq:  c.ackFloor.Load(),
+		Acks:     c.acks.Load(),
+	}
+}
+
+// ackFor returns the cursor's acknowledgement file of seg, opening it on
+// first use, or creating it for a segment written before acknowledgement
+// files existed (format v1), one written before the cursor was, or one
+// whose file is damaged (its acknowledgements above the floor are then
+// delivered again: at-least-once). The caller holds c.readMu.
+func (c *Cursor) ackFor(seg *segment) (*ackFile, error) {
+	sa := c.state(seg)
+	if sa.ack != nil {
+		return sa.ack, nil
+	}
+	if c.closed {
+		return nil, ErrClosed
+	}
+	if seg.gone.Load() {
+		return nil, fmt.Errorf("%w: segment %d was acknowledged and deleted", ErrNotFound, seg.base)
+	}
+	capacity := seg.endNow() - seg.base
+	if seg.writing.Load() {
+		capacity = max(capacity, c.log.recordCapacity())
+	}
+	a, flags, err := c.openAckFile(seg, capacity)
+	switch {
+	case err == nil && flags&ackGone != 0:
+		// A tombstone beside a log that still exists: a crash came while
+		// the segment was being deleted. Every record was acknowledged.
+		a.close()
+		return nil, fmt.Errorf("%w: segment %d was acknowledged and is being deleted", ErrNotFound, seg.base)
+	case err == nil:
+	case c.log.readOnly:
+		// Nothing to read the bits from: start from none.
+		a = memAckFile(c.ackPath(seg), seg.base, capacity, nil)
+	case errors.Is(err, os.ErrNotExist) || errors.Is(err, ErrCorrupt):
+		if !errors.Is(err, os.ErrNotExist) {
+			c.logger.Warn("diskqueue: acknowledgement file is damaged; its records above the read cursor are delivered again", "segment", seg.base, "err", err)
+		}
+		if a, err = c.createAckFile(seg, capacity, c.log.mapped, seg.writing.Load()); err != nil {
+			if isNoSpace(err) {
+				return nil, fmt.Errorf("%w: %w", ErrDiskFull, err)
+			}
+			return nil, err
+		}
+	default:
+		return nil, err
+	}
+	a.owner = c
+	sa.ack = a
+	return a, nil
+}
+
+// ackPath is the cursor's acknowledgement file of seg.
+func (c *Cursor) ackPath(seg *segment) string {
+	return filepath.Join(c.dir, segmentName(seg.base, ackSuffix))
+}
+
+// advanceFloorLocked moves the floor (the oldest unacknowledged record)
+// over every acknowledged record it now touches, segment by segment. hint,
+// if not nil, is the segment the floor is likely in. The caller holds
+// c.readMu.
+func (c *Cursor) advanceFloorLocked(hint *segment) error {
+	floor := c.ackFloor.Load()
+	crossed := false // the floor left a segment: it may be deletable now
+	var err error
+	for {
+		// Bounded by the segments' published ends, not by nextSeq: a
+		// producer publishes a record's segment end before nextSeq, and
+		// the record may be read and acknowledged in between.
+		seg := hint
+		hint = nil
+		if seg == nil || floor < seg.base || floor >= seg.endNow() {
+			seg = c.log.segmentAt(floor)
+		}
+		if seg == nil {
+			break
+		}
+		segEnd := seg.endNow()
+		if seg.gone.Load() {
+			c.ackedAbove.Add(-int64(segEnd - floor))
+			floor, crossed = segEnd, true
+			continue
+		}
+		var a *ackFile
+		if a, err = c.ackFor(seg); err != nil {
+			break
+		}
+		var j uint64
+		if j, err = a.firstClear(floor-seg.base, segEnd-seg.base); err != nil {
+			break
+		}
+		next := seg.base + j
+		c.ackedAbove.Add(-int64(next - floor))
+		floor = next
+		if next < segEnd {
+			break
+		}
+		crossed = crossed || seg.sealed.Load()
+	}
+	if floor != c.ackFloor.Load() {
+		c.ackFloor.Store(floor)
+		if crossed {
+			c.log.wake()
+		}
+	}
+	return err
+}
+
+// markAckedLocked acknowledges seq, which was handed out, in seg. It
+// reports whether seq already was acknowledged (then nothing changes). The
+// caller holds c.readMu.
+func (c *Cursor) markAckedLocked(sa *segAcks, seq uint64) (bool, error) {
+	seg := sa.seg
+	a, err := c.ackFor(seg)
+	if err != nil {
+		return false, err
+	}
+	if was, err := a.testAndSet(seq - seg.base); err != nil || was {
+		return was, err
+	}
+	c.ackedMax = max(c.ackedMax, seq)
+	c.ackedAbove.Add(1)
+	sa.acked++
+	if sa.acked >= int64(seg.endNow()-seg.base) && seg.sealed.Load() {
+		c.log.wake() // the whole segment may go
+	}
+	if seq == c.ackFloor.Load() {
+		// The acknowledgement is recorded; a floor that cannot move now
+		// (a failed read of the next segment's bitmap) moves on a later one.
+		if err := c.advanceFloorLocked(seg); err != nil {
+			c.logger.Warn("diskqueue: cannot advance the read cursor yet", "seq", seq, "err", err)
+		}
+	}
+	return false, nil
+}
+
+// loadAcks runs when the cursor is opened, once its floor is known: it
+// opens the acknowledgement files from the floor on, counts the records
+// acknowledged above it (only up to each file's readEnd: nothing past it
+// was ever handed out, so Open reads no more than the last run's reading
+// reached), and moves the floor over them. The caller holds c.readMu.
+func (c *Cursor) loadAcks() error {
+	floor := c.ackFloor.Load()
+	c.log.segMu.RLock()
+	segs := c.log.segs
+	c.log.segMu.RUnlock()
+	stop := false // past the last segment ever read: only tombstones count
+	for _, seg := range segs {
+		end := seg.endNow()
+		if end <= floor {
+			continue // state counts it acknowledged
+		}
+		if stop && !seg.gone.Load() {
+			continue
+		}
+		sa := c.state(seg)
+		if seg.gone.Load() {
+			c.ackedAbove.Add(int64(end - max(floor, seg.base)))
+			c.ackedMax = max(c.ackedMax, end-1)
+			continue
+		}
+		a, err := c.ackFor(seg)
+		if err != nil {
+			return err
+		}
+		lo := max(floor, seg.base)
+		hi := min(a.readEnd, end)
+		if hi <= lo {
+			sa.acked = int64(lo - seg.base)
+			if a.readEnd <= seg.base {
+				stop = true // never read: neither is anything after it
+			}
+			continue
+		}
+		n, err := a.countSet(lo-seg.base, hi-seg.base)
+		if err != nil {
+			return err
+		}
+		sa.acked = int64(lo-seg.base) + n
+		c.ackedAbove.Add(n)
+		if n > 0 {
+			c.ackedMax = max(c.ackedMax, hi-1)
+		}
+	}
+	return c.advanceFloorLocked(nil)
+}
+
+// syncAcks fsyncs the acknowledgement files changed since the last call,
+// so a power cut loses at most the acknowledgements of one SyncInterval.
+// Under the default policy that is the same bound as for the records.
+func (c *Cursor) syncAcks() {
+	if c.log.opts.NoSync || c.log.readOnly {
+		return
+	}
+	var files []file
+	c.readMu.Lock()
+	for _, sa := range c.segs {
+		if a := sa.ack; a != nil && a.dirty && !a.mem {
+			a.dirty = false
+			files = append(files, a.f)
+		}
+	}
+	c.readMu.Unlock()
+	for _, f := range files {
+		// A segment deleted meanwhile has closed its file: nothing to keep.
+		if err := f.Sync(); err != nil && !errors.Is(err, os.ErrClosed) {
+			c.logger.Warn("diskqueue: cannot fsync acknowledgements; after a power cut finished records may be delivered again", "err", err)
+		}
+	}
+}
+
+// Depth returns the number of records put and not yet acknowledged by this
+// cursor, including those handed out by Read and still in flight.
+func (c *Cursor) Depth() int64 {
+	return int64(c.log.nextSeq.Load()-c.ackFloor.Load()) - c.ackedAbove.Load()
+}
+
+// Read returns the cursor's next record in order, waiting for one if there
+// is none until ctx ends or the log closes. The record is in flight until
+// [Cursor.Ack] acknowledges it; records never acknowledged are delivered
+// again after the log is reopened, so delivery is at-least-once.
+//
+// With a ctx that is already done, Read does not wait: it returns a record
+// that is ready, or ctx.Err().
+//
+// Records whose bytes fail their checks are never returned: Read skips
+// them, copies their bytes to a .bad file, logs a warning and counts them in
+// [Stats].CorruptRecords. An I/O error is returned as is and the same
+// record is tried again by the next Read. After [Log.DeleteCursor] Read
+// returns [ErrClosed].
+func (c *Cursor) Read(ctx context.Context) (Record, error) {
+	for {
+		rec, err := c.tryRead()
+		if err != errNoData {
+			return rec, err
+		}
+		wait := c.log.written.Wait()
+		// Look again now that we are registered for the next write, so a
+		// write between the two is not missed.
+		if rec, err = c.tryRead(); err != errNoData {
+			return rec, err
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return Record{}, ctx.Err()
+		case <-c.log.closeCh:
+			return Record{}, ErrClosed
+		}
+	}
+}
+
+// tryRead returns the next record or errNoData.
+func (c *Cursor) tryRead() (Record, error) {
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	for {
+		if c.closed || c.log.isClosed.Load() {
+			return Record{}, ErrClosed
+		}
+		rec, err := c.rd.next()
+		if err == nil {
+			seg := c.rd.seg
+			a, err := c.ackFor(seg)
+			if err != nil {
+				c.rd.unread(rec)
+				c.log.readErrors.Add(1)
+				return Record{}, err
+			}
+			if rec.Seq <= c.ackedMax {
+				// Acknowledged before a restart, out of order.
+				set, err := a.isSet(rec.Seq - seg.base)
+				if err != nil {
+					c.rd.unread(rec)
+					return Record{}, err
+				}
+				if set {
+					continue
+				}
+			}
+			// Record that this far may be handed out before it is, so a
+			// crash cannot leave an acknowledgement Open would not count.
+			if err := a.raiseReadEnd(rec.Seq+1, seg.base+a.cap); err != nil {
+				c.rd.unread(rec)
+				return Record{}, err
+			}
+			c.inFlight.Add(1)
+			return rec, nil
+		}
+		if err == errNoData {
+			return Record{}, err
+		}
+		// next returns damage unwrapped; a type switch, unlike errors.As,
+		// costs no allocation on this hot path.
+		if d, ok := err.(*damageError); ok {
+			c.quarantine(d)
+			continue
+		}
+		c.log.readErrors.Add(1)
+		return Record{}, err
+	}
+}
+
+// quarantine copies damaged bytes aside, reports them and treats their
+// records as acknowledged, so the read cursor can pass them. The caller
+// holds c.readMu. Each cursor that meets the damage does this; the bytes
+// are copied aside once.
+func (c *Cursor) quarantine(d *damageError) {
+	lost := int64(d.next - d.first)
+	c.log.corruptRecords.Add(lost)
+	attrs := []any{"segment", d.seg.base, "offset", d.from, "first_seq", d.first, "records", lost, "err", d.cause}
+	if d.to > d.from {
+		name := fmt.Sprintf("%s.%d%s", d.seg.path(logSuffix), d.from, badSuffix)
+		if err := c.log.copyBad(d.seg, d.from, d.to, name); err != nil {
+			attrs = append(attrs, "bad_file_err", err)
+		} else {
+			attrs = append(attrs, "bad_file", name)
+		}
+	}
+	c.logger.Warn("diskqueue: skipped damaged records", attrs...)
+	for s := d.first; s < d.next; s++ {
+		seg := c.log.segmentAt(s)
+		if seg == nil || seg.gone.Load() {
+			continue
+		}
+		if a, err := c.ackFor(seg); err == nil {
+			// Open counts bits only below readEnd.
+			a.raiseReadEnd(s+1, seg.base+a.cap)
+		}
+		if _, err := c.markAckedLocked(c.state(seg), s); err != nil {
+			c.logger.Warn("diskqueue: cannot acknowledge a damaged record; it is skipped again after a restart", "seq", s, "err", err)
+		}
+	}
+}
+
+// Ack acknowledges a record returned by [Cursor.Read]. Acknowledgements
+// may come in any order. When Ack returns nil the acknowledgement is
+// recorded in the segment's acknowledgement file, in the kernel: after a
+// crash of the process the record is not delivered again to this cursor
+// (after a power cut, only acknowledgements since the last fsync may be
+// lost). The read cursor advances past the oldest record not yet
+// acknowledged, and a segment every record of which every cursor has
+// acknowledged is deleted (or retained, by Options). It returns
+// [ErrNotInFlight] for a seq not handed out or already acknowledged.
+func (c *Cursor) Ack(seq uint64) error {
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	if c.closed || c.log.isClosed.Load() {
+		// Close has released the files and the directory.
+		return ErrClosed
+	}
+	if seq < c.ackFloor.Load() || seq >= c.rd.seq {
+		return fmt.Errorf("%w: seq %d", ErrNotInFlight, seq)
+	}
+	// Acks mostly land in the segment the last one did.
+	sa := c.lastAcked
+	if sa == nil || seq < sa.seg.base || seq >= sa.seg.endNow() {
+		seg := c.log.segmentAt(seq)
+		if seg == nil || seg.gone.Load() {
+			return fmt.Errorf("%w: seq %d already acknowledged", ErrNotInFlight, seq)
+		}
+		sa = c.state(seg)
+		c.lastAcked = sa
+	}
+	if sa.seg.gone.Load() {
+		return fmt.Errorf("%w: seq %d already acknowledged", ErrNotInFlight, seq)
+	}
+	was, err := c.markAckedLocked(sa, seq)
+	if err != nil {
+		return fmt.Errorf("diskqueue: ack %d: %w", seq, err)
+	}
+	if was {
+		return fmt.Errorf("%w: seq %d already acknowledged", ErrNotInFlight, seq)
+	}
+	c.inFlight.Add(-1)
+	c.acks.Add(1)
+	return nil
+}
+
+// Unacknowledged is [Log.Scan] of the records with from <= seq < to that
+// this cursor has not acknowledged (those out of order above the read
+// cursor, before a restart too, are left out), as Read would hand them
+// out. It moves no cursor.
+func (c *Cursor) Unacknowledged(from, to uint64) iter.Seq2[Record, error] {
+	return func(yield func(Record, error) bool) {
+		for rec, err := range c.log.Scan(max(from, c.ackFloor.Load()), to) {
+			if err == nil && c.acknowledged(rec.Seq) {
+				continue
+			}
+			if !yield(rec, err) {
+				return
+			}
+		}
+	}
+}
+
+// acknowledged reports whether seq is acknowledged: below the floor, in a
+// segment deleted as acknowledged, or with its bit set.
+func (c *Cursor) acknowledged(seq uint64) bool {
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	if seq < c.ackFloor.Load() {
+		return true
+	}
+	seg := c.log.segmentAt(seq)
+	if seg == nil || seg.gone.Load() {
+		return seg != nil
+	}
+	a, err := c.ackFor(seg)
+	if err != nil {
+		return false
+	}
+	set, _ := a.isSet(seq - seg.base)
+	return set
+}
+
+// persist stores the read cursor if it moved. A failure is logged and
+// kept for Close: the cursor only decides what is delivered again after a
+// crash, never whether data is lost, so it does not stop writes. Only the
+// writer goroutine calls it.
+func (c *Cursor) persist() {
+	floor := c.ackFloor.Load()
+	if floor == c.persisted || c.file == nil || c.file.f == nil {
+		return
+	}
+	c.log.crashPoint("cursor-persist")
+	if err := c.file.store(floor); err != nil {
+		c.logger.Warn("diskqueue: cannot persist read cursor; acknowledged records may be delivered again after a crash", "err", err)
+		if c.persistErr == nil {
+			c.persistErr = err
+		}
+		return
+	}
+	c.persisted = floor
+	c.persistedAt = time.Now()
+}

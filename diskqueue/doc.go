@@ -4,13 +4,20 @@
 //
 // # Using it
 //
-// [Open] a directory, [Queue.Put] records, [Queue.Read] them in order and
-// [Queue.Ack] each one when done. [Queue.ReadAt] finds any retained record
+// [Open] a directory, [Log.Put] records, [Queue.Read] them in order and
+// [Queue.Ack] each one when done. [Log.ReadAt] finds any retained record
 // by sequence number with one index read and one log read;
-// [Queue.SeekTime] finds the first record at or after a time; [Queue.Scan]
-// replays a range without moving the consumers' cursor. Package
+// [Log.SeekTime] finds the first record at or after a time; [Log.Scan]
+// replays a range without moving any cursor. Package
 // [github.com/spillq/spillq/diskqueue/godq] gives the same engine behind
 // github.com/nsqio/go-diskqueue's interface.
+//
+// A [Queue] is a [Log] with one [Cursor] of its own. Several consumers
+// that each need every record (consumer groups, nsqd's channels) share one
+// log through named cursors: [OpenLog], then [Log.Cursor] for each. Every
+// record is written once, whatever the number of cursors; each cursor
+// costs a read position and one bit per record, and a segment is deleted
+// when every cursor has acknowledged all of it.
 //
 // # Guarantees
 //
@@ -23,7 +30,7 @@
 //     SyncEvery 1, Put returns only once its record is fsynced, and Puts
 //     waiting at the same moment share one fsync (group commit); by default
 //     (fsync every 2500 records or 2 seconds, as nsqd) a power cut loses
-//     at most what was put since the last fsync. [Queue.Sync] makes
+//     at most what was put since the last fsync. [Log.Sync] makes
 //     everything put so far durable. NoSync turns fsync off altogether.
 //   - Delivery: at-least-once, and exact across a process crash. Ack
 //     records the acknowledgement in the segment's bitmap file in the
@@ -67,23 +74,29 @@
 //
 // # Concurrency
 //
-// A Queue is safe for concurrent use. Producers append under mu: each
-// copies its record and index entries straight into the active segment's
-// files, preallocated and mapped (on Linux; elsewhere, or where the file
-// system cannot, with its own write(2)); Stats.WritePath says which. One
-// writer goroutine does what should not hold producers up: fsyncs by the
-// sync policy, sealing rotated segments, preallocating and pre-faulting
-// ahead of the appends, storing the cursor, fsyncing acknowledgements and
-// deleting segments. Readers share one read cursor under readMu and read
-// the segment files with pread (so a fault there is an I/O error).
+// Logs, cursors and queues are safe for concurrent use. Producers append
+// under the log's mu: each copies its record and index entries straight
+// into the active segment's files, preallocated and mapped (on Linux;
+// elsewhere, or where the file system cannot, with its own write(2));
+// Stats.WritePath says which. One writer goroutine per log does what
+// should not hold producers up: fsyncs by the sync policy, sealing rotated
+// segments, preallocating and pre-faulting ahead of the appends, storing
+// the cursors, fsyncing acknowledgements, deleting segments, and the work
+// that must not race those (Empty, DeleteCursor: Log.request). A cursor's
+// readers share its read position under its readMu and read the segment
+// files with pread (so a fault there is an I/O error).
 //
-// Lock order, outermost first: mu (producer side: the active segment's
-// tail, the segments waiting to be sealed, the sticky error), readMu
-// (consumer side: the reader, the acknowledgement bitmaps, the floor),
-// segMu (the segment list), a segment's filesMu (its lazily opened read
-// handles). A segment's size and end are atomics a producer publishes
-// (size, then end); the writer goroutine alone seals, deletes and closes
-// handles, so it may use the active segment's handles outside mu.
+// Lock order, outermost first: the log's mu (producer side: the active
+// segment's tail with every cursor's bitmap of it, the segments waiting to
+// be sealed, the sticky error, the set of cursors), a cursor's readMu
+// (consumer side: its reader, its acknowledgement bitmaps and counts, its
+// floor; never two cursors' at once), the log's segMu (the segment list,
+// and the disk usage of segments joining, leaving or changing it), a
+// segment's filesMu (its lazily opened read handles). A segment's size and
+// end are atomics a producer publishes (size, then end); the writer
+// goroutine alone seals, deletes and closes handles, so it may use the
+// active segment's handles outside mu. A cursor's file is stored only by
+// the writer goroutine.
 //
 // # Format
 //

@@ -19,15 +19,15 @@ var (
 
 // Errors returned when putting records.
 var (
-	// ErrRecordTooLarge is returned by [Queue.Put] when a body is longer than
+	// ErrRecordTooLarge is returned by [Log.Put] when a body is longer than
 	// Options.MaxRecordBytes.
 	ErrRecordTooLarge = errors.New("diskqueue: record too large")
 
-	// ErrRecordTooSmall is returned by [Queue.Put] when a body is shorter than
+	// ErrRecordTooSmall is returned by [Log.Put] when a body is shorter than
 	// Options.MinRecordBytes.
 	ErrRecordTooSmall = errors.New("diskqueue: record too small")
 
-	// ErrDiskFull is returned by [Queue.Put] when the queue holds
+	// ErrDiskFull is returned by [Log.Put] when the queue holds
 	// Options.MaxDiskBytes, or when the file system reported ENOSPC; in the
 	// second case the error also wraps syscall.ENOSPC. Put works again once
 	// consumers have freed space.
@@ -36,21 +36,21 @@ var (
 
 // Errors returned by any method.
 var (
-	// ErrClosed is returned by every method called after [Queue.Close], and by
+	// ErrClosed is returned by every method called after [Log.Close], and by
 	// calls that were blocked when Close ran.
 	ErrClosed = errors.New("diskqueue: closed")
 
 	// ErrCorrupt reports bytes on disk that fail their checksum or framing.
 	// Read methods never return a body that failed its check; [Queue.Read]
-	// skips such records (and counts them in [Stats]), while [Queue.ReadAt]
+	// skips such records (and counts them in [Stats]), while [Log.ReadAt]
 	// returns ErrCorrupt for them.
 	ErrCorrupt = errors.New("diskqueue: corrupt data")
 
-	// ErrNotFound is returned by [Queue.ReadAt] and [Queue.SeekTime] for a
+	// ErrNotFound is returned by [Log.ReadAt] and [Log.SeekTime] for a
 	// sequence number that was never written or is no longer retained.
 	ErrNotFound = errors.New("diskqueue: record not found")
 
-	// ErrReadOnly is returned by [Queue.Put], [Queue.Sync] and [Queue.Empty]
+	// ErrReadOnly is returned by [Log.Put], [Log.Sync] and [Log.Empty]
 	// on a queue opened with [OpenReadOnly].
 	ErrReadOnly = errors.New("diskqueue: opened read-only")
 

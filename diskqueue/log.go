@@ -1,540 +1,571 @@
 package diskqueue
 
 import (
-	"encoding/binary"
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
+	"math"
 	"os"
-	"runtime/debug"
+	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
+
+	"github.com/golang/snappy"
+
+	"github.com/spillq/spillq/internal/broadcast"
+	"github.com/spillq/spillq/internal/histogram"
 )
 
-// The append path. A Put encodes its record straight into the active
-// segment under q.mu and returns with it in the kernel's page cache: on
-// Linux by copying into the segment's files mapped shared (no system call),
-// elsewhere (or where the file system cannot preallocate or map) with the
-// producer's own write(2). Either way a process crash loses nothing a Put
-// returned for; what reaches stable storage, and when, is the sync policy's
-// business (writer.go).
+// Log is the durable, append-only part of a queue: the segment files, their
+// sequence and time indexes, appends and fsyncs, recovery, lookups and
+// retention. Consumers read it through [Cursor]s, each with its own read
+// position and acknowledgements; a segment is deleted once every cursor
+// has acknowledged all of it (and retention lets it go). A [Queue] is a Log
+// with one cursor. A Log is safe for concurrent use.
+type Log struct {
+	dir    string
+	opts   Options
+	fs     fileSystem
+	logger *slog.Logger
+	lock   io.Closer
+
+	// readOnly is set by OpenReadOnly: no lock, no writer, no repairs.
+	readOnly bool
+	// listing is the directory as Open read it; only during Open.
+	listing map[string]os.DirEntry
+	// started is when Open ran; record timestamps are it plus the
+	// monotonic time since (see stamp).
+	started time.Time
+	// openSeq is nextSeq at Open: Puts since Open are the difference.
+	openSeq uint64
+	// lastMaxTime carries the running maximum of timestamps from one
+	// segment to the next while Open recovers them.
+	lastMaxTime int64
+
+	// syncAlways is true when every Put waits for its record to be written
+	// and (unless NoSync) fsynced: SyncEvery == 1.
+	syncAlways bool
+
+	// mu guards the fields below: the producer side. Producers append
+	// under it (append.go).
+	mu       sync.Mutex
+	t        *tail   // the active segment; nil once Close has sealed it
+	sealQ    []*tail // segments rotated out, for the writer to seal
+	unsynced int     // records appended since the last fsync round began
+	dirDirty bool    // segments were created since the last directory fsync
+	closed   bool
+	writeErr error // first failed write or fsync; sticky
+	// mapped says appends copy into mapped, preallocated files; otherwise
+	// each Put writes with write(2). Chosen at Open.
+	mapped bool
+	// cursors are the consumers of the log. Adding or removing one takes
+	// mu, so appends (which create and grow each cursor's bitmap for the
+	// active segment) see a fixed set; cursorList is the same slice for
+	// readers that hold no lock.
+	cursors    []*Cursor
+	cursorList atomic.Pointer[[]*Cursor]
+
+	wakeCh   chan struct{} // capacity 1: there is work for the writer
+	reqCh    chan request  // work for the writer goroutine to do in its turn
+	closeCh  chan struct{} // closed by Close: tells every wait to give up
+	isClosed atomic.Bool   // set with closeCh, for checks on hot paths
+	writerCh chan struct{} // closed when the writer goroutine has returned
+
+	// syncedSeq is the seq below which every record is on stable storage
+	// (with NoSync: in the kernel); the writer goroutine raises it and
+	// then notifies synced. syncWaiters counts the Puts and Syncs waiting.
+	syncedSeq atomic.Uint64
+	synced    broadcast.Broadcast
+	// roundStarted and roundDone number the writer's rounds, so Sync can
+	// wait for one that began after it was called.
+	roundStarted, roundDone atomic.Uint64
+	syncWaiters             atomic.Int64
+	failErr                 atomic.Pointer[error] // writeErr, readable without mu
+
+	written broadcast.Broadcast // new records are readable
+	freed   broadcast.Broadcast // disk space was freed
+
+	// segMu guards segs. Rotation (under mu) appends to it; the writer
+	// goroutine removes from it.
+	segMu sync.RWMutex
+	segs  []*segment // sorted by base; the last one is being written
+
+	// w is the writer goroutine's state.
+	w writer
+
+	nextSeq atomic.Uint64 // seq the next Put gets; written under mu
+
+	// Gauges and counters for Stats, readable without a lock.
+	diskBytes      atomic.Int64 // bytes written to every segment's files
+	rollRequested  atomic.Bool
+	corruptRecords atomic.Int64
+	badFiles       atomic.Int64
+	indexRebuilds  atomic.Int64
+	readErrors     atomic.Int64
+	syncs          atomic.Int64
+	retriedWrites  atomic.Int64
+	syncLatency    histogram.Histogram // duration of each fsync of the log
+}
+
+// Record is one record read from the log. Body belongs to the caller.
+type Record struct {
+	Seq  uint64    // position in the log; consecutive, starting where the log started
+	Time time.Time // when Put stored it: the wall clock at Open plus the monotonic time since
+	Body []byte
+}
+
+// OpenLog opens the log in dir, creating the directory if needed, and
+// recovers from whatever state a crash left it in (see FORMAT.md), with
+// the cursors stored beside it. Only one Log (or Queue) may have a
+// directory open at a time; a second returns [ErrLocked].
+func OpenLog(dir string, opts Options) (*Log, error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	l := newLog(dir, o)
+	if err := l.fs.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("diskqueue: open: %w", err)
+	}
+	lock, err := l.fs.Lock(filepath.Join(dir, lockName))
+	if err != nil {
+		return nil, fmt.Errorf("diskqueue: open %s: %w", dir, err)
+	}
+	l.lock = lock
+	if err := l.recover(); err != nil {
+		l.closeFiles()
+		lock.Close()
+		return nil, err
+	}
+	go l.run()
+	return l, nil
+}
+
+// openLogReadOnly is OpenReadOnly's log: no lock, no writer, no repairs.
+func openLogReadOnly(dir string, opts Options) (*Log, error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	l := newLog(dir, o)
+	l.readOnly = true
+	close(l.writerCh) // there is no writer to wait for
+	if err := l.recover(); err != nil {
+		l.closeFiles()
+		return nil, err
+	}
+	return l, nil
+}
+
+func newLog(dir string, o Options) *Log {
+	l := &Log{
+		dir:        dir,
+		opts:       o,
+		started:    time.Now(),
+		fs:         o.fsForTesting,
+		logger:     o.Logger.With("queue", dir),
+		syncAlways: o.SyncEvery == 1,
+		wakeCh:     make(chan struct{}, 1),
+		reqCh:      make(chan request),
+		closeCh:    make(chan struct{}),
+		writerCh:   make(chan struct{}),
+	}
+	l.cursorList.Store(new([]*Cursor))
+	return l
+}
+
+// Put appends a copy of body to the queue. Put does not keep body.
 //
-// On the mapped path the files are preallocated (fallocate) a chunk at a
-// time ahead of the records, so a full disk shows as ErrDiskFull before a
-// byte of a record is written, and a write into the mapping never meets a
-// hole the file system has no block for. Sealing a segment truncates each
-// file to what was written.
-
-// allocUnit is the granularity of preallocation: every preallocated size
-// is a multiple of it, and a sealed log is cut to its exact length. So a
-// log whose size is a multiple of allocUnit may be one a crash left
-// unsealed, and Open checks its tail (FORMAT.md).
-const allocUnit = 4096
-
-// Chunk sizes in which the active segment's files are preallocated. Each
-// is a multiple of allocUnit.
-const (
-	logChunk   = 1 << 20
-	indexChunk = 256 << 10
-	timeChunk  = 64 << 10
-)
-
-// region is one file of a segment being appended to.
-type region struct {
-	f     file
-	m     []byte // the file mapped shared and writable; nil on the write path
-	alloc int64  // bytes preallocated (the file's size); mapped path only
-	chunk int64
-	// prefaulted is how much of m the writer goroutine has asked the
-	// kernel to populate; it and alloc are guarded by q.mu.
-	prefaulted int64
-}
-
-func roundUp(n, unit int64) int64 { return (n + unit - 1) / unit * unit }
-
-// mapRegion maps f for appends up to limit bytes, with size bytes already
-// written. It returns false, having changed nothing, if f cannot be mapped
-// or preallocated here.
-func mapRegion(f file, size, limit, chunk int64) (region, bool, error) {
-	mf, ok := f.(mapper)
-	if !ok {
-		return region{f: f}, false, nil
+// When Put returns nil the record is in the operating system's page cache,
+// so it survives a crash of this process under every sync policy. With
+// SyncEvery 1 Put also waits until the record is on stable storage, and
+// concurrent Puts share one fsync (group commit); otherwise the writer
+// goroutine fsyncs by the SyncEvery/SyncInterval policy, and
+// [Log.Sync] waits for everything put so far.
+//
+// Put blocks only while waiting for its fsync or (with BlockWhenFull) while
+// the disk is full; ctx bounds the wait. If ctx ends while Put waits for an
+// fsync the record is stored but may not be durable yet.
+func (l *Log) Put(ctx context.Context, body []byte) error {
+	if len(body) > l.opts.MaxRecordBytes {
+		return fmt.Errorf("%w: %d bytes, limit %d", ErrRecordTooLarge, len(body), l.opts.MaxRecordBytes)
 	}
-	limit = roundUp(max(limit, size), allocUnit)
-	m, err := mf.Map(int(limit))
-	if err != nil {
-		if notSupported(err) {
-			return region{f: f}, false, nil
-		}
-		return region{}, false, err
+	if len(body) < l.opts.MinRecordBytes {
+		return fmt.Errorf("%w: %d bytes, minimum %d", ErrRecordTooSmall, len(body), l.opts.MinRecordBytes)
 	}
-	r := region{f: f, m: m, alloc: size, chunk: chunk}
-	if size%allocUnit != 0 {
-		// Preallocate to the next unit now, so the probe below tells at
-		// Open whether this file system can.
-		if err := r.ensure(roundUp(size, allocUnit)); err != nil && !isNoSpace(err) {
-			unmap(m)
-			if notSupported(err) {
-				return region{f: f}, false, nil
-			}
-			return region{}, false, err
+	if l.readOnly {
+		return ErrReadOnly
+	}
+	var flags byte
+	stored := body
+	if l.opts.Compress {
+		if c := snappy.Encode(nil, body); len(c) < len(body) {
+			stored, flags = c, flagSnappy
 		}
 	}
-	return r, true, nil
-}
-
-// ensure makes [0, end) writable. On the mapped path it preallocates whole
-// chunks, or, when the disk has no room for a chunk, just the pages end
-// needs; on a failure nothing changes and the file keeps its size.
-func (r *region) ensure(end int64) error {
-	if r.m == nil || end <= r.alloc {
-		return nil
-	}
-	if end > int64(len(r.m)) {
-		return fmt.Errorf("diskqueue: %d bytes do not fit the %d-byte mapping", end, len(r.m))
-	}
-	mf := r.f.(mapper)
-	// Grow by doubling up to a chunk, so a small queue stays small and a
-	// busy one calls fallocate once per chunk.
-	need := min(roundUp(end, allocUnit), int64(len(r.m)))
-	step := min(r.chunk, max(allocUnit, r.alloc))
-	want := min(max(need, roundUp(r.alloc+step, allocUnit)), int64(len(r.m)))
-	err := mf.Allocate(r.alloc, want-r.alloc)
-	if err != nil && isNoSpace(err) && need < want {
-		// No room for the step; there may be for what this record needs.
-		want = need
-		err = mf.Allocate(r.alloc, want-r.alloc)
-	}
-	if err != nil {
-		// Some file systems extend the file by what they managed before
-		// failing; cut it back so its size stays a multiple of allocUnit.
-		r.f.Truncate(r.alloc)
-		return err
-	}
-	r.alloc = want
-	return nil
-}
-
-// write copies b to off: into the mapping, or with write(2).
-func (r *region) write(off int64, b []byte) error {
-	if r.m != nil {
-		copy(r.m[off:], b)
-		return nil
-	}
-	_, err := r.f.WriteAt(b, off)
-	return err
-}
-
-// putEntry stores one big-endian uint32 at off. Into a mapping it is an
-// atomic store, so a reader in another process that sees the index entry
-// also sees the record it points at (the record was copied before it).
-func (r *region) putEntry(off int64, v uint32) error {
-	if r.m != nil {
-		var b [4]byte
-		binary.BigEndian.PutUint32(b[:], v)
-		atomic.StoreUint32((*uint32)(unsafe.Pointer(&r.m[off])), binary.NativeEndian.Uint32(b[:]))
-		return nil
-	}
-	_, err := r.f.WriteAt(binary.BigEndian.AppendUint32(nil, v), off)
-	return err
-}
-
-// release unmaps the region; the file stays open.
-func (r *region) release() {
-	if r.m != nil {
-		unmap(r.m)
-		r.m = nil
-	}
-}
-
-// tail is the append state of a segment that is written or waits to be
-// sealed. The active one (q.t) is guarded by q.mu; once rotated out it
-// belongs to the writer goroutine, which seals it.
-type tail struct {
-	seg                 *segment
-	log, index, timeIdx region
-	size                int64  // log bytes written
-	end                 uint64 // seq after the last written record
-	indexSize, timeSize int64
-	lastTimeOff         int64  // log offset of the record with the last time-index entry
-	lastTimeSeq         uint64 // its seq; maxSeq while the segment has none
-	maxTime             int64  // running maximum of record timestamps, across segments
-	mapped              bool
-	scratch             []byte // the write path's frame buffer
-	wokeAt              int64  // log.alloc when appends last woke the writer to prepare
-	// punched is set once the consumed records' blocks were freed to roll
-	// on a full disk: the segment takes no more appends.
-	punched bool
-	// ack is the segment's acknowledgement file, whose preallocation
-	// appends grow; ackCap is how many records it has room for: the
-	// segment rotates when it is reached.
-	ack    *ackFile
-	ackCap uint64
-}
-
-// timeFull reports whether the mapped time index could not take the two
-// entries a record and a later seal may add. Each Close seals the active
-// segment with one more entry and the next Open appends to it again, so
-// after enough restarts the estimate in mapLimits is not a bound.
-func (t *tail) timeFull() bool {
-	return t.mapped && t.timeSize+2*timeIndexEntrySize > int64(len(t.timeIdx.m))
-}
-
-// mapLimits are the largest sizes the active segment's three files can
-// reach: a full segment, or a header and one record of the largest size.
-func (q *Queue) mapLimits(size, indexSize, timeSize int64) (int64, int64, int64) {
-	logMax := max(q.opts.MaxSegmentBytes, fileHeaderSize+int64(frameSize(q.opts.MaxRecordBytes)), size)
-	records := (logMax-fileHeaderSize)/recordHeaderSize + 1
-	indexMax := max(fileHeaderSize+records*indexEntrySize, indexSize)
-	timeMax := max(fileHeaderSize+(logMax/timeIndexIntervalBytes+3)*timeIndexEntrySize, timeSize)
-	return logMax, indexMax, timeMax
-}
-
-// startAppending readies t's files for appends: mapped where the kernel
-// and file system allow (unless the write path was asked for), with
-// write(2) otherwise.
-func (q *Queue) startAppending(t *tail, tryMap bool) error {
-	t.log, t.index, t.timeIdx = region{f: t.log.f}, region{f: t.index.f}, region{f: t.timeIdx.f}
-	if !tryMap {
-		return nil
-	}
-	logMax, indexMax, timeMax := q.mapLimits(t.size, t.indexSize, t.timeSize)
-	var rs [3]region
-	for i, p := range []struct {
-		f           file
-		size, limit int64
-		chunk       int64
-	}{{t.log.f, t.size, logMax, logChunk}, {t.index.f, t.indexSize, indexMax, indexChunk}, {t.timeIdx.f, t.timeSize, timeMax, timeChunk}} {
-		r, ok, err := mapRegion(p.f, p.size, p.limit, p.chunk)
-		if err != nil || !ok {
-			for _, done := range rs[:i] {
-				done.release()
+	frame := int64(frameSize(len(stored)))
+	for waited := false; ; waited = true {
+		l.mu.Lock()
+		if err := l.acceptingLocked(); err != nil {
+			l.mu.Unlock()
+			return err
+		}
+		err := l.fullLocked(frame)
+		var seq uint64
+		if err == nil {
+			seq, err = l.appendLocked(flags, stored)
+		}
+		if err != nil {
+			if errors.Is(err, ErrDiskFull) {
+				l.requestRollLocked()
 			}
-			if err != nil {
-				return fmt.Errorf("diskqueue: map segment %d: %w", t.seg.base, err)
+			wait := l.freed.Wait()
+			l.mu.Unlock()
+			if !l.opts.BlockWhenFull || !errors.Is(err, ErrDiskFull) {
+				return err
+			}
+			if err := l.waitForSpace(ctx, wait); err != nil {
+				return err
+			}
+			continue
+		}
+		over := l.unsynced >= l.opts.SyncEvery
+		l.mu.Unlock()
+		if waited {
+			l.retriedWrites.Add(1)
+		}
+		l.written.Notify()
+		if !l.syncAlways || l.opts.NoSync {
+			if over {
+				l.wake()
 			}
 			return nil
 		}
-		rs[i] = r
-	}
-	t.log, t.index, t.timeIdx = rs[0], rs[1], rs[2]
-	t.mapped = true
-	return nil
-}
-
-// errFault is what a Put returns when touching a mapping faulted: the
-// file was cut short or failed underneath the queue. It is sticky.
-var errFault = errors.New("diskqueue: fault writing a mapped segment file (was it truncated or removed by another process?)")
-
-// appendLocked writes one record to the active segment, rotating first if
-// it is full, and returns its seq. The caller holds q.mu. On an error
-// nothing of the record is left behind: ErrDiskFull (wrapping ENOSPC) comes
-// before a byte is written; a failed write(2) is cut back.
-func (q *Queue) appendLocked(flags byte, stored []byte) (seq uint64, err error) {
-	n := int64(frameSize(len(stored)))
-	if t := q.t; t.punched || t.size > fileHeaderSize && (t.size+n > q.opts.MaxSegmentBytes || t.end-t.seg.base >= t.ackCap || t.timeFull()) {
-		if err := q.rotateLocked(); err != nil {
-			return 0, err
+		if err := l.waitSynced(ctx, seq+1, 0, false); err != nil {
+			return fmt.Errorf("diskqueue: put: %w", err)
 		}
-	}
-	t := q.t
-	ts := q.stamp()
-	seq = t.end
-	maxTime := max(t.maxTime, ts)
-	timeEntry := t.lastTimeSeq == maxSeq || t.size-t.lastTimeOff >= timeIndexIntervalBytes
-	if err := q.reserve(t, n, timeEntry); err != nil {
-		return 0, err
-	}
-	if t.mapped {
-		// A fault on the mapping (the file cut short by another process,
-		// an I/O error paging in) must not kill the process: turn it into
-		// a panic here and the panic into a sticky error.
-		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-		defer func() {
-			if r := recover(); r != nil {
-				err = fmt.Errorf("%w: segment %d: %v", errFault, t.seg.base, r)
-				q.failLocked(err)
-			}
-		}()
-		encodeRecord(t.log.m[t.size:t.size+n], flags, seq, ts, stored)
-	} else {
-		t.scratch = appendRecord(t.scratch[:0], flags, seq, ts, stored)
-		if err := t.log.write(t.size, t.scratch); err != nil {
-			return 0, q.undoLocked(t, fmt.Errorf("diskqueue: write %s: %w", t.seg.path(logSuffix), err))
-		}
-	}
-	q.crashPoint("index-flush")
-	// The indexes are derived data, written after their record and
-	// repaired at Open if a crash came between.
-	if !q.opts.noIndexForTesting {
-		if err := t.index.putEntry(t.indexSize, uint32(t.size)); err != nil {
-			return 0, q.undoLocked(t, fmt.Errorf("diskqueue: write %s: %w", t.seg.path(indexSuffix), err))
-		}
-		t.indexSize += indexEntrySize
-		if timeEntry {
-			if err := t.timeIdx.write(t.timeSize, appendTimeEntry(nil, maxTime, seq)); err != nil {
-				t.indexSize -= indexEntrySize
-				return 0, q.undoLocked(t, fmt.Errorf("diskqueue: write %s: %w", t.seg.path(timeIndexSuffix), err))
-			}
-			t.timeSize += timeIndexEntrySize
-			t.lastTimeOff, t.lastTimeSeq = t.size, seq
-		}
-	}
-	t.size += n
-	t.end = seq + 1
-	t.maxTime = maxTime
-	q.unsynced++
-	// nextSeq first: a record may be read and acknowledged as soon as its
-	// segment's end is published, and Depth (nextSeq - floor) must not dip.
-	q.nextSeq.Store(seq + 1)
-	q.publishLocked(t)
-	return seq, nil
-}
-
-// reserve preallocates room for a frame of n bytes, its index entry and, if
-// timeEntry, a time-index entry. Beyond what it needs now it lets the
-// writer goroutine know when the next chunk should be prepared.
-func (q *Queue) reserve(t *tail, n int64, timeEntry bool) error {
-	if !t.mapped {
 		return nil
 	}
-	err := t.log.ensure(t.size + n)
+}
+
+// acceptingLocked returns why the queue takes no more writes: closed, or a
+// sticky write error.
+func (l *Log) acceptingLocked() error {
+	if l.closed {
+		return ErrClosed
+	}
+	return l.writeErr
+}
+
+// fullLocked reports ErrDiskFull if a frame of n more bytes would break the
+// disk budget.
+func (l *Log) fullLocked(n int64) error {
+	max := l.opts.MaxDiskBytes
+	if max == 0 {
+		return nil
+	}
+	// Besides the frame and its index entry, a rotation adds three file
+	// headers, a time entry or two and an acknowledgement file.
+	reserve := int64(3*fileHeaderSize+3*timeIndexEntrySize) + ackFileSize(l.recordCapacity())
+	used := l.diskBytes.Load()
+	if used+n+indexEntrySize+reserve <= max {
+		return nil
+	}
+	return fmt.Errorf("%w: %d bytes used, %d more would pass MaxDiskBytes %d", ErrDiskFull, used, n, max)
+}
+
+// requestRollLocked asks the writer to roll the active segment when every
+// record in it is acknowledged: on a full disk (the budget's or the file
+// system's) no consumer will ever free that space otherwise.
+func (l *Log) requestRollLocked() {
+	if l.consumedLocked() && !l.rollRequested.Load() {
+		l.rollRequested.Store(true)
+		l.wake()
+	}
+}
+
+// consumedLocked reports whether every cursor has acknowledged every
+// record (false with no cursor: nothing is consumed). The caller holds
+// l.mu.
+func (l *Log) consumedLocked() bool {
+	end := l.nextSeq.Load()
+	for _, c := range l.cursors {
+		if c.ackFloor.Load() != end {
+			return false
+		}
+	}
+	return len(l.cursors) > 0
+}
+
+// waitForSpace blocks until space may have been freed: this queue
+// deleted a segment (freed), or a while passed in which another process
+// may have freed some. It returns early when ctx ends or the queue closes.
+func (l *Log) waitForSpace(ctx context.Context, freed <-chan struct{}) error {
+	retry := time.NewTimer(fullRetryInterval)
+	defer retry.Stop()
+	select {
+	case <-freed:
+		return nil
+	case <-retry.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-l.closeCh:
+		return ErrClosed
+	}
+}
+
+// waitSynced waits until every record below want is on stable storage, or
+// a sticky error says it never will be. With round set it also waits for
+// a writer round that started after round was read.
+func (l *Log) waitSynced(ctx context.Context, want uint64, round uint64, barrier bool) error {
+	l.syncWaiters.Add(1)
+	defer l.syncWaiters.Add(-1)
+	l.wake()
+	done := func() bool {
+		return l.syncedSeq.Load() >= want && (!barrier || l.roundDone.Load() > round)
+	}
+	for {
+		ch := l.synced.Wait()
+		if done() {
+			return nil
+		}
+		if err := l.failErr.Load(); err != nil {
+			return *err
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for fsync: %w", ctx.Err())
+		case <-l.writerCh:
+			// Closed: the writer's last round has run.
+			if l.syncedSeq.Load() >= want {
+				return nil
+			}
+			if err := l.failErr.Load(); err != nil {
+				return *err
+			}
+			return ErrClosed
+		}
+	}
+}
+
+// wake tells the writer there is work, without blocking.
+func (l *Log) wake() {
+	select {
+	case l.wakeCh <- struct{}{}:
+	default:
+	}
+}
+
+// Sync waits until every record put before the call is on stable storage
+// (with NoSync: in the kernel, where every record a Put returned for
+// already is) and the writer goroutine has done one round of housekeeping:
+// segments acknowledged before the call are deleted when it returns.
+func (l *Log) Sync(ctx context.Context) error {
+	if l.readOnly {
+		return ErrReadOnly
+	}
+	l.mu.Lock()
+	if err := l.acceptingLocked(); err != nil {
+		l.mu.Unlock()
+		return err
+	}
+	want := l.nextSeq.Load()
+	l.mu.Unlock()
+	if err := l.waitSynced(ctx, want, l.roundStarted.Load(), true); err != nil {
+		return fmt.Errorf("diskqueue: sync: %w", err)
+	}
+	return nil
+}
+
+// Close fsyncs every record put so far (unless NoSync), cuts the active
+// segment's files to what was written, persists the read cursor and
+// releases the directory. Reads and Puts blocked in
+// other goroutines return [ErrClosed]. Records handed out by Read and not
+// acknowledged are delivered again after the next Open. A second Close
+// returns ErrClosed.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return ErrClosed
+	}
+	l.closed = true
+	l.mu.Unlock()
+	l.isClosed.Store(true)
+	close(l.closeCh)
+	<-l.writerCh
+
+	for _, c := range *l.cursorList.Load() {
+		c.closeFiles()
+	}
+	l.segMu.Lock()
+	defer l.segMu.Unlock()
+	l.closeFiles()
+	err := l.w.closeErr
 	if err == nil {
-		err = t.index.ensure(t.indexSize + indexEntrySize)
-	}
-	if err == nil && timeEntry {
-		err = t.timeIdx.ensure(t.timeSize + timeIndexEntrySize)
-	}
-	if err == nil && t.ack != nil {
-		err = t.ack.reserve(t.end - t.seg.base + 1)
-	}
-	if err != nil {
-		if isNoSpace(err) {
-			return fmt.Errorf("%w: %w", ErrDiskFull, err)
+		if ferr := l.failErr.Load(); ferr != nil {
+			err = *ferr
 		}
-		q.failLocked(err)
-		return err
 	}
-	// Wake the writer once per preallocation step: when appends come
-	// within half a chunk of its end, or allocated pages it has not
-	// pre-faulted yet.
-	if t.log.alloc != t.wokeAt && (t.log.alloc-(t.size+n) < logChunk/2 && t.log.alloc < q.opts.MaxSegmentBytes || t.log.prefaulted < t.log.alloc) {
-		t.wokeAt = t.log.alloc
-		q.wake()
+	if l.lock != nil {
+		if lerr := l.lock.Close(); err == nil && lerr != nil {
+			err = fmt.Errorf("diskqueue: close lock: %w", lerr)
+		}
 	}
-	return nil
-}
-
-// undoLocked cuts a failed write(2) back off the active files, so the log
-// ends on a record boundary. ENOSPC is not sticky: nothing of the record
-// stays, and the next Put tries again. Anything else is.
-func (q *Queue) undoLocked(t *tail, err error) error {
-	terr := t.log.f.Truncate(t.size)
-	if terr == nil {
-		terr = t.index.f.Truncate(t.indexSize)
-	}
-	if terr == nil {
-		terr = t.timeIdx.f.Truncate(t.timeSize)
-	}
-	if terr != nil {
-		err = fmt.Errorf("%w (and cutting the partial write back failed: %v)", errors.Join(err, errors.New("diskqueue: log needs recovery")), terr)
-		q.failLocked(err)
-		return err
-	}
-	if isNoSpace(err) {
-		return fmt.Errorf("%w: %w", ErrDiskFull, err)
-	}
-	q.failLocked(err)
 	return err
 }
 
-// stamp is a record's timestamp: the wall clock at Open plus the monotonic
-// time since, one clock read where time.Now takes two (a clock read is a
-// good share of a Put on a virtual machine), and immune to the wall clock
-// stepping while the queue is open.
-func (q *Queue) stamp() int64 {
-	if q.opts.clockForTesting != nil {
-		return q.opts.clockForTesting().UnixNano()
+// closeFiles releases every file handle; the caller holds every lock or runs
+// before any goroutine starts.
+func (l *Log) closeFiles() {
+	for _, s := range l.segs {
+		s.closeFiles()
 	}
-	return q.started.Add(time.Since(q.started)).UnixNano()
-}
-
-// publishLocked makes what t holds visible to readers and to Stats: the
-// extent last, so a reader that sees the record also sees its index sizes
-// and timestamp. Each atomic store is a locked instruction on the hot path,
-// so the index sizes and the newest timestamp are stored only when they
-// changed.
-func (q *Queue) publishLocked(t *tail) {
-	seg := t.seg
-	prev := seg.diskBytes()
-	if seg.indexBytes.Load() != t.indexSize {
-		seg.indexBytes.Store(t.indexSize)
+	for _, c := range l.cursors {
+		c.closeFiles()
 	}
-	if seg.timeIndexBytes.Load() != t.timeSize {
-		seg.timeIndexBytes.Store(t.timeSize)
-	}
-	if seg.maxTime.Load() != t.maxTime {
-		seg.maxTime.Store(t.maxTime)
-	}
-	seg.setExtent(t.size, t.end)
-	q.diskBytes.Add(seg.diskBytes() - prev)
-}
-
-// rotateLocked hands the active segment to the writer goroutine to seal
-// and starts the next one at the active one's end. The caller holds q.mu.
-func (q *Queue) rotateLocked() error {
-	old := q.t
-	seg, t, err := q.createSegment(old.end, old.maxTime, old.mapped)
-	if err != nil {
-		if isNoSpace(err) {
-			return fmt.Errorf("%w: %w", ErrDiskFull, err)
-		}
-		return err
-	}
-	q.crashPoint("rotate-created")
-	old.seg.sealed.Store(true) // its size and end are final
-	q.sealQ = append(q.sealQ, old)
-	q.t = t
-	q.dirDirty = true
-	q.segMu.Lock()
-	q.segs = append(q.segs, seg)
-	q.segMu.Unlock()
-	q.diskBytes.Add(seg.diskBytes())
-	q.updateDeleteHint()
-	q.wake()
-	return nil
-}
-
-// createSegment creates the three files of a segment starting at base with
-// their headers, and returns the segment (with its read handles) and its
-// tail. It syncs nothing: the writer goroutine fsyncs the files and the
-// directory before any record in them is reported durable.
-func (q *Queue) createSegment(base uint64, maxTime int64, mapped bool) (*segment, *tail, error) {
-	seg := &segment{dir: q.dir, base: base}
-	t := &tail{seg: seg, end: base, lastTimeSeq: maxSeq, maxTime: maxTime}
-	var files [3]file
-	fail := func(err error) (*segment, *tail, error) {
-		t.log.release()
-		t.index.release()
-		t.timeIdx.release()
-		for _, f := range files {
-			if f != nil {
-				f.Close()
+	if t := l.t; t != nil {
+		// Open failed after the active segment was readied.
+		for _, r := range []*region{&t.log, &t.index, &t.timeIdx} {
+			r.release()
+			if r.f != nil {
+				r.f.Close()
 			}
 		}
-		seg.closeFiles()
-		if seg.ack != nil {
-			seg.ack.close()
-		}
-		for _, suffix := range []string{logSuffix, indexSuffix, timeIndexSuffix, ackSuffix} {
-			q.fs.Remove(seg.path(suffix))
-		}
-		return nil, nil, fmt.Errorf("diskqueue: create segment %d: %w", base, err)
+		l.t = nil
 	}
-	magics := [3][4]byte{magicLog, magicIndex, magicTimeIndex}
-	for i, suffix := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
-		f, err := q.fs.OpenFile(seg.path(suffix), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
-		if err != nil {
-			return fail(err)
-		}
-		files[i] = f
-	}
-	t.log.f, t.index.f, t.timeIdx.f = files[0], files[1], files[2]
-	if err := q.startAppending(t, mapped); err != nil {
-		return fail(err)
-	}
-	for i, r := range []*region{&t.log, &t.index, &t.timeIdx} {
-		if err := r.ensure(fileHeaderSize); err != nil {
-			return fail(err)
-		}
-		if err := r.write(0, appendFileHeader(nil, magics[i], base)); err != nil {
-			return fail(err)
-		}
-	}
-	t.size, t.indexSize, t.timeSize = fileHeaderSize, fileHeaderSize, fileHeaderSize
-	capacity := q.recordCapacity()
-	a, err := q.createAckFile(seg, capacity, mapped, true)
-	if err != nil {
-		return fail(err)
-	}
-	seg.ack, t.ack, t.ackCap = a, a, capacity
-	log, err := q.fs.OpenFile(seg.path(logSuffix), os.O_RDONLY, 0)
-	if err != nil {
-		return fail(err)
-	}
-	index, err := q.fs.OpenFile(seg.path(indexSuffix), os.O_RDONLY, 0)
-	if err != nil {
-		log.Close()
-		return fail(err)
-	}
-	seg.setFiles(log, index)
-	seg.writing.Store(true)
-	seg.setExtent(fileHeaderSize, base)
-	seg.indexBytes.Store(fileHeaderSize)
-	seg.timeIndexBytes.Store(fileHeaderSize)
-	seg.maxTime.Store(maxTime)
-	return seg, t, nil
 }
 
-// seal finishes a segment nothing will append to any more: it closes the
-// time index with the segment's last record (so SeekTime knows each sealed
-// segment's newest timestamp without reading its log), unmaps the files,
-// cuts each to what was written and fsyncs them (unless NoSync). Open then
-// treats the segment as complete and never reads it at start-up.
-func (q *Queue) seal(t *tail) error {
-	t.log.release()
-	t.index.release()
-	t.timeIdx.release()
-	err := q.sealFiles(t)
-	for _, r := range []*region{&t.log, &t.index, &t.timeIdx} {
-		r.f.Close()
-	}
-	t.seg.writing.Store(false)
-	return err
+// Stats is a snapshot of a queue's cursors, sizes and counters.
+type Stats struct {
+	// Depth is the records not yet acknowledged: WriteSeq - ReadSeq, less
+	// those above ReadSeq acknowledged out of order.
+	Depth int64
+	// InFlight is the records handed out by Read and not yet acknowledged.
+	InFlight int64
+
+	// FirstSeq is the oldest record still on disk (retained for replay or
+	// not yet consumed); ReadAt of anything older returns ErrNotFound, as
+	// it does for a segment deleted because every record in it was
+	// acknowledged while an older one still held records.
+	FirstSeq uint64
+	// ReadSeq is the read cursor: the oldest record not yet acknowledged.
+	ReadSeq uint64
+	// WriteSeq is the write cursor: the seq the next Put gets.
+	WriteSeq uint64
+	// ReadPos and WritePos are the cursors as segment and byte offset.
+	ReadPos, WritePos Position
+
+	Segments  int   // segments on disk (those deleted as acknowledged ahead of an older one are not counted)
+	DiskBytes int64 // bytes the log, index, time-index and acknowledgement files hold (not the preallocation ahead of the active segment's records; a sealed segment not read since Open has its time index estimated, within a few entries)
+
+	Puts  int64 // records accepted by Put since Open
+	Acks  int64 // records acknowledged since Open
+	Syncs int64 // fsyncs of the log since Open
+
+	// CorruptRecords counts records skipped because their bytes failed a
+	// check; BadFiles counts the .bad files made for them since Open.
+	CorruptRecords int64
+	BadFiles       int64
+	// IndexRebuilds counts index and time-index files rebuilt from their log.
+	IndexRebuilds int64
+	// ReadErrors counts I/O errors returned by reads (not corruption).
+	ReadErrors int64
+	// RetriedWrites counts Puts that found the disk full, waited
+	// (BlockWhenFull) and then went through.
+	RetriedWrites int64
+	// WritePath is how Put reaches the kernel, chosen at Open: "mmap"
+	// (records copied into preallocated, mapped segment files: no system
+	// call per Put) or "write" (the producer's own write(2), where the OS
+	// or file system cannot preallocate and map).
+	WritePath string
+	// SyncP50 and SyncP99 are fsync latencies of the log (the upper bound
+	// of the histogram bucket holding each percentile, within 19%).
+	SyncP50, SyncP99 time.Duration
 }
 
-func (q *Queue) sealFiles(t *tail) error {
-	if t.end > t.seg.base && t.lastTimeSeq != t.end-1 {
-		e := appendTimeEntry(nil, t.maxTime, t.end-1)
-		if _, err := t.timeIdx.f.WriteAt(e, t.timeSize); err != nil {
-			return fmt.Errorf("diskqueue: seal %s: %w", t.seg.path(timeIndexSuffix), err)
-		}
-		t.timeSize += timeIndexEntrySize
-		t.lastTimeSeq = t.end - 1
-		prev := t.seg.diskBytes()
-		t.seg.timeIndexBytes.Store(t.timeSize)
-		q.diskBytes.Add(t.seg.diskBytes() - prev)
-	}
-	if t.ack != nil {
-		// Acks touch only the bits of records that exist, all inside.
-		if err := t.ack.f.Truncate(ackFileSize(t.end - t.seg.base)); err != nil {
-			return fmt.Errorf("diskqueue: seal %s: %w", t.seg.path(ackSuffix), err)
-		}
-	}
-	// The log is cut last: a read-only view (Verify beside a live writer)
-	// tells an unsealed segment by its log's preallocated size, so once
-	// the log is exact, the other files must be too.
-	for _, c := range []struct {
-		r    *region
-		size int64
-		name string
-	}{{&t.timeIdx, t.timeSize, timeIndexSuffix}, {&t.index, t.indexSize, indexSuffix}, {&t.log, t.size, logSuffix}} {
-		if err := c.r.f.Truncate(c.size); err != nil {
-			return fmt.Errorf("diskqueue: seal %s: %w", t.seg.path(c.name), err)
-		}
-	}
-	if !q.opts.NoSync {
-		for _, c := range []struct {
-			r    *region
-			name string
-		}{{&t.log, logSuffix}, {&t.index, indexSuffix}, {&t.timeIdx, timeIndexSuffix}} {
-			if err := c.r.f.Sync(); err != nil {
-				// Sticky even for ENOSPC: after a failed fsync the kernel
-				// may have dropped the pages, so writing again proves nothing.
-				return fmt.Errorf("diskqueue: seal: fsync %s: %w", t.seg.path(c.name), err)
-			}
-		}
-	}
-	q.crashPoint("rotate-sealed")
-	return nil
+// SyncLatencyBuckets returns the fsync latency histogram behind Stats'
+// SyncP50 and SyncP99: the exclusive upper bound of each non-empty bucket
+// and its count, bounds increasing.
+func (l *Log) SyncLatencyBuckets() (upper []time.Duration, counts []uint64) {
+	return l.syncLatency.Snapshot()
 }
+
+// Position is a place in the log: the segment (named by its base seq) and a
+// byte offset in it.
+type Position struct {
+	Segment uint64
+	Offset  int64
+}
+
+// Stats returns a snapshot of the log's state. It takes no lock on the
+// write path. Its cursor fields (Depth, InFlight, ReadSeq, ReadPos, Acks)
+// are those of the cursor furthest behind, the one retention waits on (for
+// a Queue: its cursor); with no cursor, ReadSeq is WriteSeq. Each cursor's
+// own figures are in [Cursor.Stats].
+func (l *Log) Stats() Stats {
+	var slowest *Cursor
+	for _, c := range *l.cursorList.Load() {
+		if slowest == nil || c.ackFloor.Load() < slowest.ackFloor.Load() {
+			slowest = c
+		}
+	}
+	return l.stats(slowest)
+}
+
+// stats is Stats with the cursor fields of c (none if nil).
+func (l *Log) stats(c *Cursor) Stats {
+	st := Stats{
+		WriteSeq:       l.nextSeq.Load(),
+		DiskBytes:      l.diskBytes.Load(),
+		Puts:           int64(l.nextSeq.Load() - l.openSeq),
+		Syncs:          l.syncs.Load(),
+		CorruptRecords: l.corruptRecords.Load(),
+		BadFiles:       l.badFiles.Load(),
+		IndexRebuilds:  l.indexRebuilds.Load(),
+		ReadErrors:     l.readErrors.Load(),
+		RetriedWrites:  l.retriedWrites.Load(),
+	}
+	st.ReadSeq = st.WriteSeq
+	if c != nil {
+		cs := c.Stats()
+		st.ReadSeq, st.Depth, st.InFlight, st.Acks = cs.ReadSeq, cs.Depth, cs.InFlight, cs.Acks
+	}
+	st.WritePath = "write"
+	if l.mapped {
+		st.WritePath = "mmap"
+	}
+	p := l.syncLatency.Percentiles(0.5, 0.99)
+	st.SyncP50, st.SyncP99 = p[0], p[1]
+	l.segMu.RLock()
+	// Segments deleted as acknowledged behind an older one are not on disk.
+	first := true
+	for _, s := range l.segs {
+		if s.gone.Load() {
+			continue
+		}
+		st.Segments++
+		if first {
+			st.FirstSeq, first = s.base, false
+		}
+	}
+	if len(l.segs) > 0 {
+		last := l.segs[len(l.segs)-1]
+		st.WritePos = Position{Segment: last.base, Offset: last.sizeNow()}
+	}
+	l.segMu.RUnlock()
+	if pos, err := l.position(st.ReadSeq); err == nil {
+		st.ReadPos = pos
+	} else {
+		st.ReadPos = st.WritePos
+	}
+	return st
+}
+
+// maxSeq is used where "no bound" is meant.
+const maxSeq = math.MaxUint64

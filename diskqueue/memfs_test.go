@@ -312,7 +312,7 @@ func TestPowerCutAtEveryStep(t *testing.T) {
 				if opts.SyncEvery != 1 {
 					promised = q.syncedSeq.Load()
 				}
-				floor := q.ackFloor.Load()
+				floor := q.c.ackFloor.Load()
 				checkAfterPowerCut(t, step, mfs.crashClone(), dir, c.opts, put, min(floor, promised), promised)
 			}
 		})

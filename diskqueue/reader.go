@@ -1,7 +1,6 @@
 package diskqueue
 
 import (
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -37,10 +36,10 @@ func (d *damageError) Error() string {
 
 func (d *damageError) Unwrap() error { return ErrCorrupt }
 
-// reader walks the log in order. The Queue's own reader (q.rd) is guarded by
-// q.readMu; a Scan owns its reader alone.
+// reader walks the log in order. A cursor's reader (c.rd) is guarded by
+// c.readMu; a Scan owns its reader alone.
 type reader struct {
-	q    *Queue
+	l    *Log
 	seg  *segment // nil until located
 	off  int64    // offset of the next record in seg
 	seq  uint64   // seq of the next record
@@ -51,7 +50,7 @@ type reader struct {
 // reset points the reader at seq, which starts at off in seg. If seg's
 // files cannot be opened the reader stays where it was.
 func (r *reader) reset(seg *segment, off int64, seq uint64) error {
-	f, err := r.q.segFiles(seg)
+	f, err := r.l.segFiles(seg)
 	if err != nil {
 		return err
 	}
@@ -142,7 +141,7 @@ func (r *reader) next() (Record, error) {
 			r.seq, r.seg = max(r.seq, r.seg.endNow()), nil
 		}
 		if r.seg == nil {
-			seg, off, seq, err := r.q.locate(r.seq)
+			seg, off, seq, err := r.l.locate(r.seq)
 			if err != nil {
 				return Record{}, err
 			}
@@ -157,11 +156,11 @@ func (r *reader) next() (Record, error) {
 			if !sealed {
 				return Record{}, errNoData
 			}
-			nxt := r.q.segmentAfter(r.seg)
+			nxt := r.l.segmentAfter(r.seg)
 			prev, from := r.seq, r.off
 			for nxt != nil && nxt.gone.Load() {
 				prev = max(prev, nxt.endNow())
-				nxt = r.q.segmentAfter(nxt)
+				nxt = r.l.segmentAfter(nxt)
 			}
 			if nxt == nil {
 				return Record{}, errNoData
@@ -183,7 +182,7 @@ func (r *reader) next() (Record, error) {
 		if !errors.Is(err, ErrCorrupt) && !errors.Is(err, errShortFrame) {
 			return Record{}, err
 		}
-		d := r.q.skipDamage(r.seg, r.off, r.seq, limit, err)
+		d := r.l.skipDamage(r.seg, r.off, r.seq, limit, err)
 		r.off, r.seq = d.to, d.next
 		return Record{}, d
 	}
@@ -197,7 +196,7 @@ func (r *reader) unread(rec Record) {
 
 // decodeAt decodes the record at off, which must be r.seq.
 func (r *reader) decodeAt(off, limit int64) (Record, int, error) {
-	h, body, n, err := r.win.frameAt(off, limit, maxBodyForRead(r.q.opts.MaxRecordBytes))
+	h, body, n, err := r.win.frameAt(off, limit, maxBodyForRead(r.l.opts.MaxRecordBytes))
 	if err != nil {
 		if !errors.Is(err, ErrCorrupt) && !errors.Is(err, errShortFrame) {
 			err = readError(r.seg, off, err)
@@ -265,7 +264,7 @@ func makeRecord(h recordHeader, stored []byte, sl *slab) (Record, error) {
 // skipDamage finds where reading can go on after a damaged record at off
 // (which should hold seq); if nothing after it in the readable segment
 // checks out, the rest of it is skipped.
-func (q *Queue) skipDamage(seg *segment, off int64, seq uint64, limit int64, cause error) *damageError {
+func (l *Log) skipDamage(seg *segment, off int64, seq uint64, limit int64, cause error) *damageError {
 	d := &damageError{seg: seg, from: off, first: seq, to: limit, next: seg.endNow(), cause: cause}
 	if seg.sealed.Load() || d.next < seq {
 		d.next = max(d.next, seq)
@@ -275,8 +274,8 @@ func (q *Queue) skipDamage(seg *segment, off int64, seq uint64, limit int64, cau
 		entries = min(entries, seg.indexedEnd)
 	}
 	// The reader holds seg's files open, so this does not fail.
-	if f, err := q.segFiles(seg); err == nil {
-		if o, s, ok := q.resumeAfter(seg.base, f.log, f.index, off, seq, limit, entries); ok {
+	if f, err := l.segFiles(seg); err == nil {
+		if o, s, ok := l.resumeAfter(seg.base, f.log, f.index, off, seq, limit, entries); ok {
 			d.to, d.next = o, s
 		}
 	}
@@ -287,17 +286,17 @@ func (q *Queue) skipDamage(seg *segment, off int64, seq uint64, limit int64, cau
 // should hold seq) that checks out: the one the damaged frame's own length
 // points at, else the first of the sequence index's entries for seqs
 // (seq, stop) that points at its record. index may be nil.
-func (q *Queue) resumeAfter(base uint64, log, index file, bad int64, seq uint64, limit int64, stop uint64) (int64, uint64, bool) {
+func (l *Log) resumeAfter(base uint64, log, index file, bad int64, seq uint64, limit int64, stop uint64) (int64, uint64, bool) {
 	try := func(o int64, s uint64) bool {
 		if o <= bad || o >= limit {
 			return false
 		}
-		h, _, _, err := q.readFrameAt(log, o, limit)
+		h, _, _, err := l.readFrameAt(log, o, limit)
 		return err == nil && h.seq == s
 	}
 	var head [lengthSize]byte
 	if _, err := log.ReadAt(head[:], bad); err == nil {
-		if n, err := frameLength(head[:], maxBodyForRead(q.opts.MaxRecordBytes)); err == nil && try(bad+int64(n), seq+1) {
+		if n, err := frameLength(head[:], maxBodyForRead(l.opts.MaxRecordBytes)); err == nil && try(bad+int64(n), seq+1) {
 			return bad + int64(n), seq + 1, true
 		}
 	}
@@ -317,15 +316,15 @@ func (q *Queue) resumeAfter(base uint64, log, index file, bad int64, seq uint64,
 }
 
 // readFrameAt reads and checks the frame at off on its own.
-func (q *Queue) readFrameAt(log file, off, limit int64) (recordHeader, []byte, int, error) {
+func (l *Log) readFrameAt(log file, off, limit int64) (recordHeader, []byte, int, error) {
 	w := window{chunk: 4096}
 	w.reset(log)
-	return w.frameAt(off, limit, maxBodyForRead(q.opts.MaxRecordBytes))
+	return w.frameAt(off, limit, maxBodyForRead(l.opts.MaxRecordBytes))
 }
 
 // indexEntries reads count consecutive index entries starting at seq's.
-func (q *Queue) indexEntries(seg *segment, seq uint64, count int) ([]uint32, error) {
-	f, err := q.segFiles(seg)
+func (l *Log) indexEntries(seg *segment, seq uint64, count int) ([]uint32, error) {
+	f, err := l.segFiles(seg)
 	if err != nil {
 		return nil, err
 	}
@@ -349,10 +348,10 @@ func (q *Queue) indexEntries(seg *segment, seq uint64, count int) ([]uint32, err
 
 // locate finds where seq starts. A seq older than the oldest segment (its
 // records were acknowledged and deleted) moves to the oldest record kept.
-func (q *Queue) locate(seq uint64) (*segment, int64, uint64, error) {
-	q.segMu.RLock()
-	segs := q.segs
-	q.segMu.RUnlock()
+func (l *Log) locate(seq uint64) (*segment, int64, uint64, error) {
+	l.segMu.RLock()
+	segs := l.segs
+	l.segMu.RUnlock()
 	if len(segs) == 0 {
 		return nil, 0, 0, ErrClosed
 	}
@@ -379,7 +378,7 @@ func (q *Queue) locate(seq uint64) (*segment, int64, uint64, error) {
 		}
 		return seg, size, end, nil
 	}
-	offs, err := q.indexEntries(seg, seq, 1)
+	offs, err := l.indexEntries(seg, seq, 1)
 	if err != nil {
 		return nil, 0, 0, err
 	}
@@ -387,21 +386,21 @@ func (q *Queue) locate(seq uint64) (*segment, int64, uint64, error) {
 }
 
 // segmentAfter returns the segment following s, or nil.
-func (q *Queue) segmentAfter(s *segment) *segment {
-	q.segMu.RLock()
-	defer q.segMu.RUnlock()
-	i := sort.Search(len(q.segs), func(i int) bool { return q.segs[i].base > s.base })
-	if i < len(q.segs) {
-		return q.segs[i]
+func (l *Log) segmentAfter(s *segment) *segment {
+	l.segMu.RLock()
+	defer l.segMu.RUnlock()
+	i := sort.Search(len(l.segs), func(i int) bool { return l.segs[i].base > s.base })
+	if i < len(l.segs) {
+		return l.segs[i]
 	}
 	return nil
 }
 
 // segmentFor returns the segment holding seq, or ErrNotFound.
-func (q *Queue) segmentFor(seq uint64) (*segment, error) {
-	q.segMu.RLock()
-	segs := q.segs
-	q.segMu.RUnlock()
+func (l *Log) segmentFor(seq uint64) (*segment, error) {
+	l.segMu.RLock()
+	segs := l.segs
+	l.segMu.RUnlock()
 	i := sort.Search(len(segs), func(i int) bool { return segs[i].base > seq }) - 1
 	if i < 0 {
 		if len(segs) == 0 {
@@ -416,134 +415,21 @@ func (q *Queue) segmentFor(seq uint64) (*segment, error) {
 }
 
 // position returns where seq starts, for Stats.
-func (q *Queue) position(seq uint64) (Position, error) {
-	seg, off, _, err := q.locate(seq)
+func (l *Log) position(seq uint64) (Position, error) {
+	seg, off, _, err := l.locate(seq)
 	if err != nil {
 		return Position{}, err
 	}
 	return Position{Segment: seg.base, Offset: off}, nil
 }
 
-// Read returns the next record in order, waiting for one if the queue is
-// empty until ctx ends or the queue closes. The record is in flight until
-// [Queue.Ack] acknowledges it; records never acknowledged are delivered
-// again after the queue is reopened, so delivery is at-least-once.
-//
-// With a ctx that is already done, Read does not wait: it returns a record
-// that is ready, or ctx.Err().
-//
-// Records whose bytes fail their checks are never returned: Read skips
-// them, copies their bytes to a .bad file, logs a warning and counts them in
-// [Stats].CorruptRecords. An I/O error is returned as is and the same
-// record is tried again by the next Read.
-func (q *Queue) Read(ctx context.Context) (Record, error) {
-	for {
-		rec, err := q.tryRead()
-		if err != errNoData {
-			return rec, err
-		}
-		wait := q.written.Wait()
-		// Look again now that we are registered for the next write, so a
-		// write between the two is not missed.
-		if rec, err = q.tryRead(); err != errNoData {
-			return rec, err
-		}
-		select {
-		case <-wait:
-		case <-ctx.Done():
-			return Record{}, ctx.Err()
-		case <-q.closeCh:
-			return Record{}, ErrClosed
-		}
+// copyBad copies bytes [from, to) of seg's log to a new file name, unless
+// another cursor meeting the same damage already did, and counts the file.
+func (l *Log) copyBad(seg *segment, from, to int64, name string) error {
+	if _, err := l.fs.Stat(name); err == nil {
+		return nil
 	}
-}
-
-// tryRead returns the next record or errNoData.
-func (q *Queue) tryRead() (Record, error) {
-	q.readMu.Lock()
-	defer q.readMu.Unlock()
-	for {
-		if q.isClosed.Load() {
-			return Record{}, ErrClosed
-		}
-		rec, err := q.rd.next()
-		if err == nil {
-			seg := q.rd.seg
-			a, err := q.ackFor(seg)
-			if err != nil {
-				q.rd.unread(rec)
-				q.readErrors.Add(1)
-				return Record{}, err
-			}
-			if rec.Seq <= q.ackedMax {
-				// Acknowledged before a restart, out of order.
-				set, err := a.isSet(rec.Seq - seg.base)
-				if err != nil {
-					q.rd.unread(rec)
-					return Record{}, err
-				}
-				if set {
-					continue
-				}
-			}
-			// Record that this far may be handed out before it is, so a
-			// crash cannot leave an acknowledgement Open would not count.
-			if err := a.raiseReadEnd(rec.Seq+1, seg.base+a.cap); err != nil {
-				q.rd.unread(rec)
-				return Record{}, err
-			}
-			q.inFlight.Add(1)
-			return rec, nil
-		}
-		if err == errNoData {
-			return Record{}, err
-		}
-		// next returns damage unwrapped; a type switch, unlike errors.As,
-		// costs no allocation on this hot path.
-		if d, ok := err.(*damageError); ok {
-			q.quarantine(d)
-			continue
-		}
-		q.readErrors.Add(1)
-		return Record{}, err
-	}
-}
-
-// quarantine copies damaged bytes aside, reports them and treats their
-// records as acknowledged, so the read cursor can pass them. The caller holds
-// q.readMu.
-func (q *Queue) quarantine(d *damageError) {
-	lost := int64(d.next - d.first)
-	q.corruptRecords.Add(lost)
-	attrs := []any{"segment", d.seg.base, "offset", d.from, "first_seq", d.first, "records", lost, "err", d.cause}
-	if d.to > d.from {
-		name := fmt.Sprintf("%s.%d%s", d.seg.path(logSuffix), d.from, badSuffix)
-		if err := q.copyBad(d.seg, d.from, d.to, name); err != nil {
-			attrs = append(attrs, "bad_file_err", err)
-		} else {
-			q.badFiles.Add(1)
-			attrs = append(attrs, "bad_file", name)
-		}
-	}
-	q.log.Warn("diskqueue: skipped damaged records", attrs...)
-	for s := d.first; s < d.next; s++ {
-		seg := q.segmentAt(s)
-		if seg == nil || seg.gone.Load() {
-			continue
-		}
-		if a, err := q.ackFor(seg); err == nil {
-			// Open counts bits only below readEnd.
-			a.raiseReadEnd(s+1, seg.base+a.cap)
-		}
-		if _, err := q.markAckedLocked(seg, s); err != nil {
-			q.log.Warn("diskqueue: cannot acknowledge a damaged record; it is skipped again after a restart", "seq", s, "err", err)
-		}
-	}
-}
-
-// copyBad copies bytes [from, to) of seg's log to a new file name.
-func (q *Queue) copyBad(seg *segment, from, to int64, name string) error {
-	f, err := q.segFiles(seg)
+	f, err := l.segFiles(seg)
 	if err != nil {
 		return err
 	}
@@ -551,46 +437,10 @@ func (q *Queue) copyBad(seg *segment, from, to int64, name string) error {
 	if _, err := f.log.ReadAt(buf, from); err != nil && err != io.EOF {
 		return err
 	}
-	return q.copyBytes(name, buf)
-}
-
-// Ack acknowledges a record returned by [Queue.Read]. Acknowledgements may
-// come in any order. When Ack returns nil the acknowledgement is recorded
-// in the segment's acknowledgement file, in the kernel: after a crash of
-// the process the record is not delivered again (after a power cut, only
-// acknowledgements since the last fsync may be lost). The read cursor
-// advances past the oldest record not yet acknowledged, and a segment every
-// record of which is acknowledged is deleted (or retained, by Options). It
-// returns [ErrNotInFlight] for a seq not handed out or already
-// acknowledged.
-func (q *Queue) Ack(seq uint64) error {
-	q.readMu.Lock()
-	defer q.readMu.Unlock()
-	if q.isClosed.Load() {
-		// Close has released the files and the directory.
-		return ErrClosed
+	if err := l.copyBytes(name, buf); err != nil {
+		return err
 	}
-	if seq < q.ackFloor.Load() || seq >= q.rd.seq {
-		return fmt.Errorf("%w: seq %d", ErrNotInFlight, seq)
-	}
-	// Acks mostly land in the segment the last one did.
-	seg := q.lastAcked
-	if seg == nil || seq < seg.base || seq >= seg.endNow() {
-		seg = q.segmentAt(seq)
-		q.lastAcked = seg
-	}
-	if seg == nil || seg.gone.Load() {
-		return fmt.Errorf("%w: seq %d already acknowledged", ErrNotInFlight, seq)
-	}
-	was, err := q.markAckedLocked(seg, seq)
-	if err != nil {
-		return fmt.Errorf("diskqueue: ack %d: %w", seq, err)
-	}
-	if was {
-		return fmt.Errorf("%w: seq %d already acknowledged", ErrNotInFlight, seq)
-	}
-	q.inFlight.Add(-1)
-	q.acks.Add(1)
+	l.badFiles.Add(1)
 	return nil
 }
 
@@ -602,18 +452,18 @@ func (q *Queue) Ack(seq uint64) error {
 //
 // It returns [ErrNotFound] for a seq never written or no longer retained,
 // and [ErrCorrupt] if the record's bytes fail their checks.
-func (q *Queue) ReadAt(seq uint64) (Record, error) {
-	seg, err := q.segmentFor(seq)
+func (l *Log) ReadAt(seq uint64) (Record, error) {
+	seg, err := l.segmentFor(seq)
 	if err != nil {
 		return Record{}, err
 	}
 	limit, end := seg.bounds()
-	f, err := q.segFiles(seg)
+	f, err := l.segFiles(seg)
 	if err != nil {
 		return Record{}, err
 	}
 	if f.index == nil || (seg.partialIndex && seq >= seg.indexedEnd) {
-		return q.readAtSlow(seg, seq, limit, errors.New("no index entry to trust"))
+		return l.readAtSlow(seg, seq, limit, errors.New("no index entry to trust"))
 	}
 	if seg.partialIndex {
 		end = min(end, seg.indexedEnd)
@@ -622,7 +472,7 @@ func (q *Queue) ReadAt(seq uint64) (Record, error) {
 	if seq+1 < end {
 		count = 2 // the next entry bounds the frame, so one read fetches it whole
 	}
-	offs, err := q.indexEntries(seg, seq, count)
+	offs, err := l.indexEntries(seg, seq, count)
 	if err != nil {
 		return Record{}, err
 	}
@@ -631,20 +481,20 @@ func (q *Queue) ReadAt(seq uint64) (Record, error) {
 		stop = int64(offs[1])
 	}
 	if off < fileHeaderSize || stop <= off || stop > limit {
-		return q.readAtSlow(seg, seq, limit, fmt.Errorf("index entry %d is out of range", off))
+		return l.readAtSlow(seg, seq, limit, fmt.Errorf("index entry %d is out of range", off))
 	}
 	buf := make([]byte, stop-off)
 	if _, err := f.log.ReadAt(buf, off); err != nil && err != io.EOF {
 		return Record{}, readError(seg, off, err)
 	}
-	h, body, _, err := decodeRecord(buf, maxBodyForRead(q.opts.MaxRecordBytes))
+	h, body, _, err := decodeRecord(buf, maxBodyForRead(l.opts.MaxRecordBytes))
 	if err == nil && h.seq == seq {
 		return makeRecord(h, body, nil)
 	}
 	if err == nil {
 		err = fmt.Errorf("record at the indexed offset has seq %d", h.seq)
 	}
-	return q.readAtSlow(seg, seq, limit, err)
+	return l.readAtSlow(seg, seq, limit, err)
 }
 
 // readAtSlow is ReadAt when the index disagrees with the log: the log wins.
@@ -652,8 +502,8 @@ func (q *Queue) ReadAt(seq uint64) (Record, error) {
 // index; a sealed segment's index is rebuilt only when its size or header
 // is wrong, so an entry scribbled over in place keeps costing a scan, and
 // Verify reports it.)
-func (q *Queue) readAtSlow(seg *segment, seq uint64, limit int64, cause error) (Record, error) {
-	r := &reader{q: q}
+func (l *Log) readAtSlow(seg *segment, seq uint64, limit int64, cause error) (Record, error) {
+	r := &reader{l: l}
 	if err := r.reset(seg, fileHeaderSize, seg.base); err != nil {
 		return Record{}, err
 	}
@@ -663,7 +513,7 @@ func (q *Queue) readAtSlow(seg *segment, seq uint64, limit int64, cause error) (
 			break
 		}
 		if rec.Seq == seq {
-			q.log.Warn("diskqueue: index disagrees with log; found the record by scanning the segment (Verify reports the entry)", "segment", seg.base, "seq", seq, "err", cause)
+			l.logger.Warn("diskqueue: index disagrees with log; found the record by scanning the segment (Verify reports the entry)", "segment", seg.base, "seq", seq, "err", cause)
 			return rec, nil
 		}
 		r.off += int64(n)
@@ -672,55 +522,19 @@ func (q *Queue) readAtSlow(seg *segment, seq uint64, limit int64, cause error) (
 	return Record{}, fmt.Errorf("%w: segment %s: seq %d: %v", ErrCorrupt, segmentName(seg.base, logSuffix), seq, cause)
 }
 
-// Unacknowledged is Scan of the records with from <= seq < to that are not
-// acknowledged (those out of order above the read cursor, before a restart
-// too, are left out), as Read would hand them out. It moves no cursor.
-func (q *Queue) Unacknowledged(from, to uint64) iter.Seq2[Record, error] {
-	return func(yield func(Record, error) bool) {
-		for rec, err := range q.Scan(max(from, q.ackFloor.Load()), to) {
-			if err == nil && q.acknowledged(rec.Seq) {
-				continue
-			}
-			if !yield(rec, err) {
-				return
-			}
-		}
-	}
-}
-
-// acknowledged reports whether seq is acknowledged: below the floor, in a
-// segment deleted as acknowledged, or with its bit set.
-func (q *Queue) acknowledged(seq uint64) bool {
-	q.readMu.Lock()
-	defer q.readMu.Unlock()
-	if seq < q.ackFloor.Load() {
-		return true
-	}
-	seg := q.segmentAt(seq)
-	if seg == nil || seg.gone.Load() {
-		return seg != nil
-	}
-	a, err := q.ackFor(seg)
-	if err != nil {
-		return false
-	}
-	set, _ := a.isSet(seq - seg.base)
-	return set
-}
-
 // Scan returns an iterator over the records with from <= seq < to, in
 // order, without moving any cursor; it suits replay from retained segments.
 // Pass [math.MaxUint64] as to for "up to the newest record". Records that
 // fail their checks are yielded as an error wrapping [ErrCorrupt] and the
 // scan goes on; a from older than the first retained record yields
 // [ErrNotFound] and stops.
-func (q *Queue) Scan(from, to uint64) iter.Seq2[Record, error] {
+func (l *Log) Scan(from, to uint64) iter.Seq2[Record, error] {
 	return func(yield func(Record, error) bool) {
-		if _, err := q.segmentFor(from); err != nil && errors.Is(err, ErrNotFound) && from < q.firstSeq() {
+		if _, err := l.segmentFor(from); err != nil && errors.Is(err, ErrNotFound) && from < l.firstSeq() {
 			yield(Record{}, err)
 			return
 		}
-		r := &reader{q: q, seq: from}
+		r := &reader{l: l, seq: from}
 		for r.seq < to {
 			rec, err := r.next()
 			if err == errNoData {
@@ -744,13 +558,13 @@ func (q *Queue) Scan(from, to uint64) iter.Seq2[Record, error] {
 	}
 }
 
-func (q *Queue) firstSeq() uint64 {
-	q.segMu.RLock()
-	defer q.segMu.RUnlock()
-	if len(q.segs) == 0 {
+func (l *Log) firstSeq() uint64 {
+	l.segMu.RLock()
+	defer l.segMu.RUnlock()
+	if len(l.segs) == 0 {
 		return 0
 	}
-	return q.segs[0].base
+	return l.segs[0].base
 }
 
 // SeekTime returns the seq of the first record stored at or after t. The
@@ -758,18 +572,18 @@ func (q *Queue) firstSeq() uint64 {
 // even when the clock stepped backwards: every record before the returned
 // one is older than t. It returns [ErrNotFound] if no retained record is
 // that new.
-func (q *Queue) SeekTime(t time.Time) (uint64, error) {
+func (l *Log) SeekTime(t time.Time) (uint64, error) {
 	target := t.UnixNano()
-	q.segMu.RLock()
-	segs := q.segs
-	q.segMu.RUnlock()
+	l.segMu.RLock()
+	segs := l.segs
+	l.segMu.RUnlock()
 	// The first segment whose running maximum reaches target: every record
 	// before it is older. (Each segment's own figure already is a running
 	// maximum unless its time index was damaged; taking it again here keeps
 	// the search right either way.)
 	i, running := len(segs), int64(math.MinInt64)
 	for k, seg := range segs {
-		if running = max(running, q.segMaxTime(seg)); running >= target {
+		if running = max(running, l.segMaxTime(seg)); running >= target {
 			i = k
 			break
 		}
@@ -779,10 +593,10 @@ func (q *Queue) SeekTime(t time.Time) (uint64, error) {
 	}
 	seg := segs[i]
 	start := seg.base
-	entries, err := q.timeEntries(seg)
+	entries, err := l.timeEntries(seg)
 	if errors.Is(err, ErrCorrupt) {
 		// The time index is derived data: scan the segment instead.
-		q.log.Warn("diskqueue: time index is damaged; scanning the segment", "segment", seg.base, "err", err)
+		l.logger.Warn("diskqueue: time index is damaged; scanning the segment", "segment", seg.base, "err", err)
 		entries, err = nil, nil
 	}
 	if err != nil {
@@ -794,7 +608,7 @@ func (q *Queue) SeekTime(t time.Time) (uint64, error) {
 	if k >= 0 {
 		start = entries[k].seq + 1
 	}
-	r := &reader{q: q, seq: start}
+	r := &reader{l: l, seq: start}
 	for {
 		rec, err := r.next()
 		var d *damageError
@@ -818,9 +632,9 @@ type timeEntry struct {
 }
 
 // timeEntries reads a segment's time index, up to what the writer published.
-func (q *Queue) timeEntries(seg *segment) ([]timeEntry, error) {
+func (l *Log) timeEntries(seg *segment) ([]timeEntry, error) {
 	n := seg.timeIndexBytes.Load()
-	f, err := q.fs.OpenFile(seg.path(timeIndexSuffix), os.O_RDONLY, 0)
+	f, err := l.fs.OpenFile(seg.path(timeIndexSuffix), os.O_RDONLY, 0)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("%w: segment %d was deleted", ErrNotFound, seg.base)
@@ -868,22 +682,35 @@ func decodeTimeEntries(b []byte, base uint64) ([]timeEntry, error) {
 }
 
 // Empty discards every record put before the call, acknowledged or not,
-// including segments kept by retention. Records in flight are dropped too:
-// acknowledging them afterwards returns ErrNotInFlight.
-func (q *Queue) Empty() error {
-	if q.readOnly {
+// including segments kept by retention, and moves every cursor to the end.
+// Records in flight are dropped too: acknowledging them afterwards returns
+// ErrNotInFlight.
+func (l *Log) Empty() error {
+	if l.readOnly {
 		return ErrReadOnly
 	}
-	reply := make(chan error, 1)
+	return l.request(l.empty)
+}
+
+// request is work for the writer goroutine, done between its rounds, so it
+// never races a seal, a deletion or a cursor store.
+type request struct {
+	fn    func() error
+	reply chan error
+}
+
+// request runs fn on the writer goroutine and returns its error.
+func (l *Log) request(fn func() error) error {
+	r := request{fn: fn, reply: make(chan error, 1)}
 	select {
-	case q.emptyCh <- reply:
-	case <-q.closeCh:
+	case l.reqCh <- r:
+	case <-l.closeCh:
 		return ErrClosed
 	}
 	select {
-	case err := <-reply:
+	case err := <-r.reply:
 		return err
-	case <-q.writerCh:
+	case <-l.writerCh:
 		return ErrClosed
 	}
 }

@@ -65,8 +65,8 @@ func resync(w *window, off, limit int64, after, before uint64, maxBody int) (int
 // It runs at Open or, from segFiles, while the queue is in use: it touches
 // no writer state, and the time index it writes holds the running maximum
 // within the segment (SeekTime takes the maximum across segments itself).
-func (q *Queue) rebuildIndexes(seg *segment, log file) error {
-	maxBody := maxBodyForRead(q.opts.MaxRecordBytes)
+func (l *Log) rebuildIndexes(seg *segment, log file) error {
+	maxBody := maxBodyForRead(l.opts.MaxRecordBytes)
 	end, size := seg.endNow(), seg.sizeNow()
 	b := indexBuilder{lastTimeSeq: maxSeq}
 	sc := newScanner(log, fileHeaderSize, seg.base, size, maxBody)
@@ -102,43 +102,43 @@ func (q *Queue) rebuildIndexes(seg *segment, log file) error {
 	if b.lastTimeSeq != end-1 && end > seg.base {
 		b.tidx = appendTimeEntry(b.tidx, b.maxTime, end-1)
 	}
-	if err := q.writeAtomically(seg.path(indexSuffix), appendFileHeader(nil, magicIndex, seg.base), b.idx); err != nil {
+	if err := l.writeAtomically(seg.path(indexSuffix), appendFileHeader(nil, magicIndex, seg.base), b.idx); err != nil {
 		return err
 	}
-	if err := q.writeAtomically(seg.path(timeIndexSuffix), appendFileHeader(nil, magicTimeIndex, seg.base), b.tidx); err != nil {
+	if err := l.writeAtomically(seg.path(timeIndexSuffix), appendFileHeader(nil, magicTimeIndex, seg.base), b.tidx); err != nil {
 		return err
 	}
 	seg.indexBytes.Store(int64(fileHeaderSize + len(b.idx)))
 	seg.timeIndexBytes.Store(int64(fileHeaderSize + len(b.tidx)))
 	seg.maxTime.Store(b.maxTime)
-	q.indexRebuilds.Add(1)
-	q.log.Warn("diskqueue: rebuilt the indexes of a sealed segment from its log", "segment", seg.base)
+	l.indexRebuilds.Add(1)
+	l.logger.Warn("diskqueue: rebuilt the indexes of a sealed segment from its log", "segment", seg.base)
 	return nil
 }
 
 // writeAtomically replaces path with header+body: temporary file, fsync,
 // rename, directory fsync.
-func (q *Queue) writeAtomically(path string, header, body []byte) error {
+func (l *Log) writeAtomically(path string, header, body []byte) error {
 	tmp := path + tmpSuffix
-	f, err := q.fs.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := l.fs.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return fmt.Errorf("diskqueue: open: %w", err)
 	}
 	_, err = f.WriteAt(append(header, body...), 0)
-	if err == nil && !q.opts.NoSync {
+	if err == nil && !l.opts.NoSync {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err == nil {
-		err = q.fs.Rename(tmp, path)
+		err = l.fs.Rename(tmp, path)
 	}
-	if err == nil && !q.opts.NoSync {
-		err = q.fs.SyncDir(q.dir)
+	if err == nil && !l.opts.NoSync {
+		err = l.fs.SyncDir(l.dir)
 	}
 	if err != nil {
-		q.fs.Remove(tmp)
+		l.fs.Remove(tmp)
 		return fmt.Errorf("diskqueue: open: write %s: %w", path, err)
 	}
 	return nil
@@ -154,16 +154,16 @@ func (q *Queue) writeAtomically(path string, header, body []byte) error {
 // off: with SyncEvery 1 no Put of it returned, and with any other policy it
 // was never promised to survive a crash. A bad record with valid records
 // after it is damage, not a torn write: it stays, and readers skip it.
-func (q *Queue) recoverTail(seg *segment, size int64) (*tail, error) {
-	maxBody := maxBodyForRead(q.opts.MaxRecordBytes)
+func (l *Log) recoverTail(seg *segment, size int64) (*tail, error) {
+	maxBody := maxBodyForRead(l.opts.MaxRecordBytes)
 	log := seg.files.Load().log // opened by openSegment
-	if q.readOnly {
-		return nil, q.scanTail(seg, log, size)
+	if l.readOnly {
+		return nil, l.scanTail(seg, log, size)
 	}
-	w := &tail{seg: seg, maxTime: q.lastMaxTime}
+	w := &tail{seg: seg, maxTime: l.lastMaxTime}
 	var err error
 	open := func(suffix string) (file, error) {
-		return q.fs.OpenFile(seg.path(suffix), os.O_RDWR|os.O_CREATE, 0o644)
+		return l.fs.OpenFile(seg.path(suffix), os.O_RDWR|os.O_CREATE, 0o644)
 	}
 	closeAll := func() {
 		for _, f := range []file{w.log.f, w.index.f, w.timeIdx.f} {
@@ -183,13 +183,13 @@ func (q *Queue) recoverTail(seg *segment, size int64) (*tail, error) {
 		closeAll()
 		return nil, fmt.Errorf("diskqueue: open: %w", err)
 	}
-	index, err := q.fs.OpenFile(seg.path(indexSuffix), os.O_RDONLY, 0)
+	index, err := l.fs.OpenFile(seg.path(indexSuffix), os.O_RDONLY, 0)
 	if err != nil {
 		closeAll()
 		return nil, fmt.Errorf("diskqueue: open: %w", err)
 	}
 	seg.setFiles(log, index)
-	t, err := q.recoverTailFiles(w, seg, log, size, maxBody)
+	t, err := l.recoverTailFiles(w, seg, log, size, maxBody)
 	if err != nil {
 		closeAll()
 		return nil, err
@@ -198,13 +198,13 @@ func (q *Queue) recoverTail(seg *segment, size int64) (*tail, error) {
 }
 
 // recoverTailFiles is recoverTail once the files are open.
-func (q *Queue) recoverTailFiles(w *tail, seg *segment, log file, size int64, maxBody int) (*tail, error) {
+func (l *Log) recoverTailFiles(w *tail, seg *segment, log file, size int64, maxBody int) (*tail, error) {
 	wIndex, wLog, wTime := w.index.f, w.log.f, w.timeIdx.f
 	// Index entries, and the last one that points at its record.
 	indexSize := fileSize(wIndex)
 	entries := int64(0)
 	indexDamaged := false
-	if q.headerOK(wIndex, magicIndex, seg.base) {
+	if l.headerOK(wIndex, magicIndex, seg.base) {
 		entries = writtenEntries(wIndex, (indexSize-fileHeaderSize)/indexEntrySize, indexEntrySize)
 	} else if indexSize > 0 {
 		indexDamaged = true
@@ -215,7 +215,7 @@ func (q *Queue) recoverTailFiles(w *tail, seg *segment, log file, size int64, ma
 			return 0, false
 		}
 		off := int64(binary.BigEndian.Uint32(e[:]))
-		h, _, _, err := q.readFrameAt(log, off, size)
+		h, _, _, err := l.readFrameAt(log, off, size)
 		return off, err == nil && h.seq == seg.base+uint64(j)
 	}
 	trusted := int64(-1) // entries [0, trusted] are believed
@@ -283,17 +283,17 @@ func (q *Queue) recoverTailFiles(w *tail, seg *segment, log file, size int64, ma
 		// a torn tail. Looking 64 index entries ahead bounds Open's cost.
 		const lookahead = 64
 		stop := min(seg.base+uint64(entries), sc.seq+1+lookahead)
-		off, seq, ok := q.resumeAfter(seg.base, log, wIndex, sc.Offset(), sc.seq, size, stop)
+		off, seq, ok := l.resumeAfter(seg.base, log, wIndex, sc.Offset(), sc.seq, size, stop)
 		if !ok {
 			break
 		}
-		q.log.Warn("diskqueue: damaged records in the last segment; keeping them for readers to skip", "segment", seg.base, "offset", sc.Offset(), "first_seq", sc.seq, "records", seq-sc.seq)
+		l.logger.Warn("diskqueue: damaged records in the last segment; keeping them for readers to skip", "segment", seg.base, "offset", sc.Offset(), "first_seq", sc.seq, "records", seq-sc.seq)
 		b.damaged(sc.Offset(), seq-sc.seq)
 		sc = newScanner(log, off, seq, size, maxBody)
 	}
 	end := sc.seq
 	if goodEnd < size {
-		if err := q.cutTail(seg, wLog, goodEnd, size); err != nil {
+		if err := l.cutTail(seg, wLog, goodEnd, size); err != nil {
 			return nil, err
 		}
 	}
@@ -302,8 +302,8 @@ func (q *Queue) recoverTailFiles(w *tail, seg *segment, log file, size int64, ma
 	gotEntries := keepIndex + int64(len(b.idx)/indexEntrySize)
 	if indexDamaged || gotEntries != entries {
 		if indexDamaged || gotEntries > entries {
-			q.indexRebuilds.Add(1)
-			q.log.Warn("diskqueue: rebuilt index entries from the log", "segment", seg.base, "entries_found", entries, "records", gotEntries)
+			l.indexRebuilds.Add(1)
+			l.logger.Warn("diskqueue: rebuilt index entries from the log", "segment", seg.base, "entries_found", entries, "records", gotEntries)
 		}
 	}
 	idx := b.idx
@@ -348,9 +348,9 @@ func (q *Queue) recoverTailFiles(w *tail, seg *segment, log file, size int64, ma
 // scanTail is recoverTail for a read-only queue: it finds where the last
 // segment's good records end without changing any file, and marks how far
 // the index can be trusted (ReadAt scans the log past that).
-func (q *Queue) scanTail(seg *segment, log file, size int64) error {
-	maxBody := maxBodyForRead(q.opts.MaxRecordBytes)
-	idx, err := q.fs.OpenFile(seg.path(indexSuffix), os.O_RDONLY, 0)
+func (l *Log) scanTail(seg *segment, log file, size int64) error {
+	maxBody := maxBodyForRead(l.opts.MaxRecordBytes)
+	idx, err := l.fs.OpenFile(seg.path(indexSuffix), os.O_RDONLY, 0)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("diskqueue: open: %w", err)
 	}
@@ -358,7 +358,7 @@ func (q *Queue) scanTail(seg *segment, log file, size int64) error {
 		seg.setFiles(log, idx)
 	}
 	startSeq, startOff := seg.base, int64(fileHeaderSize)
-	if idx != nil && q.headerOK(idx, magicIndex, seg.base) {
+	if idx != nil && l.headerOK(idx, magicIndex, seg.base) {
 		// Walk back from the last entry to one that points at its record.
 		for j := writtenEntries(idx, (fileSize(idx)-fileHeaderSize)/indexEntrySize, indexEntrySize) - 1; j >= 0; j-- {
 			var e [indexEntrySize]byte
@@ -366,7 +366,7 @@ func (q *Queue) scanTail(seg *segment, log file, size int64) error {
 				break
 			}
 			off := int64(binary.BigEndian.Uint32(e[:]))
-			if h, _, _, err := q.readFrameAt(log, off, size); err == nil && h.seq == seg.base+uint64(j) {
+			if h, _, _, err := l.readFrameAt(log, off, size); err == nil && h.seq == seg.base+uint64(j) {
 				startSeq, startOff = h.seq, off
 				break
 			}
@@ -378,8 +378,8 @@ func (q *Queue) scanTail(seg *segment, log file, size int64) error {
 	}
 	// The newest timestamp: the time index's running maximum up to the
 	// trusted records, then the records scanned after them.
-	maxTime := q.lastMaxTime
-	if tidx, err := q.fs.OpenFile(seg.path(timeIndexSuffix), os.O_RDONLY, 0); err == nil {
+	maxTime := l.lastMaxTime
+	if tidx, err := l.fs.OpenFile(seg.path(timeIndexSuffix), os.O_RDONLY, 0); err == nil {
 		n := max(fileSize(tidx), 0)
 		if n >= fileHeaderSize {
 			// A live writer's time index is preallocated: zeros follow
@@ -416,7 +416,7 @@ func (q *Queue) scanTail(seg *segment, log file, size int64) error {
 
 // cutTail truncates a torn tail, first copying it to a .bad file unless it
 // is all zeros (space the file system allocated but nothing wrote).
-func (q *Queue) cutTail(seg *segment, log file, from, size int64) error {
+func (l *Log) cutTail(seg *segment, log file, from, size int64) error {
 	tail := make([]byte, size-from)
 	if _, err := log.ReadAt(tail, from); err != nil && err != io.EOF {
 		return fmt.Errorf("diskqueue: open: read tail of %s: %w", seg.path(logSuffix), err)
@@ -425,22 +425,22 @@ func (q *Queue) cutTail(seg *segment, log file, from, size int64) error {
 	torn := !allZero(tail) // zeros alone are space preallocated for appends
 	if torn {
 		name := fmt.Sprintf("%s.%d%s", seg.path(logSuffix), from, badSuffix)
-		if err := q.copyBytes(name, tail); err != nil {
+		if err := l.copyBytes(name, tail); err != nil {
 			return fmt.Errorf("diskqueue: open: save torn tail: %w", err)
 		}
-		q.badFiles.Add(1)
+		l.badFiles.Add(1)
 		attrs = append(attrs, "bad_file", name)
 	}
 	if err := log.Truncate(from); err != nil {
 		return fmt.Errorf("diskqueue: open: truncate %s: %w", seg.path(logSuffix), err)
 	}
-	if !q.opts.NoSync {
+	if !l.opts.NoSync {
 		if err := log.Sync(); err != nil {
 			return fmt.Errorf("diskqueue: open: fsync %s: %w", seg.path(logSuffix), err)
 		}
 	}
 	if torn {
-		q.log.Warn("diskqueue: cut a torn write off the end of the log", attrs...)
+		l.logger.Warn("diskqueue: cut a torn write off the end of the log", attrs...)
 	}
 	return nil
 }
@@ -450,13 +450,13 @@ func allZero(b []byte) bool {
 }
 
 // copyBytes writes b to a new file name.
-func (q *Queue) copyBytes(name string, b []byte) error {
-	f, err := q.fs.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+func (l *Log) copyBytes(name string, b []byte) error {
+	f, err := l.fs.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return err
 	}
 	_, err = f.WriteAt(b, 0)
-	if err == nil && !q.opts.NoSync {
+	if err == nil && !l.opts.NoSync {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {

@@ -71,32 +71,32 @@ func (s *scanner) Offset() int64 { return s.off }
 // its indexes, loads the read cursor and prepares the writer. It reads only
 // the part of the log that may not have been synced: sealed segments were
 // fsynced whole at rotation.
-func (q *Queue) recover() error {
-	entries, err := q.fs.ReadDir(q.dir)
+func (l *Log) recover() error {
+	entries, err := l.fs.ReadDir(l.dir)
 	if err != nil {
 		return fmt.Errorf("diskqueue: open: %w", err)
 	}
 	var bases []uint64
 	var unknown []string
 	bad := 0
-	q.listing = make(map[string]os.DirEntry, len(entries))
-	defer func() { q.listing = nil }()
+	l.listing = make(map[string]os.DirEntry, len(entries))
+	defer func() { l.listing = nil }()
 	for _, e := range entries {
 		name := e.Name()
-		q.listing[name] = e
+		l.listing[name] = e
 		if base, ok := parseSegmentName(name, logSuffix); ok {
 			bases = append(bases, base)
 			continue
 		}
 		switch {
-		case name == cursorName || name == lockName:
+		case name == cursorName || name == lockName || name == cursorsDir:
 		case strings.HasSuffix(name, tmpSuffix):
 			// An atomic write that never finished; nothing refers to it.
-			if q.readOnly {
+			if l.readOnly {
 				continue
 			}
-			if err := q.fs.Remove(filepath.Join(q.dir, name)); err != nil {
-				q.log.Warn("diskqueue: cannot remove temporary file", "file", name, "err", err)
+			if err := l.fs.Remove(filepath.Join(l.dir, name)); err != nil {
+				l.logger.Warn("diskqueue: cannot remove temporary file", "file", name, "err", err)
 			}
 		case strings.HasSuffix(name, badSuffix):
 			bad++
@@ -107,29 +107,15 @@ func (q *Queue) recover() error {
 		}
 	}
 	if len(unknown) > 0 {
-		q.log.Warn("diskqueue: leaving unknown files alone", "files", unknown)
+		l.logger.Warn("diskqueue: leaving unknown files alone", "files", unknown)
 	}
-	if bad > 0 && !q.readOnly { // a read-only caller (Verify) lists them itself
-		q.log.Warn("diskqueue: directory holds quarantined .bad files; inspect and delete them by hand", "count", bad)
+	if bad > 0 && !l.readOnly { // a read-only caller (Verify) lists them itself
+		l.logger.Warn("diskqueue: directory holds quarantined .bad files; inspect and delete them by hand", "count", bad)
 	}
 	slices.Sort(bases)
-	bases, ghosts := q.findTombstones(bases)
-	if !q.readOnly {
-		q.removeOrphanIndexes(entries, bases, ghosts)
-	}
-
-	cur, haveCursor, cerr := loadCursor(q.fs, filepath.Join(q.dir, cursorName), q.opts.NoSync, q.readOnly)
-	if cur == nil {
-		return fmt.Errorf("diskqueue: open cursor: %w", cerr)
-	}
-	if !q.readOnly {
-		q.w.cursor = cur
-	}
-	if cerr != nil {
-		if errors.Is(cerr, ErrUnsupportedVersion) {
-			return cerr
-		}
-		q.log.Warn("diskqueue: cursor file is damaged; rebuilding it from the segments, so acknowledged records may be delivered again", "err", cerr)
+	bases, ghosts := l.findTombstones(bases)
+	if !l.readOnly {
+		l.removeOrphanIndexes(entries, bases, ghosts)
 	}
 
 	for i, base := range bases {
@@ -143,11 +129,11 @@ func (q *Queue) recover() error {
 		for len(ghosts) > 0 && ghosts[0] < base {
 			g := ghosts[0]
 			ghosts = ghosts[1:]
-			if len(q.segs) == 0 {
-				q.removeTombstone(g)
+			if len(l.segs) == 0 {
+				l.removeTombstone(g)
 				continue
 			}
-			ghost := &segment{dir: q.dir, base: g, closed: true}
+			ghost := &segment{dir: l.dir, base: g, closed: true}
 			end := base
 			if len(ghosts) > 0 {
 				end = min(end, ghosts[0])
@@ -155,93 +141,77 @@ func (q *Queue) recover() error {
 			ghost.setExtent(0, end)
 			ghost.sealed.Store(true)
 			ghost.gone.Store(true)
-			ghost.acked.Store(int64(end - g))
-			q.segs = append(q.segs, ghost)
+			l.segs = append(l.segs, ghost)
 		}
-		unsealed := !last && q.maybeUnsealed(base)
-		if len(q.segs) > 0 && (last || unsealed) {
+		unsealed := !last && l.maybeUnsealed(base)
+		if len(l.segs) > 0 && (last || unsealed) {
 			// A tail's time index continues the running maximum of the
 			// segments before it.
-			q.lastMaxTime = q.segMaxTime(q.segs[len(q.segs)-1])
+			l.lastMaxTime = l.segMaxTime(l.segs[len(l.segs)-1])
 		}
-		seg, err := q.openSegment(base, next, last, unsealed)
+		seg, err := l.openSegment(base, next, last, unsealed)
 		if err != nil {
 			return err
 		}
 		if seg != nil {
-			q.segs = append(q.segs, seg)
+			l.segs = append(l.segs, seg)
 		}
 	}
 	for _, g := range ghosts {
-		q.removeTombstone(g) // after the last log: nothing to stand for
+		l.removeTombstone(g) // after the last log: nothing to stand for
 	}
-	if len(q.segs) == 0 || q.segs[len(q.segs)-1].sealed.Load() {
+	if len(l.segs) == 0 || l.segs[len(l.segs)-1].sealed.Load() {
 		// No segments yet, or the last one was unusable: start a new one
 		// where the log left off, so seqs never go backwards.
-		base := cur.state.readSeq
+		base := l.storedReadSeq()
 		if n := len(bases); n > 0 {
 			base = bases[n-1]
-			if len(q.segs) > 0 {
-				base = max(base, q.segs[len(q.segs)-1].endNow())
+			if len(l.segs) > 0 {
+				base = max(base, l.segs[len(l.segs)-1].endNow())
 			}
 		}
-		if err := q.startSegment(base); err != nil {
+		if err := l.startSegment(base); err != nil {
 			return err
 		}
 	}
-	if t := q.t; t != nil && !t.mapped && !q.opts.writePathForTesting {
-		if err := q.startAppending(t, true); err != nil {
+	if t := l.t; t != nil && !t.mapped && !l.opts.writePathForTesting {
+		if err := l.startAppending(t, true); err != nil {
 			return err
 		}
 	}
-	q.mapped = q.t != nil && q.t.mapped
-	for _, s := range q.segs {
-		q.diskBytes.Add(s.diskBytes())
+	l.mapped = l.t != nil && l.t.mapped
+	for _, s := range l.segs {
+		l.diskBytes.Add(s.diskBytes())
 	}
-	end := q.segs[len(q.segs)-1].endNow()
-	q.nextSeq.Store(end)
-	q.openSeq = end
+	end := l.segs[len(l.segs)-1].endNow()
+	l.nextSeq.Store(end)
+	l.openSeq = end
 
-	// The cursor: the oldest record not acknowledged. Clamp it into the log:
-	// below the first segment its records were deleted after being
-	// acknowledged; past the end, a crash lost records the cursor had passed.
-	readSeq := cur.state.readSeq
-	first := q.segs[0].base
-	switch {
-	case !haveCursor && len(bases) > 0:
-		readSeq = first
-		q.log.Warn("diskqueue: no valid cursor; delivering every record on disk again", "from_seq", first)
-	case readSeq < first:
-		readSeq = first
-	case readSeq > end:
-		q.log.Warn("diskqueue: cursor is past the end of the log; records were lost in a crash", "cursor", readSeq, "end", end)
-		readSeq = end
+	if t := l.t; t != nil {
+		t.ackCap = l.recordCapacity() // lowered by each cursor's bitmap
 	}
-	q.ackFloor.Store(readSeq)
-	q.rd = reader{q: q, seq: readSeq}
-	if !q.readOnly && (!haveCursor || readSeq != cur.state.readSeq) {
-		if err := cur.store(readSeq); err != nil {
-			return err
-		}
-		if !haveCursor && !q.opts.NoSync {
-			if err := q.fs.SyncDir(q.dir); err != nil {
-				return fmt.Errorf("diskqueue: open: sync directory: %w", err)
-			}
-		}
+	if err := l.loadCursors(); err != nil {
+		return err
 	}
-	q.w.persisted = readSeq
-	if err := q.loadAcks(); err != nil {
-		return fmt.Errorf("diskqueue: open: %w", err)
-	}
-	if t := q.t; t != nil {
-		a, err := q.ackFor(t.seg)
-		if err != nil {
-			return fmt.Errorf("diskqueue: open: %w", err)
-		}
-		t.ack, t.ackCap = a, a.cap
-	}
-	q.updateDeleteHint()
 	return nil
+}
+
+// storedReadSeq is the furthest read position any stored cursor file
+// holds: where a log whose segments are all missing starts again, so seqs
+// never go backwards.
+func (l *Log) storedReadSeq() uint64 {
+	var seq uint64
+	peek := func(path string) {
+		if c, _, _ := loadCursor(l.fs, path, true, true); c != nil {
+			seq = max(seq, c.state.readSeq)
+		}
+	}
+	peek(filepath.Join(l.dir, cursorName))
+	entries, _ := l.fs.ReadDir(filepath.Join(l.dir, cursorsDir))
+	for _, e := range entries {
+		peek(filepath.Join(l.dir, cursorsDir, e.Name(), cursorName))
+	}
+	return seq
 }
 
 // findTombstones picks out the acknowledgement tombstones among the
@@ -249,16 +219,16 @@ func (q *Queue) recover() error {
 // order, those of segments deleted as fully acknowledged. A log whose
 // tombstone is already written was being deleted when a crash came: its
 // files are removed now.
-func (q *Queue) findTombstones(bases []uint64) (logs, ghosts []uint64) {
-	for name := range q.listing {
+func (l *Log) findTombstones(bases []uint64) (logs, ghosts []uint64) {
+	for name := range l.listing {
 		base, ok := parseSegmentName(name, ackSuffix)
 		if !ok {
 			continue
 		}
-		if size, err := q.listedSize(name); err != nil || size != ackHeaderSize {
+		if size, err := l.listedSize(name); err != nil || size != ackHeaderSize {
 			continue
 		}
-		b, err := readFile(q.fs, filepath.Join(q.dir, name))
+		b, err := readFile(l.fs, filepath.Join(l.dir, name))
 		if err != nil {
 			continue
 		}
@@ -272,12 +242,12 @@ func (q *Queue) findTombstones(bases []uint64) (logs, ghosts []uint64) {
 			logs = append(logs, base)
 			continue
 		}
-		if q.readOnly {
+		if l.readOnly {
 			continue
 		}
 		for _, suffix := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
-			if err := q.fs.Remove(filepath.Join(q.dir, segmentName(base, suffix))); err != nil && !errors.Is(err, os.ErrNotExist) {
-				q.log.Warn("diskqueue: cannot remove an acknowledged segment", "segment", base, "err", err)
+			if err := l.fs.Remove(filepath.Join(l.dir, segmentName(base, suffix))); err != nil && !errors.Is(err, os.ErrNotExist) {
+				l.logger.Warn("diskqueue: cannot remove an acknowledged segment", "segment", base, "err", err)
 			}
 		}
 	}
@@ -285,32 +255,32 @@ func (q *Queue) findTombstones(bases []uint64) (logs, ghosts []uint64) {
 }
 
 // removeTombstone deletes a tombstone no longer needed.
-func (q *Queue) removeTombstone(base uint64) {
-	if q.readOnly {
+func (l *Log) removeTombstone(base uint64) {
+	if l.readOnly {
 		return
 	}
-	if err := q.fs.Remove(filepath.Join(q.dir, segmentName(base, ackSuffix))); err != nil && !errors.Is(err, os.ErrNotExist) {
-		q.log.Warn("diskqueue: cannot remove a tombstone", "segment", base, "err", err)
+	if err := l.fs.Remove(filepath.Join(l.dir, segmentName(base, ackSuffix))); err != nil && !errors.Is(err, os.ErrNotExist) {
+		l.logger.Warn("diskqueue: cannot remove a tombstone", "segment", base, "err", err)
 	}
 }
 
 // startSegment begins an empty last segment at base during Open. A
 // read-only queue may create nothing, so it gets one in memory only.
-func (q *Queue) startSegment(base uint64) error {
-	if q.readOnly {
-		seg := &segment{dir: q.dir, base: base}
+func (l *Log) startSegment(base uint64) error {
+	if l.readOnly {
+		seg := &segment{dir: l.dir, base: base}
 		seg.setFiles(nil, nil) // nothing to open; it stays empty
 		seg.setExtent(fileHeaderSize, base)
-		q.segs = append(q.segs, seg)
+		l.segs = append(l.segs, seg)
 		return nil
 	}
-	seg, t, err := q.createSegment(base, q.lastMaxTime, !q.opts.writePathForTesting)
+	seg, t, err := l.createSegment(base, l.lastMaxTime, !l.opts.writePathForTesting)
 	if err != nil {
 		return err
 	}
-	q.segs = append(q.segs, seg)
-	q.t = t
-	q.dirDirty = true
+	l.segs = append(l.segs, seg)
+	l.t = t
+	l.dirDirty = true
 	return nil
 }
 
@@ -319,14 +289,14 @@ func (q *Queue) startSegment(base uint64) error {
 // writer cut it to size. Such a log still has its preallocated size, a
 // multiple of allocUnit; a sealed one has that size only by chance, and
 // then checking its tail costs a few reads and changes nothing.
-func (q *Queue) maybeUnsealed(base uint64) bool {
-	size, err := q.listedSize(segmentName(base, logSuffix))
+func (l *Log) maybeUnsealed(base uint64) bool {
+	size, err := l.listedSize(segmentName(base, logSuffix))
 	return err == nil && size > fileHeaderSize && size%allocUnit == 0
 }
 
 // removeOrphanIndexes deletes index files whose log is gone (a crash between
 // the removals of a consumed segment's files).
-func (q *Queue) removeOrphanIndexes(entries []os.DirEntry, bases, ghosts []uint64) {
+func (l *Log) removeOrphanIndexes(entries []os.DirEntry, bases, ghosts []uint64) {
 	for _, e := range entries {
 		for _, suffix := range []string{indexSuffix, timeIndexSuffix, ackSuffix} {
 			base, ok := parseSegmentName(e.Name(), suffix)
@@ -337,8 +307,8 @@ func (q *Queue) removeOrphanIndexes(entries []os.DirEntry, bases, ghosts []uint6
 				continue
 			}
 			if _, found := slices.BinarySearch(bases, base); !found {
-				if err := q.fs.Remove(filepath.Join(q.dir, e.Name())); err != nil {
-					q.log.Warn("diskqueue: cannot remove orphan index", "file", e.Name(), "err", err)
+				if err := l.fs.Remove(filepath.Join(l.dir, e.Name())); err != nil {
+					l.logger.Warn("diskqueue: cannot remove orphan index", "file", e.Name(), "err", err)
 				}
 			}
 		}
@@ -350,13 +320,13 @@ func (q *Queue) removeOrphanIndexes(entries []os.DirEntry, bases, ghosts []uint6
 // unsealed says an older segment may not have been sealed (maybeUnsealed),
 // so its tail is checked like the last one's. A last segment whose header is damaged is set aside as .bad and nil is
 // returned; the caller then starts a fresh segment at its base.
-func (q *Queue) openSegment(base, next uint64, last, unsealed bool) (*segment, error) {
-	seg := &segment{dir: q.dir, base: base}
+func (l *Log) openSegment(base, next uint64, last, unsealed bool) (*segment, error) {
+	seg := &segment{dir: l.dir, base: base}
 	if !last && !unsealed {
-		return seg, q.openSealedLazily(seg, next)
+		return seg, l.openSealedLazily(seg, next)
 	}
 	name := seg.path(logSuffix)
-	f, err := q.fs.OpenFile(name, os.O_RDONLY, 0)
+	f, err := l.fs.OpenFile(name, os.O_RDONLY, 0)
 	if err != nil {
 		return nil, fmt.Errorf("diskqueue: open: %w", err)
 	}
@@ -366,39 +336,39 @@ func (q *Queue) openSegment(base, next uint64, last, unsealed bool) (*segment, e
 		seg.closeFiles()
 		return nil, fmt.Errorf("diskqueue: open: cannot stat %s", name)
 	}
-	damage, intact, err := q.checkLogHeader(seg, f, size)
+	damage, intact, err := l.checkLogHeader(seg, f, size)
 	if err != nil {
 		seg.closeFiles()
 		return nil, err
 	}
 	switch {
-	case damage != nil && !intact && q.readOnly && last && q.beingCreated(f, size):
+	case damage != nil && !intact && l.readOnly && last && l.beingCreated(f, size):
 		// A live writer has just created this segment and not yet written
 		// its header: it is empty, not damaged.
 		seg.closeFiles()
-		return nil, q.startSegment(base)
+		return nil, l.startSegment(base)
 	case damage != nil && !intact:
 		seg.closeFiles()
-		if q.readOnly {
-			q.log.Warn("diskqueue: segment header is damaged; skipping it (read-only)", "segment", base, "err", damage)
+		if l.readOnly {
+			l.logger.Warn("diskqueue: segment header is damaged; skipping it (read-only)", "segment", base, "err", damage)
 			return nil, nil
 		}
-		return nil, q.setAside(seg, size, damage, last)
-	case damage != nil && !q.readOnly:
-		defer q.rewriteHeader(seg)
+		return nil, l.setAside(seg, size, damage, last)
+	case damage != nil && !l.readOnly:
+		defer l.rewriteHeader(seg)
 	}
-	t, err := q.recoverTail(seg, size)
+	t, err := l.recoverTail(seg, size)
 	if err != nil {
 		seg.closeFiles()
 		return nil, err
 	}
 	switch {
 	case last && t != nil:
-		q.t = t
+		l.t = t
 	case t != nil:
 		// An older segment a crash left unsealed: finish what the writer
 		// would have done.
-		if err := q.seal(t); err != nil {
+		if err := l.seal(t); err != nil {
 			seg.closeFiles()
 			return nil, fmt.Errorf("diskqueue: open: %w", err)
 		}
@@ -412,7 +382,7 @@ func (q *Queue) openSegment(base, next uint64, last, unsealed bool) (*segment, e
 // beingCreated reports whether a log's header is missing or all zeros: a
 // segment a writer is creating at this moment (or a crash tore while it was
 // created, before any record could be written in it).
-func (q *Queue) beingCreated(f file, size int64) bool {
+func (l *Log) beingCreated(f file, size int64) bool {
 	if size < fileHeaderSize {
 		return true
 	}
@@ -426,7 +396,7 @@ func (q *Queue) beingCreated(f file, size int64) bool {
 // damaged; intact then says whether the first record checks out under the
 // base in the file name, in which case only the header is damaged (it
 // carries nothing the name does not), and that is logged here.
-func (q *Queue) checkLogHeader(seg *segment, f file, size int64) (damage error, intact bool, err error) {
+func (l *Log) checkLogHeader(seg *segment, f file, size int64) (damage error, intact bool, err error) {
 	head := make([]byte, fileHeaderSize)
 	if _, err := f.ReadAt(head, 0); err != nil && err != io.EOF {
 		return nil, false, fmt.Errorf("diskqueue: open: read %s: %w", seg.path(logSuffix), err)
@@ -441,10 +411,10 @@ func (q *Queue) checkLogHeader(seg *segment, f file, size int64) (damage error, 
 	if herr == nil {
 		return nil, true, nil
 	}
-	h, _, _, ferr := q.readFrameAt(f, fileHeaderSize, size)
+	h, _, _, ferr := l.readFrameAt(f, fileHeaderSize, size)
 	intact = size >= fileHeaderSize && ferr == nil && h.seq == seg.base
 	if intact {
-		q.log.Warn("diskqueue: segment header is damaged but its records are intact; using the base in its name", "segment", seg.base, "err", herr)
+		l.logger.Warn("diskqueue: segment header is damaged but its records are intact; using the base in its name", "segment", seg.base, "err", herr)
 	}
 	return herr, intact, nil
 }
@@ -459,8 +429,8 @@ func (q *Queue) checkLogHeader(seg *segment, f file, size int64) (damage error, 
 // Until then the index is counted at the size its record count implies
 // (what a sound index has) and the time index at an estimate; first use
 // puts the real sizes into Stats and the disk budget.
-func (q *Queue) openSealedLazily(seg *segment, next uint64) error {
-	size, err := q.listedSize(segmentName(seg.base, logSuffix))
+func (l *Log) openSealedLazily(seg *segment, next uint64) error {
+	size, err := l.listedSize(segmentName(seg.base, logSuffix))
 	if err != nil {
 		return fmt.Errorf("diskqueue: open: %w", err)
 	}
@@ -480,7 +450,7 @@ func (q *Queue) openSealedLazily(seg *segment, next uint64) error {
 // segFiles returns seg's read handles, opening them on first use. A failure
 // to open is returned as is and tried again by the next call: it is not
 // damage. A deleted segment gives ErrNotFound.
-func (q *Queue) segFiles(seg *segment) (*segFiles, error) {
+func (l *Log) segFiles(seg *segment) (*segFiles, error) {
 	if f := seg.files.Load(); f != nil {
 		return f, nil
 	}
@@ -493,12 +463,12 @@ func (q *Queue) segFiles(seg *segment) (*segFiles, error) {
 		return nil, fmt.Errorf("%w: segment %d was deleted", ErrNotFound, seg.base)
 	}
 	before := seg.diskBytes()
-	f, err := q.openSealed(seg)
+	f, err := l.openSealed(seg)
 	if err != nil {
 		return nil, err
 	}
 	// Open counted the index files at their expected sizes.
-	q.diskBytes.Add(seg.diskBytes() - before)
+	l.diskBytes.Add(seg.diskBytes() - before)
 	seg.files.Store(f)
 	return f, nil
 }
@@ -509,8 +479,8 @@ func (q *Queue) segFiles(seg *segment) (*segFiles, error) {
 // the wrong size, or a time index of the wrong shape, is rebuilt from the
 // log (a read-only queue goes without, and lookups scan the log). It
 // records the index files' real sizes in seg.
-func (q *Queue) openSealed(seg *segment) (*segFiles, error) {
-	log, err := q.fs.OpenFile(seg.path(logSuffix), os.O_RDONLY, 0)
+func (l *Log) openSealed(seg *segment) (*segFiles, error) {
+	log, err := l.fs.OpenFile(seg.path(logSuffix), os.O_RDONLY, 0)
 	if err != nil {
 		return nil, fmt.Errorf("diskqueue: %w", err)
 	}
@@ -518,17 +488,17 @@ func (q *Queue) openSealed(seg *segment) (*segFiles, error) {
 		log.Close()
 		return nil, err
 	}
-	damage, intact, err := q.checkLogHeader(seg, log, seg.sizeNow())
+	damage, intact, err := l.checkLogHeader(seg, log, seg.sizeNow())
 	if err != nil {
 		return fail(err)
 	}
 	if damage != nil && !intact {
-		q.log.Warn("diskqueue: segment header is damaged; its records are checked one by one and damaged ones skipped", "segment", seg.base, "err", damage)
+		l.logger.Warn("diskqueue: segment header is damaged; its records are checked one by one and damaged ones skipped", "segment", seg.base, "err", damage)
 	}
 	count := int64(seg.endNow() - seg.base)
-	timeBytes := q.statSize(seg.path(timeIndexSuffix))
+	timeBytes := l.statSize(seg.path(timeIndexSuffix))
 	timeOK := timeBytes >= fileHeaderSize+timeIndexEntrySize && (timeBytes-fileHeaderSize)%timeIndexEntrySize == 0
-	index, err := q.fs.OpenFile(seg.path(indexSuffix), os.O_RDONLY, 0)
+	index, err := l.fs.OpenFile(seg.path(indexSuffix), os.O_RDONLY, 0)
 	indexBytes := fileSize(index)
 	rebuild := false
 	switch {
@@ -536,7 +506,7 @@ func (q *Queue) openSealed(seg *segment) (*segFiles, error) {
 		rebuild = true
 	case err != nil:
 		return fail(fmt.Errorf("diskqueue: %w", err))
-	case !timeOK || indexBytes != fileHeaderSize+count*indexEntrySize || !q.headerOK(index, magicIndex, seg.base):
+	case !timeOK || indexBytes != fileHeaderSize+count*indexEntrySize || !l.headerOK(index, magicIndex, seg.base):
 		index.Close()
 		index, rebuild = nil, true
 	}
@@ -545,22 +515,22 @@ func (q *Queue) openSealed(seg *segment) (*segFiles, error) {
 	if !rebuild {
 		return &segFiles{log: log, index: index}, nil
 	}
-	if q.readOnly {
-		q.log.Warn("diskqueue: a sealed segment's indexes are damaged (read-only: not rebuilt); lookups in it scan the log", "segment", seg.base)
+	if l.readOnly {
+		l.logger.Warn("diskqueue: a sealed segment's indexes are damaged (read-only: not rebuilt); lookups in it scan the log", "segment", seg.base)
 		return &segFiles{log: log}, nil
 	}
-	if err := q.rebuildIndexes(seg, log); err != nil {
+	if err := l.rebuildIndexes(seg, log); err != nil {
 		return fail(err)
 	}
-	if index, err = q.fs.OpenFile(seg.path(indexSuffix), os.O_RDONLY, 0); err != nil {
+	if index, err = l.fs.OpenFile(seg.path(indexSuffix), os.O_RDONLY, 0); err != nil {
 		return fail(fmt.Errorf("diskqueue: %w", err))
 	}
 	return &segFiles{log: log, index: index}, nil
 }
 
 // statSize is the size of the file at path, or -1 if it cannot be had.
-func (q *Queue) statSize(path string) int64 {
-	info, err := q.fs.Stat(path)
+func (l *Log) statSize(path string) int64 {
+	info, err := l.fs.Stat(path)
 	if err != nil {
 		return -1
 	}
@@ -568,51 +538,51 @@ func (q *Queue) statSize(path string) int64 {
 }
 
 // rewriteHeader repairs the header of the segment the writer appends to.
-func (q *Queue) rewriteHeader(seg *segment) {
-	if q.t == nil || q.t.seg != seg {
+func (l *Log) rewriteHeader(seg *segment) {
+	if l.t == nil || l.t.seg != seg {
 		return
 	}
-	if _, err := q.t.log.f.WriteAt(appendFileHeader(nil, magicLog, seg.base), 0); err != nil {
-		q.log.Warn("diskqueue: cannot repair segment header", "segment", seg.base, "err", err)
+	if _, err := l.t.log.f.WriteAt(appendFileHeader(nil, magicLog, seg.base), 0); err != nil {
+		l.logger.Warn("diskqueue: cannot repair segment header", "segment", seg.base, "err", err)
 	}
 }
 
 // setAside quarantines a segment whose header is unreadable. A last
 // segment shorter than a header is a crash during its creation, before any
 // record in it could be acknowledged; anything else is damage.
-func (q *Queue) setAside(seg *segment, size int64, cause error, last bool) error {
+func (l *Log) setAside(seg *segment, size int64, cause error, last bool) error {
 	name := seg.path(logSuffix)
 	for _, suffix := range []string{indexSuffix, timeIndexSuffix} {
-		if err := q.fs.Remove(seg.path(suffix)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := l.fs.Remove(seg.path(suffix)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("diskqueue: open: %w", err)
 		}
 	}
 	if last && size < fileHeaderSize {
-		q.log.Warn("diskqueue: removing a segment cut short while it was created", "segment", seg.base, "err", cause)
-		if err := q.fs.Remove(name); err != nil {
+		l.logger.Warn("diskqueue: removing a segment cut short while it was created", "segment", seg.base, "err", cause)
+		if err := l.fs.Remove(name); err != nil {
 			return fmt.Errorf("diskqueue: open: %w", err)
 		}
 		return nil
 	}
-	if err := q.fs.Rename(name, name+badSuffix); err != nil {
+	if err := l.fs.Rename(name, name+badSuffix); err != nil {
 		return fmt.Errorf("diskqueue: open: quarantine %s: %w", name, err)
 	}
-	q.badFiles.Add(1)
-	q.log.Warn("diskqueue: segment header is damaged; moved aside, its records are skipped", "segment", seg.base, "bad_file", name+badSuffix, "err", cause)
+	l.badFiles.Add(1)
+	l.logger.Warn("diskqueue: segment header is damaged; moved aside, its records are skipped", "segment", seg.base, "bad_file", name+badSuffix, "err", cause)
 	return nil
 }
 
 // listedSize is the size of a file in the directory listing Open read.
-func (q *Queue) listedSize(name string) (int64, error) {
-	e, ok := q.listing[name]
+func (l *Log) listedSize(name string) (int64, error) {
+	e, ok := l.listing[name]
 	if !ok {
-		return -1, fmt.Errorf("%s: %w", filepath.Join(q.dir, name), os.ErrNotExist)
+		return -1, fmt.Errorf("%s: %w", filepath.Join(l.dir, name), os.ErrNotExist)
 	}
 	info, err := e.Info() // an lstat: once per name, then kept
 	if err != nil {
 		return -1, err
 	}
-	q.listing[name] = fs.FileInfoToDirEntry(info)
+	l.listing[name] = fs.FileInfoToDirEntry(info)
 	return info.Size(), nil
 }
 
@@ -623,16 +593,16 @@ const unknownTime = math.MinInt64
 // segMaxTime returns the newest timestamp in seg (the time index's running
 // maximum at its last record), reading it on first use. If the time index
 // cannot say, the log is scanned.
-func (q *Queue) segMaxTime(seg *segment) int64 {
+func (l *Log) segMaxTime(seg *segment) int64 {
 	if t := seg.maxTime.Load(); t != unknownTime {
 		return t
 	}
-	t, err := q.lastTimeEntry(seg)
+	t, err := l.lastTimeEntry(seg)
 	if err != nil {
-		q.log.Warn("diskqueue: time index is damaged; scanning the segment for its newest timestamp", "segment", seg.base, "err", err)
+		l.logger.Warn("diskqueue: time index is damaged; scanning the segment for its newest timestamp", "segment", seg.base, "err", err)
 		t = unknownTime + 1
-		if f, err := q.segFiles(seg); err == nil {
-			sc := newScanner(f.log, fileHeaderSize, seg.base, seg.sizeNow(), maxBodyForRead(q.opts.MaxRecordBytes))
+		if f, err := l.segFiles(seg); err == nil {
+			sc := newScanner(f.log, fileHeaderSize, seg.base, seg.sizeNow(), maxBodyForRead(l.opts.MaxRecordBytes))
 			for sc.Next() {
 				_, h, _ := sc.Record()
 				t = max(t, h.ts)
@@ -643,8 +613,8 @@ func (q *Queue) segMaxTime(seg *segment) int64 {
 	return seg.maxTime.Load()
 }
 
-func (q *Queue) lastTimeEntry(seg *segment) (int64, error) {
-	f, err := q.fs.OpenFile(seg.path(timeIndexSuffix), os.O_RDONLY, 0)
+func (l *Log) lastTimeEntry(seg *segment) (int64, error) {
+	f, err := l.fs.OpenFile(seg.path(timeIndexSuffix), os.O_RDONLY, 0)
 	if err != nil {
 		return 0, err
 	}
@@ -663,7 +633,7 @@ func (q *Queue) lastTimeEntry(seg *segment) (int64, error) {
 	return int64(binary.BigEndian.Uint64(e[:])), nil
 }
 
-func (q *Queue) headerOK(f file, magic [4]byte, base uint64) bool {
+func (l *Log) headerOK(f file, magic [4]byte, base uint64) bool {
 	head := make([]byte, fileHeaderSize)
 	if _, err := f.ReadAt(head, 0); err != nil {
 		return false

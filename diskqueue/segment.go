@@ -45,7 +45,7 @@ func parseSegmentName(name, suffix string) (uint64, bool) {
 // segment is one log file with its index and time index.
 //
 // The fields set at creation never change. The atomics are written by the
-// producer appending under q.mu or by the writer goroutine (or by Open
+// producer appending under the log's mu or by the writer goroutine (or by Open
 // before any goroutine starts), and read by anyone holding the segment:
 // they publish how much of the log is readable.
 type segment struct {
@@ -54,7 +54,7 @@ type segment struct {
 
 	// files are the read handles shared by Read, ReadAt and Scan (pread),
 	// nil until opened. A segment found sealed at Open is opened on first
-	// use (Queue.segFiles), so opening a queue costs no file opens per
+	// use (Log.segFiles), so opening a queue costs no file opens per
 	// sealed segment; the others get theirs when created. filesMu orders
 	// that first open against closeFiles, and closed (under filesMu) says
 	// the segment was deleted, so nothing opens it again.
@@ -89,13 +89,9 @@ type segment struct {
 	indexBytes     atomic.Int64
 	timeIndexBytes atomic.Int64
 
-	// ack is the segment's acknowledgement bitmap (ack.go), opened on first
-	// use; guarded by q.readMu.
-	ack *ackFile
-	// acked counts the segment's acknowledged records, once ack is open
-	// (or the floor has passed the segment); retention reads it without a
-	// lock.
-	acked atomic.Int64
+	// bitmaps is how many cursors' acknowledgement files the segment has,
+	// for diskBytes; changed under the log's segMu (write-locked).
+	bitmaps atomic.Int32
 	// gone is set when every record was acknowledged and the segment's
 	// files were deleted while an older segment still held records: it
 	// stays in the list, as its tombstone stays on disk, so the gap it
@@ -122,13 +118,13 @@ func (s *segment) path(suffix string) string {
 }
 
 // diskBytes is what the segment's files hold: the log, the two indexes and
-// the acknowledgement bitmap of its records (a tombstone, for a segment
-// gone). Space preallocated ahead of the records is not counted.
+// each cursor's acknowledgement bitmap of its records (a tombstone, for a
+// segment gone). Space preallocated ahead of the records is not counted.
 func (s *segment) diskBytes() int64 {
 	if s.gone.Load() {
 		return ackHeaderSize
 	}
-	return s.sizeNow() + s.indexBytes.Load() + s.timeIndexBytes.Load() + ackFileSize(s.endNow()-s.base)
+	return s.sizeNow() + s.indexBytes.Load() + s.timeIndexBytes.Load() + int64(s.bitmaps.Load())*ackFileSize(s.endNow()-s.base)
 }
 
 // segFiles are a segment's read handles. index is nil when the segment has

@@ -4,6 +4,6 @@ package diskqueue
 // counted in [Queue.SyncLatencyBuckets], exact: a histogram's _sum. Read
 // after SyncLatencyBuckets, it may include a few fsyncs that came in
 // between.
-func (q *Queue) SyncLatencySumSeconds() float64 {
-	return q.syncLatency.SumSeconds()
+func (l *Log) SyncLatencySumSeconds() float64 {
+	return l.syncLatency.SumSeconds()
 }

@@ -83,10 +83,10 @@ func Verify(dir string) (Report, error) {
 	return rep, nil
 }
 
-func (q *Queue) verifySegment(seg *segment, rep *Report) {
+func (l *Log) verifySegment(seg *segment, rep *Report) {
 	logName := segmentName(seg.base, logSuffix)
 	size, end := seg.bounds()
-	f, err := q.segFiles(seg)
+	f, err := l.segFiles(seg)
 	if err != nil {
 		rep.Problems = append(rep.Problems, Problem{File: logName, Offset: -1, Err: err})
 		return
@@ -98,7 +98,7 @@ func (q *Queue) verifySegment(seg *segment, rep *Report) {
 		// The last segment ends in space preallocated for appends (zeros)
 		// and perhaps a record being written right now, or one a crash
 		// tore, which the next Open cuts off. None of that is damage.
-		rep.PendingTail = q.tailBytes(f.log, size, n)
+		rep.PendingTail = l.tailBytes(f.log, size, n)
 	}
 	var index []byte
 	if f.index != nil {
@@ -112,7 +112,7 @@ func (q *Queue) verifySegment(seg *segment, rep *Report) {
 		rep.Problems = append(rep.Problems, Problem{File: indexName, Offset: 0, Err: err})
 		index = nil
 	}
-	sc := newScanner(f.log, fileHeaderSize, seg.base, size, maxBodyForRead(q.opts.MaxRecordBytes))
+	sc := newScanner(f.log, fileHeaderSize, seg.base, size, maxBodyForRead(l.opts.MaxRecordBytes))
 	for {
 		for sc.Next() {
 			off, h, _ := sc.Record()
@@ -135,7 +135,7 @@ func (q *Queue) verifySegment(seg *segment, rep *Report) {
 			break
 		}
 		p := Problem{File: logName, Offset: sc.Offset(), Seq: sc.seq, Err: sc.Err()}
-		off, seq, ok := resync(&sc.win, sc.Offset(), size, sc.seq, end, maxBodyForRead(q.opts.MaxRecordBytes))
+		off, seq, ok := resync(&sc.win, sc.Offset(), size, sc.seq, end, maxBodyForRead(l.opts.MaxRecordBytes))
 		if errors.Is(p.Err, ErrCorrupt) || errors.Is(p.Err, errShortFrame) {
 			p.End = size // nothing after the damage checks out
 			if ok {
@@ -146,13 +146,13 @@ func (q *Queue) verifySegment(seg *segment, rep *Report) {
 		if !ok {
 			break
 		}
-		sc = newScanner(f.log, off, seq, size, maxBodyForRead(q.opts.MaxRecordBytes))
+		sc = newScanner(f.log, off, seq, size, maxBodyForRead(l.opts.MaxRecordBytes))
 	}
 	if seg.sealed.Load() && sc.seq != end && sc.Err() == nil {
 		rep.Problems = append(rep.Problems, Problem{File: logName, Offset: -1,
 			Err: fmt.Errorf("holds seqs up to %d, but the next segment starts at %d", sc.seq, end)})
 	}
-	if entries, err := q.timeEntries(seg); err != nil {
+	if entries, err := l.timeEntries(seg); err != nil {
 		rep.Problems = append(rep.Problems, Problem{File: segmentName(seg.base, timeIndexSuffix), Offset: -1, Err: err})
 	} else if n := len(entries); n > 0 && entries[n-1].seq >= max(end, seg.base+1) && seg.sealed.Load() && !seg.partialIndex {
 		// Only in a segment sealed when the view opened: in one it had to
@@ -165,7 +165,7 @@ func (q *Queue) verifySegment(seg *segment, rep *Report) {
 	// loses no record (Open recreates it), but its acknowledgements above
 	// the read cursor would be delivered again.
 	ackName := segmentName(seg.base, ackSuffix)
-	if b, err := readFile(q.fs, seg.path(ackSuffix)); err == nil {
+	if b, err := readFile(l.fs, seg.path(ackSuffix)); err == nil {
 		if !seg.sealed.Load() && (len(b) < ackHeaderSize || allZero(b[:ackHeaderSize])) {
 			// A live writer is creating it at this moment.
 		} else if _, _, err := decodeAckHeader(b, seg.base); err != nil {
@@ -209,7 +209,7 @@ func (h *collectHandler) messages() []string {
 
 // tailBytes returns how many bytes of log from size up to n come before the
 // last one that is not zero.
-func (q *Queue) tailBytes(log file, size, n int64) int64 {
+func (l *Log) tailBytes(log file, size, n int64) int64 {
 	const block = 64 << 10
 	buf := make([]byte, block)
 	last := size

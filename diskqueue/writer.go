@@ -32,71 +32,64 @@ const fullRetryInterval = 100 * time.Millisecond
 // storing the read cursor and deleting consumed segments. Nothing else
 // touches these fields once Open returns.
 type writer struct {
-	cursor      *cursorFile
-	persisted   uint64    // readSeq last stored in the cursor file
-	persistedAt time.Time // when
-	closeErr    error     // what Close returns
-}
-
-func (w *writer) closeFiles() {
-	if w.cursor != nil {
-		w.cursor.close()
-		w.cursor = nil
-	}
+	closeErr error // what Close returns
 }
 
 // run is the writer goroutine.
-func (q *Queue) run() {
-	defer close(q.writerCh)
-	ticker := time.NewTicker(q.opts.SyncInterval)
+func (l *Log) run() {
+	defer close(l.writerCh)
+	ticker := time.NewTicker(l.opts.SyncInterval)
 	defer ticker.Stop()
 	for {
 		closing, tick := false, false
 		select {
-		case <-q.wakeCh:
+		case <-l.wakeCh:
 		case <-ticker.C:
 			tick = true
-		case reply := <-q.emptyCh:
-			reply <- q.empty()
+		case r := <-l.reqCh:
+			r.reply <- r.fn()
 			continue
-		case <-q.closeCh:
+		case <-l.closeCh:
 			closing = true
 		}
 		if closing {
-			q.finish()
+			l.finish()
 			return
 		}
 		// One round: Sync waits for a round that started after it was
 		// called, which makes it a barrier for deletions too.
-		round := q.roundStarted.Add(1)
-		if q.syncWaiters.Load() > 0 || q.unsyncedOver() || tick {
-			q.syncNow()
+		round := l.roundStarted.Add(1)
+		if l.syncWaiters.Load() > 0 || l.unsyncedOver() || tick {
+			l.syncNow()
 		} else {
-			q.sealPending()
+			l.sealPending()
 		}
-		q.prepareAhead()
-		q.housekeep(time.Now())
-		if tick {
-			q.syncAcks()
-			// A floor an error stopped (a failed bitmap read) moves here:
-			// no later Ack lands on a record already acknowledged.
-			q.readMu.Lock()
-			q.advanceFloorLocked(nil)
-			q.readMu.Unlock()
+		l.prepareAhead()
+		l.housekeep(time.Now())
+		cursors := *l.cursorList.Load()
+		for _, c := range cursors {
+			if tick {
+				c.syncAcks()
+				// A floor an error stopped (a failed bitmap read) moves
+				// here: no later Ack lands on a record already acknowledged.
+				c.readMu.Lock()
+				c.advanceFloorLocked(nil)
+				c.readMu.Unlock()
+			}
+			if tick || time.Since(c.persistedAt) >= cursorInterval {
+				c.persist()
+			}
 		}
-		if tick || time.Since(q.w.persistedAt) >= cursorInterval {
-			q.persistCursor()
-		}
-		q.roundDone.Store(round)
-		q.synced.Notify()
+		l.roundDone.Store(round)
+		l.synced.Notify()
 	}
 }
 
 // unsyncedOver reports whether the sync policy wants an fsync now.
-func (q *Queue) unsyncedOver() bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.unsynced >= q.opts.SyncEvery
+func (l *Log) unsyncedOver() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.unsynced >= l.opts.SyncEvery
 }
 
 // syncNow makes every record appended so far durable: it seals the
@@ -104,75 +97,75 @@ func (q *Queue) unsyncedOver() bool {
 // fsyncs the active log; then it releases the Puts and Syncs waiting for
 // those records. Puts that arrive meanwhile wait for the next round, so
 // concurrent Puts share one fsync (group commit).
-func (q *Queue) syncNow() {
-	if q.syncAlways {
+func (l *Log) syncNow() {
+	if l.syncAlways {
 		// The Puts just released by the last fsync are about to put
 		// again; let them, so the next fsync serves them all rather than
 		// the first to wake (group commit's convoy).
 		runtime.Gosched()
 	}
-	q.mu.Lock()
-	target := q.nextSeq.Load()
-	active := q.t
-	pend := q.sealQ
-	q.sealQ = nil
-	dirty := q.unsynced > 0
-	dirDirty := q.dirDirty
-	q.unsynced, q.dirDirty = 0, false
-	failed := q.writeErr
-	q.mu.Unlock()
+	l.mu.Lock()
+	target := l.nextSeq.Load()
+	active := l.t
+	pend := l.sealQ
+	l.sealQ = nil
+	dirty := l.unsynced > 0
+	dirDirty := l.dirDirty
+	l.unsynced, l.dirDirty = 0, false
+	failed := l.writeErr
+	l.mu.Unlock()
 	// Segments rotated out after this point wait for the next round, so
 	// active's handles stay open until then.
-	err := q.sealAll(pend)
+	err := l.sealAll(pend)
 	if failed != nil {
 		return
 	}
-	if err == nil && dirDirty && !q.opts.NoSync {
-		if err = q.fs.SyncDir(q.dir); err != nil {
-			err = fmt.Errorf("diskqueue: fsync directory %s: %w", q.dir, err)
+	if err == nil && dirDirty && !l.opts.NoSync {
+		if err = l.fs.SyncDir(l.dir); err != nil {
+			err = fmt.Errorf("diskqueue: fsync directory %s: %w", l.dir, err)
 		}
 	}
-	if err == nil && dirty && !q.opts.NoSync {
+	if err == nil && dirty && !l.opts.NoSync {
 		start := time.Now()
 		if err = active.log.f.Sync(); err != nil {
 			err = fmt.Errorf("diskqueue: fsync %s: %w", active.seg.path(logSuffix), err)
 		} else {
-			q.syncLatency.Record(time.Since(start))
-			q.syncs.Add(1)
+			l.syncLatency.Record(time.Since(start))
+			l.syncs.Add(1)
 		}
 	}
 	if err != nil {
-		q.fail(err)
-	} else if target > q.syncedSeq.Load() {
-		q.syncedSeq.Store(target)
+		l.fail(err)
+	} else if target > l.syncedSeq.Load() {
+		l.syncedSeq.Store(target)
 	}
 }
 
 // sealPending seals the segments rotated out since the last call.
-func (q *Queue) sealPending() error {
-	q.mu.Lock()
-	pend := q.sealQ
-	q.sealQ = nil
-	q.mu.Unlock()
-	return q.sealAll(pend)
+func (l *Log) sealPending() error {
+	l.mu.Lock()
+	pend := l.sealQ
+	l.sealQ = nil
+	l.mu.Unlock()
+	return l.sealAll(pend)
 }
 
 // sealAll seals segments rotated out, oldest first. Only the writer
 // goroutine seals, so a tail's handles stay open until it does.
-func (q *Queue) sealAll(pend []*tail) error {
+func (l *Log) sealAll(pend []*tail) error {
 	var first error
 	for _, t := range pend {
 		start := time.Now()
-		if err := q.seal(t); err != nil {
-			q.fail(err)
+		if err := l.seal(t); err != nil {
+			l.fail(err)
 			if first == nil {
 				first = err
 			}
 			continue
 		}
-		if !q.opts.NoSync {
-			q.syncLatency.Record(time.Since(start))
-			q.syncs.Add(1)
+		if !l.opts.NoSync {
+			l.syncLatency.Record(time.Since(start))
+			l.syncs.Add(1)
 		}
 	}
 	return first
@@ -182,21 +175,21 @@ func (q *Queue) sealAll(pend []*tail) error {
 // the kernel to fault its pages in, so producers rarely make the
 // fallocate call themselves and never stop for a page fault. A failure
 // here is left for the Put that needs the space to report.
-func (q *Queue) prepareAhead() {
-	q.mu.Lock()
-	t := q.t
+func (l *Log) prepareAhead() {
+	l.mu.Lock()
+	t := l.t
 	if t == nil || !t.mapped {
-		q.mu.Unlock()
+		l.mu.Unlock()
 		return
 	}
 	// Stay a chunk ahead, but not past what the segment can hold.
-	if want := min(t.size+logChunk, q.opts.MaxSegmentBytes); want > t.log.alloc {
+	if want := min(t.size+logChunk, l.opts.MaxSegmentBytes); want > t.log.alloc {
 		t.log.ensure(want)
 	}
 	from, to := t.log.prefaulted, t.log.alloc
 	t.log.prefaulted = to
 	m := t.log.m
-	q.mu.Unlock()
+	l.mu.Unlock()
 	// Only the writer goroutine unmaps (in seal), so m stays valid here.
 	if to > from {
 		prefault(m[from:to])
@@ -206,19 +199,19 @@ func (q *Queue) prepareAhead() {
 // fail records a write or fsync error as sticky: after it, Put and Sync
 // return it forever. A failed fsync is never retried, because the kernel may
 // already have dropped the dirty pages it could not write.
-func (q *Queue) fail(err error) {
-	q.mu.Lock()
-	q.failLocked(err)
-	q.mu.Unlock()
+func (l *Log) fail(err error) {
+	l.mu.Lock()
+	l.failLocked(err)
+	l.mu.Unlock()
 }
 
-func (q *Queue) failLocked(err error) {
-	if q.writeErr == nil {
-		q.writeErr = err
-		q.log.Error("diskqueue: write failed; the queue accepts no more records", "err", err)
+func (l *Log) failLocked(err error) {
+	if l.writeErr == nil {
+		l.writeErr = err
+		l.logger.Error("diskqueue: write failed; the queue accepts no more records", "err", err)
 	}
-	if q.failErr.Load() == nil {
-		q.failErr.Store(&err)
+	if l.failErr.Load() == nil {
+		l.failErr.Store(&err)
 	}
 }
 
@@ -226,61 +219,49 @@ func isNoSpace(err error) bool {
 	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
 }
 
-// persistCursor stores the read cursor if it moved. A failure is logged and
-// kept for Close: the cursor only decides what is delivered again after a
-// crash, never whether data is lost, so it does not stop writes.
-func (q *Queue) persistCursor() {
-	w := &q.w
-	floor := q.ackFloor.Load()
-	if floor == w.persisted {
-		return
-	}
-	q.crashPoint("cursor-persist")
-	if err := w.cursor.store(floor); err != nil {
-		q.log.Warn("diskqueue: cannot persist read cursor; acknowledged records may be delivered again after a crash", "err", err)
-		if w.closeErr == nil {
-			w.closeErr = err
-		}
-		return
-	}
-	w.persisted = floor
-	w.persistedAt = time.Now()
-}
-
 // housekeep deletes segments every record of which is acknowledged, except
 // those retention keeps, and rolls a fully consumed active segment when the
 // disk budget asks for it.
-func (q *Queue) housekeep(now time.Time) {
-	floor := q.ackFloor.Load()
-	if q.rollRequested.Load() {
-		q.rollRequested.Store(false)
-		q.mu.Lock()
-		if t := q.t; floor >= t.end && t.end > t.seg.base && q.writeErr == nil {
-			err := q.rotateLocked()
+func (l *Log) housekeep(now time.Time) {
+	cursors := *l.cursorList.Load()
+	if l.rollRequested.Load() {
+		l.rollRequested.Store(false)
+		l.mu.Lock()
+		if t := l.t; l.consumedLocked() && t.end > t.seg.base && l.writeErr == nil {
+			err := l.rotateLocked()
 			if errors.Is(err, ErrDiskFull) {
 				// No room even for the next segment's first pages: the
 				// active one holds nothing unacknowledged, so it goes first.
-				err = q.recycleActiveLocked()
+				err = l.recycleActiveLocked()
 			}
 			if err != nil && !errors.Is(err, ErrDiskFull) {
-				q.failLocked(err)
+				l.failLocked(err)
 			}
 		}
-		q.mu.Unlock()
-		q.sealPending()
+		l.mu.Unlock()
+		l.sealPending()
 	}
-	q.segMu.RLock()
-	segs := q.segs
-	q.segMu.RUnlock()
+	if len(cursors) == 0 {
+		return // no consumer yet: the log holds everything for the first
+	}
+	l.segMu.RLock()
+	segs := l.segs
+	l.segMu.RUnlock()
 	// Candidates: sealed segments (never the last) every record of which
-	// is acknowledged, whether the floor has passed them or an older
-	// segment still holds unacknowledged records.
-	done := func(s *segment) bool {
-		return !s.writing.Load() && (s.endNow() <= floor || s.acked.Load() >= int64(s.endNow()-s.base))
+	// every cursor has acknowledged, whether its floor has passed them or
+	// an older segment still holds records it has not.
+	isDone := make([]bool, len(segs))
+	for i := range isDone {
+		isDone[i] = !segs[i].writing.Load()
+	}
+	for _, c := range cursors {
+		for i, d := range c.done(segs) {
+			isDone[i] = isDone[i] && d
+		}
 	}
 	var cands []int
 	for i := 0; i < len(segs)-1; i++ {
-		if !segs[i].gone.Load() && done(segs[i]) {
+		if !segs[i].gone.Load() && isDone[i] {
 			cands = append(cands, i)
 		}
 	}
@@ -288,28 +269,28 @@ func (q *Queue) housekeep(now time.Time) {
 	// first.
 	keep := len(cands) // cands[keep:] are kept
 	var kept int64
-	retain := q.opts.RetainBytes > 0 || q.opts.RetainAge > 0
+	retain := l.opts.RetainBytes > 0 || l.opts.RetainAge > 0
 	for k := len(cands) - 1; retain && k >= 0; k-- {
 		s := segs[cands[k]]
 		b := s.diskBytes()
-		if q.opts.RetainBytes > 0 && kept+b > q.opts.RetainBytes {
+		if l.opts.RetainBytes > 0 && kept+b > l.opts.RetainBytes {
 			break
 		}
-		if q.opts.RetainAge > 0 && now.Sub(time.Unix(0, q.segMaxTime(s))) > q.opts.RetainAge {
+		if l.opts.RetainAge > 0 && now.Sub(time.Unix(0, l.segMaxTime(s))) > l.opts.RetainAge {
 			break
 		}
 		kept += b
 		keep = k
 	}
 	// The disk budget outranks retention.
-	if max := q.opts.MaxDiskBytes; max > 0 {
+	if max := l.opts.MaxDiskBytes; max > 0 {
 		var freed int64
 		for k := 0; k < len(cands); k++ {
 			if k < keep {
 				freed += segs[cands[k]].diskBytes()
 				continue
 			}
-			if q.diskBytes.Load()-freed <= max {
+			if l.diskBytes.Load()-freed <= max {
 				break
 			}
 			freed += segs[cands[k]].diskBytes()
@@ -320,9 +301,11 @@ func (q *Queue) housekeep(now time.Time) {
 	if keep == 0 && !(len(segs) > 1 && segs[0].gone.Load()) {
 		return
 	}
-	// Store the cursor first so that, after a crash, it does not point into
-	// a segment that no longer exists (Open would cope, but this is cheaper).
-	q.persistCursor()
+	// Store the cursors first so that, after a crash, none points into a
+	// segment that no longer exists (Open would cope, but this is cheaper).
+	for _, c := range cursors {
+		c.persist()
+	}
 	del := make(map[int]bool, keep)
 	for _, i := range cands[:keep] {
 		del[i] = true
@@ -333,26 +316,35 @@ func (q *Queue) housekeep(now time.Time) {
 	for prefix < len(segs)-1 && (del[prefix] || segs[prefix].gone.Load()) {
 		prefix++
 	}
-	for i := range segs[:prefix] {
-		if segs[i].gone.Load() {
-			q.removeTombstone(segs[i].base)
-			q.diskBytes.Add(-ackHeaderSize)
-		} else {
-			q.removeSegment(segs[i])
-		}
-	}
+	l.dropSegments(prefix)
 	for _, i := range cands[:keep] {
 		if i >= prefix {
-			q.ghostSegment(segs[i])
+			l.ghostSegment(segs[i])
 		}
 	}
-	if prefix > 0 {
-		q.segMu.Lock()
-		q.segs = append([]*segment(nil), q.segs[prefix:]...)
-		q.segMu.Unlock()
+	l.freed.Notify()
+}
+
+// dropSegments takes the first n segments out of the list and deletes
+// their files (or tombstones). Only the writer goroutine drops segments.
+func (l *Log) dropSegments(n int) {
+	if n == 0 {
+		return
 	}
-	q.updateDeleteHint()
-	q.freed.Notify()
+	l.segMu.Lock()
+	old := slices.Clone(l.segs[:n])
+	l.segs = slices.Clone(l.segs[n:])
+	for _, s := range old {
+		l.diskBytes.Add(-s.diskBytes())
+	}
+	l.segMu.Unlock()
+	for _, s := range old {
+		if s.gone.Load() {
+			l.removeTombstone(s.base)
+		} else {
+			l.removeSegment(s)
+		}
+	}
 }
 
 // recycleActiveLocked makes room to roll an active segment every record of
@@ -360,11 +352,11 @@ func (q *Queue) housekeep(now time.Time) {
 // segment beside it: it frees the old records' blocks (a hole punched in
 // the log; its size and offsets stay, and the segment is deleted once
 // sealed), then rolls. Retained segments are not punched: retention keeps
-// them for replay. The caller holds q.mu and is the writer goroutine.
-func (q *Queue) recycleActiveLocked() error {
-	t := q.t
+// them for replay. The caller holds l.mu and is the writer goroutine.
+func (l *Log) recycleActiveLocked() error {
+	t := l.t
 	p, ok := t.log.f.(puncher)
-	if !ok || q.opts.RetainBytes > 0 || q.opts.RetainAge > 0 {
+	if !ok || l.opts.RetainBytes > 0 || l.opts.RetainAge > 0 {
 		return fmt.Errorf("%w: cannot free the consumed active segment in place", ErrDiskFull)
 	}
 	if err := p.PunchHole(fileHeaderSize, t.size-fileHeaderSize); err != nil {
@@ -374,150 +366,159 @@ func (q *Queue) recycleActiveLocked() error {
 	// so until the roll succeeds every Put rolls first (or reports the
 	// disk full).
 	t.punched = true
-	q.log.Warn("diskqueue: file system full; freed the consumed active segment's blocks to roll it", "segment", t.seg.base, "bytes", t.size)
-	return q.rotateLocked()
+	l.logger.Warn("diskqueue: file system full; freed the consumed active segment's blocks to roll it", "segment", t.seg.base, "bytes", t.size)
+	return l.rotateLocked()
 }
 
 // ghostSegment deletes a fully acknowledged segment that older
-// unacknowledged records keep from leaving the list: its acknowledgement
-// file becomes a tombstone first, so a crash in between leaves a tombstone
-// beside the log (Open finishes the deletion), never a gap taken for loss.
-func (q *Queue) ghostSegment(s *segment) {
-	q.readMu.Lock()
-	if s.ack != nil {
-		s.ack.close()
-		s.ack = nil
+// unacknowledged records keep from leaving the list: NNNN.ack in the log's
+// directory becomes a tombstone first (it is the Queue's own cursor's
+// bitmap, if the log has that cursor), so a crash in between leaves a
+// tombstone beside the log (Open finishes the deletion), never a gap taken
+// for loss.
+func (l *Log) ghostSegment(s *segment) {
+	cursors := *l.cursorList.Load()
+	for _, c := range cursors {
+		c.closeBitmap(s)
 	}
+	l.segMu.Lock()
 	before := s.diskBytes()
 	s.gone.Store(true)
-	q.diskBytes.Add(s.diskBytes() - before)
-	q.readMu.Unlock()
-	if err := q.writeTombstone(s); err != nil {
-		q.log.Warn("diskqueue: cannot mark an acknowledged segment deleted; keeping it", "segment", s.base, "err", err)
+	l.diskBytes.Add(s.diskBytes() - before)
+	l.segMu.Unlock()
+	if err := l.writeTombstone(s); err != nil {
+		l.logger.Warn("diskqueue: cannot mark an acknowledged segment deleted; keeping it", "segment", s.base, "err", err)
+		l.segMu.Lock()
 		s.gone.Store(false)
-		q.diskBytes.Add(before - ackHeaderSize)
+		l.diskBytes.Add(before - ackHeaderSize)
+		l.segMu.Unlock()
 		return
 	}
 	s.closeFiles()
 	for _, suffix := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
-		if err := q.fs.Remove(s.path(suffix)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			q.log.Warn("diskqueue: cannot remove an acknowledged segment", "segment", s.base, "err", err)
+		if err := l.fs.Remove(s.path(suffix)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			l.logger.Warn("diskqueue: cannot remove an acknowledged segment", "segment", s.base, "err", err)
 		}
 	}
+	l.removeNamedBitmaps(s, cursors)
 }
 
-// removeSegment deletes the files of a segment already dropped from q.segs.
+// removeSegment deletes the files of a segment already dropped from l.segs.
 // A failure is logged: the files stay and are cleaned up at the next Open.
-func (q *Queue) removeSegment(s *segment) {
+func (l *Log) removeSegment(s *segment) {
 	s.closeFiles()
-	q.closeAck(s)
+	cursors := *l.cursorList.Load()
+	for _, c := range cursors {
+		c.forget(s)
+	}
 	for i, suffix := range []string{logSuffix, indexSuffix, timeIndexSuffix, ackSuffix} {
 		if i == 1 {
-			q.crashPoint("retention-delete") // the log is gone, its indexes not yet
+			l.crashPoint("retention-delete") // the log is gone, its indexes not yet
 		}
-		if err := q.fs.Remove(s.path(suffix)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			q.log.Warn("diskqueue: cannot remove consumed segment", "segment", s.base, "err", err)
+		if err := l.fs.Remove(s.path(suffix)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			l.logger.Warn("diskqueue: cannot remove consumed segment", "segment", s.base, "err", err)
 		}
 	}
-	q.diskBytes.Add(-s.diskBytes())
+	l.removeNamedBitmaps(s, cursors)
 }
 
-// updateDeleteHint tells Ack from which read cursor on there is a segment
-// to delete, so acks wake the writer only when they cross a segment
-// boundary.
-func (q *Queue) updateDeleteHint() {
-	q.segMu.RLock()
-	defer q.segMu.RUnlock()
-	floor := q.ackFloor.Load()
-	hint := uint64(maxSeq)
-	for i := 0; i < len(q.segs)-1; i++ {
-		if q.segs[i+1].base > floor {
-			hint = q.segs[i+1].base
-			break
+// removeNamedBitmaps deletes the named cursors' acknowledgement files of a
+// deleted segment (the Queue's own cursor's is NNNN.ack beside the log,
+// which the caller handles). One left by a crash is removed when its
+// cursor is next opened.
+func (l *Log) removeNamedBitmaps(s *segment, cursors []*Cursor) {
+	for _, c := range cursors {
+		if c.name == "" {
+			continue
+		}
+		if err := l.fs.Remove(c.ackPath(s)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			c.logger.Warn("diskqueue: cannot remove the acknowledgement file of a deleted segment", "segment", s.base, "err", err)
 		}
 	}
-	q.deleteHint.Store(hint)
 }
 
 // finish runs when the writer exits: everything put is synced (unless
 // NoSync), the active segment is cut to what was written and the cursor
 // stored.
-func (q *Queue) finish() {
-	q.roundStarted.Add(1)
-	q.syncNow()
-	q.syncAcks()
-	q.mu.Lock()
-	t := q.t
-	q.t = nil
-	q.mu.Unlock()
+func (l *Log) finish() {
+	l.roundStarted.Add(1)
+	l.syncNow()
+	cursors := *l.cursorList.Load()
+	for _, c := range cursors {
+		c.syncAcks()
+	}
+	l.mu.Lock()
+	t := l.t
+	l.t = nil
+	l.mu.Unlock()
 	if t != nil {
-		if err := q.seal(t); err != nil {
-			q.fail(err)
+		if err := l.seal(t); err != nil {
+			l.fail(err)
 		}
 		// The last segment stays the one the next Open appends to.
 		t.seg.sealed.Store(false)
 	}
-	q.persistCursor()
-	q.roundDone.Store(q.roundStarted.Load())
-	q.synced.Notify()
-	if err := q.failErr.Load(); err != nil && q.w.closeErr == nil {
-		q.w.closeErr = *err
+	for _, c := range cursors {
+		c.persist()
+		if c.persistErr != nil && l.w.closeErr == nil {
+			l.w.closeErr = c.persistErr
+		}
+	}
+	l.roundDone.Store(l.roundStarted.Load())
+	l.synced.Notify()
+	if err := l.failErr.Load(); err != nil && l.w.closeErr == nil {
+		l.w.closeErr = *err
 	}
 }
 
-// empty carries out Empty: it rolls to a new segment, moves both cursors to
-// its start and deletes every older segment.
-func (q *Queue) empty() error {
-	q.mu.Lock()
-	if err := q.writeErr; err != nil {
-		q.mu.Unlock()
+// empty carries out Empty: it rolls to a new segment, moves every cursor
+// to its start and deletes every older segment.
+func (l *Log) empty() error {
+	l.mu.Lock()
+	if err := l.writeErr; err != nil {
+		l.mu.Unlock()
 		return err
 	}
-	if t := q.t; t.end > t.seg.base {
-		if err := q.rotateLocked(); err != nil {
-			q.mu.Unlock()
+	if t := l.t; t.end > t.seg.base {
+		if err := l.rotateLocked(); err != nil {
+			l.mu.Unlock()
 			return err
 		}
 	}
-	t := q.t
-	q.readMu.Lock()
-	q.rd.reset(t.seg, t.size, t.end)
-	q.ackFloor.Store(t.end)
-	q.ackedAbove.Store(0)
-	q.inFlight.Store(0)
-	q.readMu.Unlock()
-	q.mu.Unlock()
-	if q.opts.emptyHookForTesting != nil {
-		q.opts.emptyHookForTesting() // producers may append and roll from here on
+	t := l.t
+	cursors := slices.Clone(l.cursors)
+	for _, c := range cursors {
+		c.readMu.Lock()
+		c.rd.reset(t.seg, t.size, t.end)
+		c.ackFloor.Store(t.end)
+		c.ackedAbove.Store(0)
+		c.inFlight.Store(0)
+		c.readMu.Unlock()
 	}
-	if err := q.sealPending(); err != nil {
+	l.mu.Unlock()
+	if l.opts.emptyHookForTesting != nil {
+		l.opts.emptyHookForTesting() // producers may append and roll from here on
+	}
+	if err := l.sealPending(); err != nil {
 		return err
 	}
-	q.persistCursor()
+	for _, c := range cursors {
+		c.persist()
+	}
 	// Producers may have rotated past t.seg meanwhile: only what came
 	// before it goes.
-	q.segMu.Lock()
-	idx := slices.Index(q.segs, t.seg)
-	old := slices.Clone(q.segs[:idx])
-	q.segs = slices.Clone(q.segs[idx:])
-	q.segMu.Unlock()
-	for _, s := range old {
-		if s.gone.Load() {
-			q.removeTombstone(s.base)
-			q.diskBytes.Add(-ackHeaderSize)
-			continue
-		}
-		q.removeSegment(s)
-	}
-	q.updateDeleteHint()
-	q.freed.Notify()
+	l.segMu.RLock()
+	idx := slices.Index(l.segs, t.seg)
+	l.segMu.RUnlock()
+	l.dropSegments(idx)
+	l.freed.Notify()
 	return nil
 }
 
 // crashPoint gives the crash test a chance to die at a named moment (the
 // names are listed in export_test.go).
-func (q *Queue) crashPoint(name string) {
-	if q.opts.crashPointForTesting != nil {
-		q.opts.crashPointForTesting(name)
+func (l *Log) crashPoint(name string) {
+	if l.opts.crashPointForTesting != nil {
+		l.opts.crashPointForTesting(name)
 	}
 }

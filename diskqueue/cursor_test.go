@@ -1,0 +1,338 @@
+package diskqueue_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/spillq/spillq/diskqueue"
+)
+
+func openLog(t testing.TB, dir string, opts diskqueue.Options) *diskqueue.Log {
+	t.Helper()
+	l, err := diskqueue.OpenLog(dir, opts)
+	if err != nil {
+		t.Fatalf("OpenLog(%s): %v", dir, err)
+	}
+	return l
+}
+
+func openCursor(t testing.TB, l *diskqueue.Log, name string, start diskqueue.Start) *diskqueue.Cursor {
+	t.Helper()
+	c, err := l.Cursor(name, start)
+	if err != nil {
+		t.Fatalf("Cursor(%q): %v", name, err)
+	}
+	return c
+}
+
+func putLog(t testing.TB, l *diskqueue.Log, from, n int) {
+	t.Helper()
+	for i := from; i < from+n; i++ {
+		if err := l.Put(context.Background(), body(i)); err != nil {
+			t.Fatalf("Put %d: %v", i, err)
+		}
+	}
+}
+
+// readCursor reads n records from c, checks they carry bodies from..from+n
+// in order, and acknowledges them if ack is set.
+func readCursor(t testing.TB, c *diskqueue.Cursor, from, n int, ack bool) []diskqueue.Record {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out []diskqueue.Record
+	for i := from; i < from+n; i++ {
+		rec, err := c.Read(ctx)
+		if err != nil {
+			t.Fatalf("cursor %q: Read %d: %v", c.Name(), i, err)
+		}
+		if !bytes.Equal(rec.Body, body(i)) {
+			t.Fatalf("cursor %q: Read got %q, want %q", c.Name(), rec.Body, body(i))
+		}
+		if ack {
+			if err := c.Ack(rec.Seq); err != nil {
+				t.Fatalf("cursor %q: Ack %d: %v", c.Name(), rec.Seq, err)
+			}
+		}
+		out = append(out, rec)
+	}
+	return out
+}
+
+// expectNothing fails if c has a record to hand out.
+func expectNothing(t testing.TB, c *diskqueue.Cursor) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if rec, err := c.Read(ctx); err == nil {
+		t.Fatalf("cursor %q: Read returned seq %d (%q), want nothing", c.Name(), rec.Seq, rec.Body)
+	}
+}
+
+// smallSegments makes a segment of about 20 records.
+var smallSegments = diskqueue.Options{MaxSegmentBytes: 1024}
+
+// Each cursor sees every record from where it started, once and in order,
+// whatever the others do; the log holds each record once.
+func TestCursorsEachSeeTheirRecords(t *testing.T) {
+	dir := t.TempDir()
+	l := openLog(t, dir, smallSegments)
+	defer l.Close()
+	a := openCursor(t, l, "a", diskqueue.FromOldest())
+	putLog(t, l, 0, 100)
+	b := openCursor(t, l, "b", diskqueue.FromSeq(40))
+	c := openCursor(t, l, "c", diskqueue.FromNext())
+	putLog(t, l, 100, 100)
+
+	readCursor(t, a, 0, 200, true)
+	readCursor(t, b, 40, 160, true)
+	readCursor(t, c, 100, 100, true)
+	for _, cur := range []*diskqueue.Cursor{a, b, c} {
+		expectNothing(t, cur)
+		if d := cur.Depth(); d != 0 {
+			t.Errorf("cursor %q: Depth %d, want 0", cur.Name(), d)
+		}
+	}
+	if got, want := l.Cursors(), []string{"a", "b", "c"}; !slices.Equal(got, want) {
+		t.Errorf("Cursors() = %v, want %v", got, want)
+	}
+	if err := l.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	// Every record was acknowledged by every cursor: only the active
+	// segment is left.
+	if st := l.Stats(); st.Segments != 1 {
+		t.Errorf("Segments = %d after every cursor acknowledged everything, want 1", st.Segments)
+	}
+}
+
+// A segment stays until the slowest cursor has acknowledged all of it, and
+// goes when it has.
+func TestSlowestCursorHoldsSegments(t *testing.T) {
+	dir := t.TempDir()
+	l := openLog(t, dir, smallSegments)
+	defer l.Close()
+	fast := openCursor(t, l, "fast", diskqueue.FromOldest())
+	slow := openCursor(t, l, "slow", diskqueue.FromOldest())
+	putLog(t, l, 0, 200)
+	readCursor(t, fast, 0, 200, true)
+	if err := l.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := l.Stats(); st.FirstSeq != 0 {
+		t.Fatalf("FirstSeq = %d with the slow cursor at 0, want 0", st.FirstSeq)
+	}
+	for seq := uint64(0); seq < 200; seq++ {
+		if _, err := l.ReadAt(seq); err != nil {
+			t.Fatalf("ReadAt(%d) with the slow cursor behind it: %v", seq, err)
+		}
+	}
+	readCursor(t, slow, 0, 100, true)
+	if err := l.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	st := l.Stats()
+	if st.FirstSeq == 0 || st.FirstSeq > 100 {
+		t.Fatalf("FirstSeq = %d with the slow cursor at 100, want in (0, 100]", st.FirstSeq)
+	}
+	if st.ReadSeq != 100 {
+		t.Errorf("Log Stats ReadSeq = %d, want the slowest cursor's 100", st.ReadSeq)
+	}
+	readCursor(t, slow, 100, 100, true)
+}
+
+// Cursors, their positions and their out-of-order acknowledgements
+// survive a reopen; a cursor is not created again at its Start.
+func TestCursorsSurviveReopen(t *testing.T) {
+	dir := t.TempDir()
+	l := openLog(t, dir, smallSegments)
+	a := openCursor(t, l, "a", diskqueue.FromOldest())
+	b := openCursor(t, l, "b", diskqueue.FromOldest())
+	putLog(t, l, 0, 100)
+	readCursor(t, a, 0, 30, true)
+	recs := readCursor(t, b, 0, 50, false)
+	for _, r := range recs {
+		if r.Seq%2 == 1 {
+			if err := b.Ack(r.Seq); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	l = openLog(t, dir, smallSegments)
+	defer l.Close()
+	if got, want := l.Cursors(), []string{"a", "b"}; !slices.Equal(got, want) {
+		t.Fatalf("after reopen Cursors() = %v, want %v", got, want)
+	}
+	a = openCursor(t, l, "a", diskqueue.FromNext()) // Start is ignored: it exists
+	readCursor(t, a, 30, 70, true)
+	b = openCursor(t, l, "b", diskqueue.FromNext())
+	// The even seqs below 50 come back, then everything from 50.
+	ctx := context.Background()
+	for want := 0; want < 100; want++ {
+		if want < 50 && want%2 == 1 {
+			continue
+		}
+		rec, err := b.Read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(rec.Body, body(want)) {
+			t.Fatalf("cursor b after reopen: got %q, want %q", rec.Body, body(want))
+		}
+		if err := b.Ack(rec.Seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expectNothing(t, b)
+}
+
+// Deleting the cursor that holds the log back frees the segments only it
+// needed, removes its files, and it is not there after a reopen.
+func TestDeleteCursor(t *testing.T) {
+	dir := t.TempDir()
+	l := openLog(t, dir, smallSegments)
+	a := openCursor(t, l, "a", diskqueue.FromOldest())
+	idle := openCursor(t, l, "idle", diskqueue.FromOldest())
+	putLog(t, l, 0, 200)
+	readCursor(t, a, 0, 200, true)
+	readCursor(t, idle, 0, 5, false) // in flight when deleted
+	if err := l.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := l.Stats(); st.Segments < 5 {
+		t.Fatalf("Segments = %d with the idle cursor at 0, want all of them", st.Segments)
+	}
+	if err := l.DeleteCursor("idle"); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.DeleteCursor("idle"); !errors.Is(err, diskqueue.ErrNotFound) {
+		t.Errorf("second DeleteCursor: %v, want ErrNotFound", err)
+	}
+	if _, err := idle.Read(context.Background()); !errors.Is(err, diskqueue.ErrClosed) {
+		t.Errorf("Read on a deleted cursor: %v, want ErrClosed", err)
+	}
+	if err := idle.Ack(0); !errors.Is(err, diskqueue.ErrClosed) {
+		t.Errorf("Ack on a deleted cursor: %v, want ErrClosed", err)
+	}
+	if err := l.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := l.Stats(); st.Segments != 1 {
+		t.Errorf("Segments = %d after the idle cursor was deleted, want 1", st.Segments)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "cursors", "idle")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the deleted cursor's directory: %v, want it gone", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l = openLog(t, dir, smallSegments)
+	defer l.Close()
+	if got := l.Cursors(); !slices.Equal(got, []string{"a"}) {
+		t.Errorf("after reopen Cursors() = %v, want [a]", got)
+	}
+}
+
+// A cursor directory left without its cursor file (a crash during its
+// creation or deletion) is removed at Open, as are a cursor's bitmaps of
+// segments no longer in the log.
+func TestCursorLeftoversRemovedAtOpen(t *testing.T) {
+	dir := t.TempDir()
+	l := openLog(t, dir, smallSegments)
+	a := openCursor(t, l, "a", diskqueue.FromOldest())
+	putLog(t, l, 0, 10)
+	readCursor(t, a, 0, 10, true)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	half := filepath.Join(dir, "cursors", "half")
+	if err := os.MkdirAll(half, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(half, "00000000000000000000.ack"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	orphan := filepath.Join(dir, "cursors", "a", "00000000000000999999.ack")
+	if err := os.WriteFile(orphan, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l = openLog(t, dir, smallSegments)
+	defer l.Close()
+	if got := l.Cursors(); !slices.Equal(got, []string{"a"}) {
+		t.Errorf("Cursors() = %v, want [a]", got)
+	}
+	for _, p := range []string{half, orphan} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s: %v, want it removed", p, err)
+		}
+	}
+}
+
+func TestCursorNames(t *testing.T) {
+	l := openLog(t, t.TempDir(), diskqueue.Options{})
+	defer l.Close()
+	for _, name := range []string{"", ".", "..", "a/b", "a b", string(make([]byte, 65)), "é"} {
+		if _, err := l.Cursor(name, diskqueue.FromNext()); !errors.Is(err, diskqueue.ErrBadCursorName) {
+			t.Errorf("Cursor(%q): %v, want ErrBadCursorName", name, err)
+		}
+	}
+	if _, err := l.Cursor("orders-v1.retry_2", diskqueue.FromNext()); err != nil {
+		t.Errorf("Cursor with a good name: %v", err)
+	}
+}
+
+// A cursor started at a time begins at the first record stored at or after
+// it.
+func TestCursorFromTime(t *testing.T) {
+	l := openLog(t, t.TempDir(), smallSegments)
+	defer l.Close()
+	putLog(t, l, 0, 50)
+	time.Sleep(2 * time.Millisecond)
+	mid := time.Now()
+	time.Sleep(2 * time.Millisecond)
+	putLog(t, l, 50, 50)
+	c := openCursor(t, l, "t", diskqueue.FromTime(mid))
+	readCursor(t, c, 50, 50, true)
+	expectNothing(t, c)
+	late := openCursor(t, l, "late", diskqueue.FromTime(time.Now().Add(time.Hour)))
+	putLog(t, l, 100, 1)
+	readCursor(t, late, 100, 1, true)
+}
+
+// A Queue is a log with its own cursor: another cursor over it sees the
+// same records, and the Queue's consumption does not free segments the
+// other still needs.
+func TestQueueWithAnotherCursor(t *testing.T) {
+	dir := t.TempDir()
+	q := openQueue(t, dir, smallSegments)
+	audit := openCursor(t, q.Log, "audit", diskqueue.FromOldest())
+	putN(t, q, 0, 100)
+	readN(t, q, 0, 100, true)
+	if err := q.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := q.Stats(); st.FirstSeq != 0 || st.Depth != 0 {
+		t.Fatalf("Stats FirstSeq %d Depth %d, want 0 and 0 (the queue consumed all, audit none)", st.FirstSeq, st.Depth)
+	}
+	readCursor(t, audit, 0, 100, true)
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	q = openQueue(t, dir, smallSegments)
+	defer q.Close()
+	if got := q.Cursors(); !slices.Equal(got, []string{"", "audit"}) {
+		t.Errorf("Cursors() = %q, want the queue's own and audit", got)
+	}
+	putN(t, q, 100, 1)
+	readN(t, q, 100, 1, true)
+}
