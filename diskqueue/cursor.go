@@ -226,7 +226,7 @@ func (l *Log) createCursor(name string, start Start) (*Cursor, error) {
 		cur.close()
 		return nil, err
 	}
-	if name == "" && seq < l.nextSeq.Load() {
+	if name == "" && seq < l.nextSeq.Load() && len(l.cursors) == 0 {
 		c.logger.Warn("diskqueue: no valid cursor; delivering every record on disk again", "from_seq", seq)
 	}
 	if err := c.initAt(seq, false); err != nil {

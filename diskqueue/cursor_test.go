@@ -336,3 +336,45 @@ func TestQueueWithAnotherCursor(t *testing.T) {
 	putN(t, q, 100, 1)
 	readN(t, q, 100, 1, true)
 }
+
+// Verify checks each named cursor's files: a log used only through named
+// cursors is healthy, and a damaged bitmap of one is reported by its path.
+func TestVerifyNamedCursors(t *testing.T) {
+	dir := t.TempDir()
+	l := openLog(t, dir, smallSegments)
+	a := openCursor(t, l, "a", diskqueue.FromOldest())
+	putLog(t, l, 0, 100)
+	readCursor(t, a, 0, 50, true)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := diskqueue.Verify(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() {
+		t.Fatalf("Verify of a healthy log with a named cursor: %v", rep.Problems)
+	}
+	if rep.ReadSeq != 50 {
+		t.Errorf("Verify ReadSeq = %d, want the cursor's 50", rep.ReadSeq)
+	}
+	acks, _ := filepath.Glob(filepath.Join(dir, "cursors", "a", "*.ack"))
+	if len(acks) == 0 {
+		t.Fatal("cursor a has no acknowledgement files")
+	}
+	if err := os.WriteFile(acks[len(acks)-1], []byte("garbage that is not a header at all"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rep, err = diskqueue.Verify(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := filepath.Join("cursors", "a", filepath.Base(acks[len(acks)-1]))
+	found := false
+	for _, p := range rep.Problems {
+		found = found || p.File == want
+	}
+	if !found {
+		t.Fatalf("Verify problems %v, want one for %s", rep.Problems, want)
+	}
+}

@@ -76,3 +76,52 @@ func ExampleQueue_ReadAt() {
 	// replay 998: order 998
 	// replay 999: order 999
 }
+
+// Two consumer groups read one log: each record is stored once, each
+// cursor sees all of them at its own pace, and a segment goes only when
+// both have acknowledged it.
+func ExampleLog_Cursor() {
+	dir, _ := os.MkdirTemp("", "spillq-example")
+	defer os.RemoveAll(dir)
+	l, err := diskqueue.OpenLog(dir, diskqueue.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+
+	billing, err := l.Cursor("billing", diskqueue.FromOldest())
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, order := range []string{"order 1", "order 2"} {
+		if err := l.Put(ctx, []byte(order)); err != nil {
+			log.Fatal(err)
+		}
+	}
+	// A cursor created later starts where it is told: here, at the oldest
+	// record still on disk, so it sees the orders put before it existed.
+	audit, err := l.Cursor("audit", diskqueue.FromOldest())
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, c := range []*diskqueue.Cursor{billing, audit} {
+		for c.Depth() > 0 {
+			rec, err := c.Read(ctx)
+			if err != nil {
+				log.Fatal(err)
+			}
+			fmt.Printf("%s: seq %d %s\n", c.Name(), rec.Seq, rec.Body)
+			if err := c.Ack(rec.Seq); err != nil {
+				log.Fatal(err)
+			}
+		}
+	}
+	fmt.Println(l.Cursors())
+	// Output:
+	// billing: seq 0 order 1
+	// billing: seq 1 order 2
+	// audit: seq 0 order 1
+	// audit: seq 1 order 2
+	// [audit billing]
+}

@@ -61,16 +61,23 @@ func (p Problem) String() string {
 func Verify(dir string) (Report, error) {
 	var rep Report
 	warn := &collectHandler{}
-	q, err := OpenReadOnly(dir, Options{Logger: slog.New(warn)})
+	l, err := openLogReadOnly(dir, Options{Logger: slog.New(warn)})
 	if err != nil {
 		return rep, err
 	}
-	defer q.Close()
-	st := q.Stats()
+	defer l.Close()
+	if len(l.cursors) == 0 {
+		// A queue whose cursor file is missing: Open delivers everything
+		// again, and says so.
+		if _, err := l.cursor("", FromOldest()); err != nil {
+			return rep, err
+		}
+	}
+	st := l.Stats()
 	rep.Segments, rep.Bytes = st.Segments, st.DiskBytes
 	rep.FirstSeq, rep.ReadSeq, rep.WriteSeq = st.FirstSeq, st.ReadSeq, st.WriteSeq
-	for _, seg := range q.segs {
-		q.verifySegment(seg, &rep)
+	for _, seg := range l.segs {
+		l.verifySegment(seg, &rep)
 	}
 	if bad, _ := filepath.Glob(filepath.Join(dir, "*"+badSuffix)); len(bad) > 0 {
 		for _, b := range bad {
@@ -161,18 +168,23 @@ func (l *Log) verifySegment(seg *segment, rep *Report) {
 		rep.Problems = append(rep.Problems, Problem{File: segmentName(seg.base, timeIndexSuffix), Offset: -1,
 			Err: fmt.Errorf("entry for seq %d is past the segment's end %d", entries[n-1].seq, end)})
 	}
-	// The acknowledgement file, if the segment has one yet: a damaged one
+	// Each cursor's acknowledgement file, if it has one yet: a damaged one
 	// loses no record (Open recreates it), but its acknowledgements above
-	// the read cursor would be delivered again.
-	ackName := segmentName(seg.base, ackSuffix)
-	if b, err := readFile(l.fs, seg.path(ackSuffix)); err == nil {
-		if !seg.sealed.Load() && (len(b) < ackHeaderSize || allZero(b[:ackHeaderSize])) {
+	// the cursor's read position would be delivered again.
+	for _, c := range l.cursors {
+		ackName, _ := filepath.Rel(l.dir, c.ackPath(seg))
+		b, err := readFile(l.fs, c.ackPath(seg))
+		switch {
+		case err != nil:
+		case !seg.sealed.Load() && (len(b) < ackHeaderSize || allZero(b[:ackHeaderSize])):
 			// A live writer is creating it at this moment.
-		} else if _, _, err := decodeAckHeader(b, seg.base); err != nil {
-			rep.Problems = append(rep.Problems, Problem{File: ackName, Offset: 0, Err: err})
-		} else if need := ackFileSize(end - seg.base); seg.sealed.Load() && int64(len(b)) < need {
-			rep.Problems = append(rep.Problems, Problem{File: ackName, Offset: int64(len(b)),
-				Err: fmt.Errorf("%w: %d bytes, the segment's %d records need %d", ErrCorrupt, len(b), end-seg.base, need)})
+		default:
+			if _, _, err := decodeAckHeader(b, seg.base); err != nil {
+				rep.Problems = append(rep.Problems, Problem{File: ackName, Offset: 0, Err: err})
+			} else if need := ackFileSize(end - seg.base); seg.sealed.Load() && int64(len(b)) < need {
+				rep.Problems = append(rep.Problems, Problem{File: ackName, Offset: int64(len(b)),
+					Err: fmt.Errorf("%w: %d bytes, the segment's %d records need %d", ErrCorrupt, len(b), end-seg.base, need)})
+			}
 		}
 	}
 }
