@@ -7,7 +7,6 @@ import (
 	"math/bits"
 	"os"
 	"runtime/debug"
-	"sort"
 )
 
 // Acknowledgements. Each segment has an acknowledgement file beside it
@@ -245,21 +244,6 @@ func (a *ackFile) close() {
 	}
 }
 
-// readFile reads a whole file through the file-system seam.
-func readFile(fsys fileSystem, name string) ([]byte, error) {
-	f, err := fsys.OpenFile(name, os.O_RDONLY, 0)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b := make([]byte, max(fileSize(f), 0))
-	n, err := f.ReadAt(b, 0)
-	if err != nil && n < len(b) {
-		return nil, err
-	}
-	return b[:n], nil
-}
-
 func (a *ackFile) writeAt(b []byte, off int64) (err error) {
 	if a.m != nil {
 		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
@@ -419,31 +403,10 @@ func (a *ackFile) firstClear(from, to uint64) (uint64, error) {
 	return found, err
 }
 
-// writeTombstone marks a fully acknowledged segment's acknowledgement file
-// as standing for its deleted files. It replaces the bitmap whole
-// (temporary file, fsync, rename, directory fsync), so a crash leaves
-// either the full bitmap (every bit set: the segment is deleted again) or
-// the tombstone, never a mix.
-func (l *Log) writeTombstone(seg *segment) error {
-	return l.writeAtomically(seg.path(ackSuffix), encodeAckHeader(seg.base, seg.endNow(), ackGone), nil)
-}
-
 // recordCapacity is the most records a segment can hold under the current
 // options: the size of a new segment's bitmap.
 func (l *Log) recordCapacity() uint64 {
 	// A segment rotates before a record would take it past
 	// MaxSegmentBytes, so only a segment of one record is larger.
 	return uint64((l.opts.MaxSegmentBytes-fileHeaderSize)/recordHeaderSize + 1)
-}
-
-// segmentAt returns the segment (gone or not) whose range holds seq, or nil.
-func (l *Log) segmentAt(seq uint64) *segment {
-	l.segMu.RLock()
-	segs := l.segs
-	l.segMu.RUnlock()
-	i := sort.Search(len(segs), func(i int) bool { return segs[i].base > seq }) - 1
-	if i < 0 || seq >= segs[i].endNow() {
-		return nil
-	}
-	return segs[i]
 }

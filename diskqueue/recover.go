@@ -6,65 +6,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 )
-
-// scanner decodes consecutive frames from an io.ReaderAt, in the shape of
-// bufio.Scanner. It stops at the first frame that does not check out and
-// reports the offset up to which everything was good, so recovery (and its
-// fuzz test) can run over any bytes, with or without files.
-type scanner struct {
-	win     window
-	off     int64  // offset of the next frame: the end of the good prefix
-	seq     uint64 // seq the next frame must carry
-	limit   int64
-	maxBody int
-
-	recOff int64
-	hdr    recordHeader
-	n      int
-	err    error
-}
-
-func newScanner(r io.ReaderAt, off int64, seq uint64, limit int64, maxBody int) *scanner {
-	s := &scanner{off: off, seq: seq, limit: limit, maxBody: maxBody}
-	s.win.reset(r)
-	return s
-}
-
-// Next decodes the next frame. It returns false at the end of the data
-// (Err is nil) or at a frame that fails (Err says why: errShortFrame for one
-// cut short, ErrCorrupt for bad bytes, or an I/O error).
-func (s *scanner) Next() bool {
-	if s.err != nil || s.off >= s.limit {
-		return false
-	}
-	h, _, n, err := s.win.frameAt(s.off, s.limit, s.maxBody)
-	if err == nil && h.seq != s.seq {
-		err = fmt.Errorf("%w: record at offset %d has seq %d, want %d", ErrCorrupt, s.off, h.seq, s.seq)
-	}
-	if err != nil {
-		s.err = err
-		return false
-	}
-	s.recOff, s.hdr, s.n = s.off, h, n
-	s.off += int64(n)
-	s.seq++
-	return true
-}
-
-// Record returns the offset, header and frame size of the last good frame.
-func (s *scanner) Record() (int64, recordHeader, int) { return s.recOff, s.hdr, s.n }
-
-// Err returns what stopped the scan, nil for a clean end.
-func (s *scanner) Err() error { return s.err }
-
-// Offset is the end of the good prefix.
-func (s *scanner) Offset() int64 { return s.off }
 
 // recover runs in Open before the writer starts: it reads the directory,
 // checks every segment's header, repairs the tail of the last segment and
@@ -212,56 +158,6 @@ func (l *Log) storedReadSeq() uint64 {
 		peek(filepath.Join(l.dir, cursorsDir, e.Name(), cursorName))
 	}
 	return seq
-}
-
-// findTombstones picks out the acknowledgement tombstones among the
-// segments (ack.go): it returns the bases of logs still to open and, in
-// order, those of segments deleted as fully acknowledged. A log whose
-// tombstone is already written was being deleted when a crash came: its
-// files are removed now.
-func (l *Log) findTombstones(bases []uint64) (logs, ghosts []uint64) {
-	for name := range l.listing {
-		base, ok := parseSegmentName(name, ackSuffix)
-		if !ok {
-			continue
-		}
-		if size, err := l.listedSize(name); err != nil || size != ackHeaderSize {
-			continue
-		}
-		b, err := readFile(l.fs, filepath.Join(l.dir, name))
-		if err != nil {
-			continue
-		}
-		if _, flags, err := decodeAckHeader(b, base); err == nil && flags&ackGone != 0 {
-			ghosts = append(ghosts, base)
-		}
-	}
-	slices.Sort(ghosts)
-	for _, base := range bases {
-		if _, found := slices.BinarySearch(ghosts, base); !found {
-			logs = append(logs, base)
-			continue
-		}
-		if l.readOnly {
-			continue
-		}
-		for _, suffix := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
-			if err := l.fs.Remove(filepath.Join(l.dir, segmentName(base, suffix))); err != nil && !errors.Is(err, os.ErrNotExist) {
-				l.logger.Warn("diskqueue: cannot remove an acknowledged segment", "segment", base, "err", err)
-			}
-		}
-	}
-	return logs, ghosts
-}
-
-// removeTombstone deletes a tombstone no longer needed.
-func (l *Log) removeTombstone(base uint64) {
-	if l.readOnly {
-		return
-	}
-	if err := l.fs.Remove(filepath.Join(l.dir, segmentName(base, ackSuffix))); err != nil && !errors.Is(err, os.ErrNotExist) {
-		l.logger.Warn("diskqueue: cannot remove a tombstone", "segment", base, "err", err)
-	}
 }
 
 // startSegment begins an empty last segment at base during Open. A
@@ -419,115 +315,6 @@ func (l *Log) checkLogHeader(seg *segment, f file, size int64) (damage error, in
 	return herr, intact, nil
 }
 
-// openSealedLazily takes a segment that was sealed before Open from the
-// directory listing alone: sealed segments were fsynced whole at rotation,
-// so nothing in them needs recovering, and their files are opened, and
-// their headers and index sizes checked, on first use (segFiles). One stat
-// of the log per sealed segment is all Open spends on it; a stat costs
-// microseconds on a virtual machine, and there may be thousands.
-//
-// Until then the index is counted at the size its record count implies
-// (what a sound index has) and the time index at an estimate; first use
-// puts the real sizes into Stats and the disk budget.
-func (l *Log) openSealedLazily(seg *segment, next uint64) error {
-	size, err := l.listedSize(segmentName(seg.base, logSuffix))
-	if err != nil {
-		return fmt.Errorf("diskqueue: open: %w", err)
-	}
-	if size > math.MaxUint32 || next-seg.base > math.MaxUint32 {
-		return fmt.Errorf("%w: %s is %d bytes for seqs %d..%d, more than a segment can hold", ErrCorrupt, seg.path(logSuffix), size, seg.base, next)
-	}
-	seg.setExtent(size, next)
-	seg.sealed.Store(true)
-	seg.maxTime.Store(unknownTime)
-	seg.indexBytes.Store(fileHeaderSize + int64(next-seg.base)*indexEntrySize)
-	// An entry for the first and the last record, and about one per
-	// timeIndexIntervalBytes of log between them.
-	seg.timeIndexBytes.Store(fileHeaderSize + (2+(size-fileHeaderSize)/timeIndexIntervalBytes)*timeIndexEntrySize)
-	return nil
-}
-
-// segFiles returns seg's read handles, opening them on first use. A failure
-// to open is returned as is and tried again by the next call: it is not
-// damage. A deleted segment gives ErrNotFound.
-func (l *Log) segFiles(seg *segment) (*segFiles, error) {
-	if f := seg.files.Load(); f != nil {
-		return f, nil
-	}
-	seg.filesMu.Lock()
-	defer seg.filesMu.Unlock()
-	if f := seg.files.Load(); f != nil {
-		return f, nil
-	}
-	if seg.closed {
-		return nil, fmt.Errorf("%w: segment %d was deleted", ErrNotFound, seg.base)
-	}
-	before := seg.diskBytes()
-	f, err := l.openSealed(seg)
-	if err != nil {
-		return nil, err
-	}
-	// Open counted the index files at their expected sizes.
-	l.diskBytes.Add(seg.diskBytes() - before)
-	seg.files.Store(f)
-	return f, nil
-}
-
-// openSealed opens a sealed segment's log and index and checks them: a
-// damaged log header is only logged (readers check every record anyway and
-// skip the damaged ones); an index that is missing, has a damaged header or
-// the wrong size, or a time index of the wrong shape, is rebuilt from the
-// log (a read-only queue goes without, and lookups scan the log). It
-// records the index files' real sizes in seg.
-func (l *Log) openSealed(seg *segment) (*segFiles, error) {
-	log, err := l.fs.OpenFile(seg.path(logSuffix), os.O_RDONLY, 0)
-	if err != nil {
-		return nil, fmt.Errorf("diskqueue: %w", err)
-	}
-	fail := func(err error) (*segFiles, error) {
-		log.Close()
-		return nil, err
-	}
-	damage, intact, err := l.checkLogHeader(seg, log, seg.sizeNow())
-	if err != nil {
-		return fail(err)
-	}
-	if damage != nil && !intact {
-		l.logger.Warn("diskqueue: segment header is damaged; its records are checked one by one and damaged ones skipped", "segment", seg.base, "err", damage)
-	}
-	count := int64(seg.endNow() - seg.base)
-	timeBytes := l.statSize(seg.path(timeIndexSuffix))
-	timeOK := timeBytes >= fileHeaderSize+timeIndexEntrySize && (timeBytes-fileHeaderSize)%timeIndexEntrySize == 0
-	index, err := l.fs.OpenFile(seg.path(indexSuffix), os.O_RDONLY, 0)
-	indexBytes := fileSize(index)
-	rebuild := false
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		rebuild = true
-	case err != nil:
-		return fail(fmt.Errorf("diskqueue: %w", err))
-	case !timeOK || indexBytes != fileHeaderSize+count*indexEntrySize || !l.headerOK(index, magicIndex, seg.base):
-		index.Close()
-		index, rebuild = nil, true
-	}
-	seg.indexBytes.Store(max(indexBytes, 0))
-	seg.timeIndexBytes.Store(max(timeBytes, 0))
-	if !rebuild {
-		return &segFiles{log: log, index: index}, nil
-	}
-	if l.readOnly {
-		l.logger.Warn("diskqueue: a sealed segment's indexes are damaged (read-only: not rebuilt); lookups in it scan the log", "segment", seg.base)
-		return &segFiles{log: log}, nil
-	}
-	if err := l.rebuildIndexes(seg, log); err != nil {
-		return fail(err)
-	}
-	if index, err = l.fs.OpenFile(seg.path(indexSuffix), os.O_RDONLY, 0); err != nil {
-		return fail(fmt.Errorf("diskqueue: %w", err))
-	}
-	return &segFiles{log: log, index: index}, nil
-}
-
 // statSize is the size of the file at path, or -1 if it cannot be had.
 func (l *Log) statSize(path string) int64 {
 	info, err := l.fs.Stat(path)
@@ -586,53 +373,6 @@ func (l *Log) listedSize(name string) (int64, error) {
 	return info.Size(), nil
 }
 
-// unknownTime marks a sealed segment whose newest timestamp has not been
-// read yet.
-const unknownTime = math.MinInt64
-
-// segMaxTime returns the newest timestamp in seg (the time index's running
-// maximum at its last record), reading it on first use. If the time index
-// cannot say, the log is scanned.
-func (l *Log) segMaxTime(seg *segment) int64 {
-	if t := seg.maxTime.Load(); t != unknownTime {
-		return t
-	}
-	t, err := l.lastTimeEntry(seg)
-	if err != nil {
-		l.logger.Warn("diskqueue: time index is damaged; scanning the segment for its newest timestamp", "segment", seg.base, "err", err)
-		t = unknownTime + 1
-		if f, err := l.segFiles(seg); err == nil {
-			sc := newScanner(f.log, fileHeaderSize, seg.base, seg.sizeNow(), maxBodyForRead(l.opts.MaxRecordBytes))
-			for sc.Next() {
-				_, h, _ := sc.Record()
-				t = max(t, h.ts)
-			}
-		}
-	}
-	seg.maxTime.CompareAndSwap(unknownTime, t)
-	return seg.maxTime.Load()
-}
-
-func (l *Log) lastTimeEntry(seg *segment) (int64, error) {
-	f, err := l.fs.OpenFile(seg.path(timeIndexSuffix), os.O_RDONLY, 0)
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	n := fileSize(f)
-	var e [timeIndexEntrySize]byte
-	if n < fileHeaderSize+timeIndexEntrySize {
-		return 0, fmt.Errorf("%w: time index has no entries", ErrCorrupt)
-	}
-	if _, err := f.ReadAt(e[:], n-timeIndexEntrySize); err != nil {
-		return 0, err
-	}
-	if seq := binary.BigEndian.Uint64(e[8:]); seq != seg.endNow()-1 {
-		return 0, fmt.Errorf("%w: last time index entry is for seq %d, the segment ends at %d", ErrCorrupt, seq, seg.endNow()-1)
-	}
-	return int64(binary.BigEndian.Uint64(e[:])), nil
-}
-
 func (l *Log) headerOK(f file, magic [4]byte, base uint64) bool {
 	head := make([]byte, fileHeaderSize)
 	if _, err := f.ReadAt(head, 0); err != nil {
@@ -642,14 +382,303 @@ func (l *Log) headerOK(f file, magic [4]byte, base uint64) bool {
 	return err == nil && got == base
 }
 
-// fileSize is f's size, or -1 for no file or an error.
-func fileSize(f file) int64 {
-	if f == nil {
-		return -1
+// recoverTail repairs the last segment, the only one that can hold bytes
+// that were never synced, and readies the writer to append to it.
+//
+// The sequence index says where the last records start, so only the records
+// after its last entry that checks out are scanned; a missing index costs a
+// scan of this one segment, never of the whole log. A torn final record
+// (cut short, zeros, or a bad checksum with nothing valid after it) is cut
+// off: with SyncEvery 1 no Put of it returned, and with any other policy it
+// was never promised to survive a crash. A bad record with valid records
+// after it is damage, not a torn write: it stays, and readers skip it.
+func (l *Log) recoverTail(seg *segment, size int64) (*tail, error) {
+	maxBody := maxBodyForRead(l.opts.MaxRecordBytes)
+	log := seg.files.Load().log // opened by openSegment
+	if l.readOnly {
+		return nil, l.scanTail(seg, log, size)
 	}
-	info, err := f.Stat()
+	w := &tail{seg: seg, maxTime: l.lastMaxTime}
+	var err error
+	open := func(suffix string) (file, error) {
+		return l.fs.OpenFile(seg.path(suffix), os.O_RDWR|os.O_CREATE, 0o644)
+	}
+	closeAll := func() {
+		for _, f := range []file{w.log.f, w.index.f, w.timeIdx.f} {
+			if f != nil {
+				f.Close()
+			}
+		}
+	}
+	if w.log.f, err = open(logSuffix); err != nil {
+		return nil, fmt.Errorf("diskqueue: open: %w", err)
+	}
+	if w.index.f, err = open(indexSuffix); err != nil {
+		closeAll()
+		return nil, fmt.Errorf("diskqueue: open: %w", err)
+	}
+	if w.timeIdx.f, err = open(timeIndexSuffix); err != nil {
+		closeAll()
+		return nil, fmt.Errorf("diskqueue: open: %w", err)
+	}
+	index, err := l.fs.OpenFile(seg.path(indexSuffix), os.O_RDONLY, 0)
 	if err != nil {
-		return -1
+		closeAll()
+		return nil, fmt.Errorf("diskqueue: open: %w", err)
 	}
-	return info.Size()
+	seg.setFiles(log, index)
+	t, err := l.recoverTailFiles(w, seg, log, size, maxBody)
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	return t, nil
+}
+
+// recoverTailFiles is recoverTail once the files are open.
+func (l *Log) recoverTailFiles(w *tail, seg *segment, log file, size int64, maxBody int) (*tail, error) {
+	wIndex, wLog, wTime := w.index.f, w.log.f, w.timeIdx.f
+	// Index entries, and the last one that points at its record.
+	indexSize := fileSize(wIndex)
+	entries := int64(0)
+	indexDamaged := false
+	if l.headerOK(wIndex, magicIndex, seg.base) {
+		entries = writtenEntries(wIndex, (indexSize-fileHeaderSize)/indexEntrySize, indexEntrySize)
+	} else if indexSize > 0 {
+		indexDamaged = true
+	}
+	entry := func(j int64) (int64, bool) {
+		var e [indexEntrySize]byte
+		if _, err := wIndex.ReadAt(e[:], fileHeaderSize+j*indexEntrySize); err != nil {
+			return 0, false
+		}
+		off := int64(binary.BigEndian.Uint32(e[:]))
+		h, _, _, err := l.readFrameAt(log, off, size)
+		return off, err == nil && h.seq == seg.base+uint64(j)
+	}
+	trusted := int64(-1) // entries [0, trusted] are believed
+	if entries > 0 {
+		if _, ok := entry(entries - 1); ok {
+			trusted = entries - 1
+		} else {
+			// Entries are written in order, so the good ones form a prefix.
+			lo, hi := int64(-1), entries-1
+			for hi-lo > 1 {
+				mid := (lo + hi) / 2
+				if _, ok := entry(mid); ok {
+					lo = mid
+				} else {
+					hi = mid
+				}
+			}
+			trusted = lo
+			indexDamaged = true
+		}
+	}
+
+	// Time-index entries kept: those for records the index vouches for.
+	// Only the end of the file is read, so Open does not grow with the
+	// segment; SeekTime checks the rest when it reads the file.
+	tEntries, tFirst, terr := readTimeTail(wTime, seg.base, func(e timeEntry) bool {
+		return trusted >= 0 && e.seq <= seg.base+uint64(trusted)
+	})
+	if terr != nil {
+		tEntries, tFirst = nil, 0
+		indexDamaged = indexDamaged || fileSize(wTime) > 0
+	}
+	tKept := tFirst + int64(len(tEntries)) // entries kept in the file
+
+	// Scan from the earlier of the last trusted index entry and the last
+	// kept time entry: the time index needs the offsets after its entry.
+	b := indexBuilder{maxTime: w.maxTime, lastTimeSeq: maxSeq}
+	startSeq, startOff := seg.base, int64(fileHeaderSize)
+	if trusted >= 0 {
+		startSeq = seg.base + uint64(trusted)
+		if n := len(tEntries); n > 0 {
+			startSeq = tEntries[n-1].seq
+			b.maxTime = max(b.maxTime, tEntries[n-1].maxTime)
+			b.lastTimeSeq = tEntries[n-1].seq
+		}
+		startOff, _ = entry(int64(startSeq - seg.base))
+		b.lastTimeOff = startOff
+	}
+	keepIndex := int64(startSeq - seg.base) // index entries before startSeq are kept
+	sc := newScanner(log, startOff, startSeq, size, maxBody)
+	goodEnd := startOff
+	for {
+		for sc.Next() {
+			off, h, _ := sc.Record()
+			b.add(off, h)
+		}
+		goodEnd = sc.Offset()
+		if sc.Err() == nil {
+			break
+		}
+		if !errors.Is(sc.Err(), ErrCorrupt) && !errors.Is(sc.Err(), errShortFrame) {
+			return nil, fmt.Errorf("diskqueue: open: recover %s: %w", seg.path(logSuffix), sc.Err())
+		}
+		// Valid records after the bad one mean damage inside the log, not
+		// a torn tail. Looking 64 index entries ahead bounds Open's cost.
+		const lookahead = 64
+		stop := min(seg.base+uint64(entries), sc.seq+1+lookahead)
+		off, seq, ok := l.resumeAfter(seg.base, log, wIndex, sc.Offset(), sc.seq, size, stop)
+		if !ok {
+			break
+		}
+		l.logger.Warn("diskqueue: damaged records in the last segment; keeping them for readers to skip", "segment", seg.base, "offset", sc.Offset(), "first_seq", sc.seq, "records", seq-sc.seq)
+		b.damaged(sc.Offset(), seq-sc.seq)
+		sc = newScanner(log, off, seq, size, maxBody)
+	}
+	end := sc.seq
+	if goodEnd < size {
+		if err := l.cutTail(seg, wLog, goodEnd, size); err != nil {
+			return nil, err
+		}
+	}
+
+	// Rewrite the index tail and the time-index tail.
+	gotEntries := keepIndex + int64(len(b.idx)/indexEntrySize)
+	if indexDamaged || gotEntries != entries {
+		if indexDamaged || gotEntries > entries {
+			l.indexRebuilds.Add(1)
+			l.logger.Warn("diskqueue: rebuilt index entries from the log", "segment", seg.base, "entries_found", entries, "records", gotEntries)
+		}
+	}
+	idx := b.idx
+	if keepIndex == 0 {
+		idx = append(appendFileHeader(nil, magicIndex, seg.base), idx...)
+	}
+	idxAt := fileHeaderSize + keepIndex*indexEntrySize
+	if keepIndex == 0 {
+		idxAt = 0
+	}
+	if err := rewriteTail(wIndex, idxAt, idx); err != nil {
+		return nil, fmt.Errorf("diskqueue: open: rewrite %s: %w", seg.path(indexSuffix), err)
+	}
+	// The scan re-derived the entry at startSeq; keep the stored one, and
+	// write only what follows the entries kept.
+	if len(tEntries) > 0 && len(b.tidx) >= timeIndexEntrySize && binary.BigEndian.Uint64(b.tidx[8:]) == tEntries[len(tEntries)-1].seq {
+		b.tidx = b.tidx[timeIndexEntrySize:]
+	}
+	tidxAt := fileHeaderSize + tKept*timeIndexEntrySize
+	tidx := b.tidx
+	if terr != nil {
+		tidxAt, tidx = 0, append(appendFileHeader(nil, magicTimeIndex, seg.base), b.tidx...)
+	}
+	if err := rewriteTail(wTime, tidxAt, tidx); err != nil {
+		return nil, fmt.Errorf("diskqueue: open: rewrite %s: %w", seg.path(timeIndexSuffix), err)
+	}
+	timeIndexSize := tidxAt + int64(len(tidx))
+
+	w.size, w.end = goodEnd, end
+	w.indexSize = fileHeaderSize + gotEntries*indexEntrySize
+	w.timeSize = timeIndexSize
+	w.maxTime = b.maxTime
+	w.lastTimeOff, w.lastTimeSeq = b.lastTimeOff, b.lastTimeSeq
+	seg.setExtent(goodEnd, end)
+	seg.maxTime.Store(b.maxTime)
+	seg.indexBytes.Store(w.indexSize)
+	seg.timeIndexBytes.Store(w.timeSize)
+	seg.writing.Store(true)
+	return w, nil
+}
+
+// scanTail is recoverTail for a read-only queue: it finds where the last
+// segment's good records end without changing any file, and marks how far
+// the index can be trusted (ReadAt scans the log past that).
+func (l *Log) scanTail(seg *segment, log file, size int64) error {
+	maxBody := maxBodyForRead(l.opts.MaxRecordBytes)
+	idx, err := l.fs.OpenFile(seg.path(indexSuffix), os.O_RDONLY, 0)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("diskqueue: open: %w", err)
+	}
+	if idx != nil {
+		seg.setFiles(log, idx)
+	}
+	startSeq, startOff := seg.base, int64(fileHeaderSize)
+	if idx != nil && l.headerOK(idx, magicIndex, seg.base) {
+		// Walk back from the last entry to one that points at its record.
+		for j := writtenEntries(idx, (fileSize(idx)-fileHeaderSize)/indexEntrySize, indexEntrySize) - 1; j >= 0; j-- {
+			var e [indexEntrySize]byte
+			if _, err := idx.ReadAt(e[:], fileHeaderSize+j*indexEntrySize); err != nil {
+				break
+			}
+			off := int64(binary.BigEndian.Uint32(e[:]))
+			if h, _, _, err := l.readFrameAt(log, off, size); err == nil && h.seq == seg.base+uint64(j) {
+				startSeq, startOff = h.seq, off
+				break
+			}
+		}
+	}
+	seg.partialIndex, seg.indexedEnd = true, startSeq+1
+	if startSeq == seg.base && startOff == fileHeaderSize {
+		seg.indexedEnd = seg.base
+	}
+	// The newest timestamp: the time index's running maximum up to the
+	// trusted records, then the records scanned after them.
+	maxTime := l.lastMaxTime
+	if tidx, err := l.fs.OpenFile(seg.path(timeIndexSuffix), os.O_RDONLY, 0); err == nil {
+		n := max(fileSize(tidx), 0)
+		if n >= fileHeaderSize {
+			// A live writer's time index is preallocated: zeros follow
+			// what was written.
+			n = fileHeaderSize + writtenEntries(tidx, (n-fileHeaderSize)/timeIndexEntrySize, timeIndexEntrySize)*timeIndexEntrySize
+		}
+		seg.timeIndexBytes.Store(n)
+		buf := make([]byte, n)
+		if _, err := tidx.ReadAt(buf, 0); err == nil || err == io.EOF {
+			if entries, err := decodeTimeIndex(buf, seg.base); err == nil {
+				for _, e := range entries {
+					if e.seq <= startSeq {
+						maxTime = max(maxTime, e.maxTime)
+					}
+				}
+			}
+		}
+		tidx.Close()
+	}
+	sc := newScanner(log, startOff, startSeq, size, maxBody)
+	for sc.Next() {
+		_, h, _ := sc.Record()
+		maxTime = max(maxTime, h.ts)
+	}
+	seg.setExtent(sc.Offset(), sc.seq)
+	seg.maxTime.Store(maxTime)
+	// Bytes past sc.Offset() that do not check out are a torn write or one
+	// in progress; Verify reports them, and Open would cut them.
+	if n := fileSize(idx); n >= fileHeaderSize {
+		seg.indexBytes.Store(fileHeaderSize + writtenEntries(idx, (n-fileHeaderSize)/indexEntrySize, indexEntrySize)*indexEntrySize)
+	}
+	return nil
+}
+
+// cutTail truncates a torn tail, first copying it to a .bad file unless it
+// is all zeros (space the file system allocated but nothing wrote).
+func (l *Log) cutTail(seg *segment, log file, from, size int64) error {
+	tail := make([]byte, size-from)
+	if _, err := log.ReadAt(tail, from); err != nil && err != io.EOF {
+		return fmt.Errorf("diskqueue: open: read tail of %s: %w", seg.path(logSuffix), err)
+	}
+	attrs := []any{"segment", seg.base, "offset", from, "bytes", len(tail)}
+	torn := !allZero(tail) // zeros alone are space preallocated for appends
+	if torn {
+		name := fmt.Sprintf("%s.%d%s", seg.path(logSuffix), from, badSuffix)
+		if err := l.copyBytes(name, tail); err != nil {
+			return fmt.Errorf("diskqueue: open: save torn tail: %w", err)
+		}
+		l.badFiles.Add(1)
+		attrs = append(attrs, "bad_file", name)
+	}
+	if err := log.Truncate(from); err != nil {
+		return fmt.Errorf("diskqueue: open: truncate %s: %w", seg.path(logSuffix), err)
+	}
+	if !l.opts.NoSync {
+		if err := log.Sync(); err != nil {
+			return fmt.Errorf("diskqueue: open: fsync %s: %w", seg.path(logSuffix), err)
+		}
+	}
+	if torn {
+		l.logger.Warn("diskqueue: cut a torn write off the end of the log", attrs...)
+	}
+	return nil
 }

@@ -1,8 +1,12 @@
 package diskqueue
 
 import (
+	"errors"
 	"fmt"
+	"math"
+	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -154,4 +158,211 @@ func (s *segment) closeFiles() {
 			f.index.Close()
 		}
 	}
+}
+
+// segmentAt returns the segment (gone or not) whose range holds seq, or nil.
+func (l *Log) segmentAt(seq uint64) *segment {
+	l.segMu.RLock()
+	segs := l.segs
+	l.segMu.RUnlock()
+	i := sort.Search(len(segs), func(i int) bool { return segs[i].base > seq }) - 1
+	if i < 0 || seq >= segs[i].endNow() {
+		return nil
+	}
+	return segs[i]
+}
+
+// locate finds where seq starts. A seq older than the oldest segment (its
+// records were acknowledged and deleted) moves to the oldest record kept.
+func (l *Log) locate(seq uint64) (*segment, int64, uint64, error) {
+	l.segMu.RLock()
+	segs := l.segs
+	l.segMu.RUnlock()
+	if len(segs) == 0 {
+		return nil, 0, 0, ErrClosed
+	}
+	i := sort.Search(len(segs), func(i int) bool { return segs[i].base > seq }) - 1
+	if i < 0 {
+		i, seq = 0, segs[0].base
+	}
+	for i+1 < len(segs) && segs[i].gone.Load() {
+		i++
+		seq = max(seq, segs[i].base)
+	}
+	if i < len(segs) && segs[i].base == seq && segs[i].endNow() > seq {
+		return segs[i], fileHeaderSize, seq, nil
+	}
+	seg := segs[i]
+	sealed := seg.sealed.Load()
+	size, end := seg.bounds()
+	if seq >= end {
+		if sealed && i+1 < len(segs) {
+			return segs[i+1], fileHeaderSize, segs[i+1].base, nil
+		}
+		if seq > end {
+			return nil, 0, 0, fmt.Errorf("%w: seq %d is past the end %d", ErrNotFound, seq, end)
+		}
+		return seg, size, end, nil
+	}
+	offs, err := l.indexEntries(seg, seq, 1)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	return seg, int64(offs[0]), seq, nil
+}
+
+// segmentAfter returns the segment following s, or nil.
+func (l *Log) segmentAfter(s *segment) *segment {
+	l.segMu.RLock()
+	defer l.segMu.RUnlock()
+	i := sort.Search(len(l.segs), func(i int) bool { return l.segs[i].base > s.base })
+	if i < len(l.segs) {
+		return l.segs[i]
+	}
+	return nil
+}
+
+// segmentFor returns the segment holding seq, or ErrNotFound.
+func (l *Log) segmentFor(seq uint64) (*segment, error) {
+	l.segMu.RLock()
+	segs := l.segs
+	l.segMu.RUnlock()
+	i := sort.Search(len(segs), func(i int) bool { return segs[i].base > seq }) - 1
+	if i < 0 {
+		if len(segs) == 0 {
+			return nil, ErrClosed
+		}
+		return nil, fmt.Errorf("%w: seq %d is older than the first retained record %d", ErrNotFound, seq, segs[0].base)
+	}
+	if seq >= segs[i].endNow() {
+		return nil, fmt.Errorf("%w: seq %d has not been written", ErrNotFound, seq)
+	}
+	return segs[i], nil
+}
+
+// position returns where seq starts, for Stats.
+func (l *Log) position(seq uint64) (Position, error) {
+	seg, off, _, err := l.locate(seq)
+	if err != nil {
+		return Position{}, err
+	}
+	return Position{Segment: seg.base, Offset: off}, nil
+}
+
+func (l *Log) firstSeq() uint64 {
+	l.segMu.RLock()
+	defer l.segMu.RUnlock()
+	if len(l.segs) == 0 {
+		return 0
+	}
+	return l.segs[0].base
+}
+
+// openSealedLazily takes a segment that was sealed before Open from the
+// directory listing alone: sealed segments were fsynced whole at rotation,
+// so nothing in them needs recovering, and their files are opened, and
+// their headers and index sizes checked, on first use (segFiles). One stat
+// of the log per sealed segment is all Open spends on it; a stat costs
+// microseconds on a virtual machine, and there may be thousands.
+//
+// Until then the index is counted at the size its record count implies
+// (what a sound index has) and the time index at an estimate; first use
+// puts the real sizes into Stats and the disk budget.
+func (l *Log) openSealedLazily(seg *segment, next uint64) error {
+	size, err := l.listedSize(segmentName(seg.base, logSuffix))
+	if err != nil {
+		return fmt.Errorf("diskqueue: open: %w", err)
+	}
+	if size > math.MaxUint32 || next-seg.base > math.MaxUint32 {
+		return fmt.Errorf("%w: %s is %d bytes for seqs %d..%d, more than a segment can hold", ErrCorrupt, seg.path(logSuffix), size, seg.base, next)
+	}
+	seg.setExtent(size, next)
+	seg.sealed.Store(true)
+	seg.maxTime.Store(unknownTime)
+	seg.indexBytes.Store(fileHeaderSize + int64(next-seg.base)*indexEntrySize)
+	// An entry for the first and the last record, and about one per
+	// timeIndexIntervalBytes of log between them.
+	seg.timeIndexBytes.Store(fileHeaderSize + (2+(size-fileHeaderSize)/timeIndexIntervalBytes)*timeIndexEntrySize)
+	return nil
+}
+
+// segFiles returns seg's read handles, opening them on first use. A failure
+// to open is returned as is and tried again by the next call: it is not
+// damage. A deleted segment gives ErrNotFound.
+func (l *Log) segFiles(seg *segment) (*segFiles, error) {
+	if f := seg.files.Load(); f != nil {
+		return f, nil
+	}
+	seg.filesMu.Lock()
+	defer seg.filesMu.Unlock()
+	if f := seg.files.Load(); f != nil {
+		return f, nil
+	}
+	if seg.closed {
+		return nil, fmt.Errorf("%w: segment %d was deleted", ErrNotFound, seg.base)
+	}
+	before := seg.diskBytes()
+	f, err := l.openSealed(seg)
+	if err != nil {
+		return nil, err
+	}
+	// Open counted the index files at their expected sizes.
+	l.diskBytes.Add(seg.diskBytes() - before)
+	seg.files.Store(f)
+	return f, nil
+}
+
+// openSealed opens a sealed segment's log and index and checks them: a
+// damaged log header is only logged (readers check every record anyway and
+// skip the damaged ones); an index that is missing, has a damaged header or
+// the wrong size, or a time index of the wrong shape, is rebuilt from the
+// log (a read-only queue goes without, and lookups scan the log). It
+// records the index files' real sizes in seg.
+func (l *Log) openSealed(seg *segment) (*segFiles, error) {
+	log, err := l.fs.OpenFile(seg.path(logSuffix), os.O_RDONLY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("diskqueue: %w", err)
+	}
+	fail := func(err error) (*segFiles, error) {
+		log.Close()
+		return nil, err
+	}
+	damage, intact, err := l.checkLogHeader(seg, log, seg.sizeNow())
+	if err != nil {
+		return fail(err)
+	}
+	if damage != nil && !intact {
+		l.logger.Warn("diskqueue: segment header is damaged; its records are checked one by one and damaged ones skipped", "segment", seg.base, "err", damage)
+	}
+	count := int64(seg.endNow() - seg.base)
+	timeBytes := l.statSize(seg.path(timeIndexSuffix))
+	timeOK := timeBytes >= fileHeaderSize+timeIndexEntrySize && (timeBytes-fileHeaderSize)%timeIndexEntrySize == 0
+	index, err := l.fs.OpenFile(seg.path(indexSuffix), os.O_RDONLY, 0)
+	indexBytes := fileSize(index)
+	rebuild := false
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		rebuild = true
+	case err != nil:
+		return fail(fmt.Errorf("diskqueue: %w", err))
+	case !timeOK || indexBytes != fileHeaderSize+count*indexEntrySize || !l.headerOK(index, magicIndex, seg.base):
+		index.Close()
+		index, rebuild = nil, true
+	}
+	seg.indexBytes.Store(max(indexBytes, 0))
+	seg.timeIndexBytes.Store(max(timeBytes, 0))
+	if !rebuild {
+		return &segFiles{log: log, index: index}, nil
+	}
+	if l.readOnly {
+		l.logger.Warn("diskqueue: a sealed segment's indexes are damaged (read-only: not rebuilt); lookups in it scan the log", "segment", seg.base)
+		return &segFiles{log: log}, nil
+	}
+	if err := l.rebuildIndexes(seg, log); err != nil {
+		return fail(err)
+	}
+	if index, err = l.fs.OpenFile(seg.path(indexSuffix), os.O_RDONLY, 0); err != nil {
+		return fail(fmt.Errorf("diskqueue: %w", err))
+	}
+	return &segFiles{log: log, index: index}, nil
 }

@@ -1,0 +1,150 @@
+package diskqueue
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+)
+
+// The sequence index: per segment, one fixed-width entry (the record's log
+// offset) per record, so any record is one index read and one log read
+// away. It is derived data: rebuilt from the log when missing or wrong.
+
+// indexEntries reads count consecutive index entries starting at seq's.
+func (l *Log) indexEntries(seg *segment, seq uint64, count int) ([]uint32, error) {
+	f, err := l.segFiles(seg)
+	if err != nil {
+		return nil, err
+	}
+	if f.index == nil || (seg.partialIndex && seq+uint64(count) > seg.indexedEnd) {
+		return nil, fmt.Errorf("%w: segment %d has no index entry for seq %d", ErrCorrupt, seg.base, seq)
+	}
+	buf := make([]byte, count*indexEntrySize)
+	at := fileHeaderSize + int64(seq-seg.base)*indexEntrySize
+	if _, err := f.index.ReadAt(buf, at); err != nil {
+		if errors.Is(err, os.ErrClosed) {
+			return nil, fmt.Errorf("%w: segment %d was deleted", ErrNotFound, seg.base)
+		}
+		return nil, fmt.Errorf("diskqueue: read %s at %d: %w", seg.path(indexSuffix), at, err)
+	}
+	out := make([]uint32, count)
+	for i := range out {
+		out[i] = binary.BigEndian.Uint32(buf[i*indexEntrySize:])
+	}
+	return out, nil
+}
+
+// indexBuilder derives index and time-index entries from records in log
+// order, with the same rules the writer follows.
+type indexBuilder struct {
+	idx, tidx   []byte
+	maxTime     int64
+	lastTimeOff int64
+	lastTimeSeq uint64 // maxSeq until the segment has an entry
+}
+
+func (b *indexBuilder) add(off int64, h recordHeader) {
+	b.idx = binary.BigEndian.AppendUint32(b.idx, uint32(off))
+	b.maxTime = max(b.maxTime, h.ts)
+	if b.lastTimeSeq == maxSeq || off-b.lastTimeOff >= timeIndexIntervalBytes {
+		b.tidx = appendTimeEntry(b.tidx, b.maxTime, h.seq)
+		b.lastTimeOff, b.lastTimeSeq = off, h.seq
+	}
+}
+
+// damaged gives index entries to records that cannot be decoded, all
+// pointing at the damage, so the index keeps one entry per seq and readers
+// find the damage (and skip it) rather than a wrong record.
+func (b *indexBuilder) damaged(off int64, count uint64) {
+	for ; count > 0; count-- {
+		b.idx = binary.BigEndian.AppendUint32(b.idx, uint32(off))
+	}
+}
+
+// rebuildIndexes rewrites a sealed segment's index and time index from its
+// log, atomically (temporary file, fsync, rename). Damaged records keep an
+// entry pointing at the damage.
+//
+// It runs at Open or, from segFiles, while the queue is in use: it touches
+// no writer state, and the time index it writes holds the running maximum
+// within the segment (SeekTime takes the maximum across segments itself).
+func (l *Log) rebuildIndexes(seg *segment, log file) error {
+	maxBody := maxBodyForRead(l.opts.MaxRecordBytes)
+	end, size := seg.endNow(), seg.sizeNow()
+	b := indexBuilder{lastTimeSeq: maxSeq}
+	sc := newScanner(log, fileHeaderSize, seg.base, size, maxBody)
+	for {
+		for sc.Next() {
+			off, h, _ := sc.Record()
+			b.add(off, h)
+		}
+		if sc.Err() == nil || sc.seq >= end {
+			break
+		}
+		if !errors.Is(sc.Err(), ErrCorrupt) && !errors.Is(sc.Err(), errShortFrame) {
+			return fmt.Errorf("diskqueue: open: rebuild index of %s: %w", seg.path(logSuffix), sc.Err())
+		}
+		off, seq, ok := resync(&sc.win, sc.off, size, sc.seq, end, maxBody)
+		if !ok {
+			b.damaged(sc.off, end-sc.seq)
+			break
+		}
+		b.damaged(sc.off, seq-sc.seq)
+		sc = newScanner(log, off, seq, size, maxBody)
+	}
+	if n := uint64(len(b.idx) / indexEntrySize); n != end-seg.base {
+		// The log holds more records than its neighbour's base allows, or
+		// fewer were found: keep exactly the segment's count.
+		want := int((end - seg.base) * indexEntrySize)
+		if len(b.idx) > want {
+			b.idx = b.idx[:want]
+		} else {
+			b.damaged(size, (end-seg.base)-n)
+		}
+	}
+	if b.lastTimeSeq != end-1 && end > seg.base {
+		b.tidx = appendTimeEntry(b.tidx, b.maxTime, end-1)
+	}
+	if err := l.writeAtomically(seg.path(indexSuffix), appendFileHeader(nil, magicIndex, seg.base), b.idx); err != nil {
+		return err
+	}
+	if err := l.writeAtomically(seg.path(timeIndexSuffix), appendFileHeader(nil, magicTimeIndex, seg.base), b.tidx); err != nil {
+		return err
+	}
+	seg.indexBytes.Store(int64(fileHeaderSize + len(b.idx)))
+	seg.timeIndexBytes.Store(int64(fileHeaderSize + len(b.tidx)))
+	seg.maxTime.Store(b.maxTime)
+	l.indexRebuilds.Add(1)
+	l.logger.Warn("diskqueue: rebuilt the indexes of a sealed segment from its log", "segment", seg.base)
+	return nil
+}
+
+// writtenEntries returns how many of the count fixed-size entries after a
+// file's header were written. A preallocated file has zeros after them, and
+// no written entry is all zeros (an index entry is an offset past the
+// header, a time entry holds a timestamp). Entries are written in order, so
+// the written ones are a prefix and a binary search finds its end; a
+// read error counts as the end.
+func writtenEntries(f file, count, size int64) int64 {
+	written := func(j int64) bool {
+		e := make([]byte, size)
+		if _, err := f.ReadAt(e, fileHeaderSize+j*size); err != nil {
+			return false
+		}
+		return !allZero(e)
+	}
+	if count == 0 || written(count-1) {
+		return count
+	}
+	lo, hi := int64(-1), count-1 // entry lo is written (or -1), hi is not
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		if written(mid) {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return hi
+}

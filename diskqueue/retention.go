@@ -1,0 +1,348 @@
+package diskqueue
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+)
+
+// Retention: which segments leave the disk and how. The writer goroutine
+// deletes a sealed segment once every cursor has acknowledged all of it,
+// unless RetainBytes or RetainAge keep it (MaxDiskBytes outranks both); a
+// segment deleted while an older one still holds unacknowledged records
+// leaves a tombstone. Empty drops everything.
+
+// writeTombstone marks a fully acknowledged segment's acknowledgement file
+// as standing for its deleted files. It replaces the bitmap whole
+// (temporary file, fsync, rename, directory fsync), so a crash leaves
+// either the full bitmap (every bit set: the segment is deleted again) or
+// the tombstone, never a mix.
+func (l *Log) writeTombstone(seg *segment) error {
+	return l.writeAtomically(seg.path(ackSuffix), encodeAckHeader(seg.base, seg.endNow(), ackGone), nil)
+}
+
+// Empty discards every record put before the call, acknowledged or not,
+// including segments kept by retention, and moves every cursor to the end.
+// Records in flight are dropped too: acknowledging them afterwards returns
+// ErrNotInFlight.
+func (l *Log) Empty() error {
+	if l.readOnly {
+		return ErrReadOnly
+	}
+	return l.request(l.empty)
+}
+
+// findTombstones picks out the acknowledgement tombstones among the
+// segments (ack.go): it returns the bases of logs still to open and, in
+// order, those of segments deleted as fully acknowledged. A log whose
+// tombstone is already written was being deleted when a crash came: its
+// files are removed now.
+func (l *Log) findTombstones(bases []uint64) (logs, ghosts []uint64) {
+	for name := range l.listing {
+		base, ok := parseSegmentName(name, ackSuffix)
+		if !ok {
+			continue
+		}
+		if size, err := l.listedSize(name); err != nil || size != ackHeaderSize {
+			continue
+		}
+		b, err := readFile(l.fs, filepath.Join(l.dir, name))
+		if err != nil {
+			continue
+		}
+		if _, flags, err := decodeAckHeader(b, base); err == nil && flags&ackGone != 0 {
+			ghosts = append(ghosts, base)
+		}
+	}
+	slices.Sort(ghosts)
+	for _, base := range bases {
+		if _, found := slices.BinarySearch(ghosts, base); !found {
+			logs = append(logs, base)
+			continue
+		}
+		if l.readOnly {
+			continue
+		}
+		for _, suffix := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
+			if err := l.fs.Remove(filepath.Join(l.dir, segmentName(base, suffix))); err != nil && !errors.Is(err, os.ErrNotExist) {
+				l.logger.Warn("diskqueue: cannot remove an acknowledged segment", "segment", base, "err", err)
+			}
+		}
+	}
+	return logs, ghosts
+}
+
+// removeTombstone deletes a tombstone no longer needed.
+func (l *Log) removeTombstone(base uint64) {
+	if l.readOnly {
+		return
+	}
+	if err := l.fs.Remove(filepath.Join(l.dir, segmentName(base, ackSuffix))); err != nil && !errors.Is(err, os.ErrNotExist) {
+		l.logger.Warn("diskqueue: cannot remove a tombstone", "segment", base, "err", err)
+	}
+}
+
+// housekeep deletes segments every record of which is acknowledged, except
+// those retention keeps, and rolls a fully consumed active segment when the
+// disk budget asks for it.
+func (l *Log) housekeep(now time.Time) {
+	cursors := *l.cursorList.Load()
+	if l.rollRequested.Load() {
+		l.rollRequested.Store(false)
+		l.mu.Lock()
+		if t := l.t; l.consumedLocked() && t.end > t.seg.base && l.writeErr == nil {
+			err := l.rotateLocked()
+			if errors.Is(err, ErrDiskFull) {
+				// No room even for the next segment's first pages: the
+				// active one holds nothing unacknowledged, so it goes first.
+				err = l.recycleActiveLocked()
+			}
+			if err != nil && !errors.Is(err, ErrDiskFull) {
+				l.failLocked(err)
+			}
+		}
+		l.mu.Unlock()
+		l.sealPending()
+	}
+	if len(cursors) == 0 {
+		return // no consumer yet: the log holds everything for the first
+	}
+	l.segMu.RLock()
+	segs := l.segs
+	l.segMu.RUnlock()
+	// Candidates: sealed segments (never the last) every record of which
+	// every cursor has acknowledged, whether its floor has passed them or
+	// an older segment still holds records it has not.
+	isDone := make([]bool, len(segs))
+	for i := range isDone {
+		isDone[i] = !segs[i].writing.Load()
+	}
+	for _, c := range cursors {
+		for i, d := range c.done(segs) {
+			isDone[i] = isDone[i] && d
+		}
+	}
+	var cands []int
+	for i := 0; i < len(segs)-1; i++ {
+		if !segs[i].gone.Load() && isDone[i] {
+			cands = append(cands, i)
+		}
+	}
+	// Keep the newest that retention allows, and delete the rest oldest
+	// first.
+	keep := len(cands) // cands[keep:] are kept
+	var kept int64
+	retain := l.opts.RetainBytes > 0 || l.opts.RetainAge > 0
+	for k := len(cands) - 1; retain && k >= 0; k-- {
+		s := segs[cands[k]]
+		b := s.diskBytes()
+		if l.opts.RetainBytes > 0 && kept+b > l.opts.RetainBytes {
+			break
+		}
+		if l.opts.RetainAge > 0 && now.Sub(time.Unix(0, l.segMaxTime(s))) > l.opts.RetainAge {
+			break
+		}
+		kept += b
+		keep = k
+	}
+	// The disk budget outranks retention.
+	if max := l.opts.MaxDiskBytes; max > 0 {
+		var freed int64
+		for k := 0; k < len(cands); k++ {
+			if k < keep {
+				freed += segs[cands[k]].diskBytes()
+				continue
+			}
+			if l.diskBytes.Load()-freed <= max {
+				break
+			}
+			freed += segs[cands[k]].diskBytes()
+			keep = k + 1
+		}
+	}
+	// Leading tombstones (nothing older left) go too.
+	if keep == 0 && !(len(segs) > 1 && segs[0].gone.Load()) {
+		return
+	}
+	// Store the cursors first so that, after a crash, none points into a
+	// segment that no longer exists (Open would cope, but this is cheaper).
+	for _, c := range cursors {
+		c.persist()
+	}
+	del := make(map[int]bool, keep)
+	for _, i := range cands[:keep] {
+		del[i] = true
+	}
+	// The prefix of segments going or gone leaves the list; a segment
+	// deleted behind an unacknowledged one leaves a tombstone.
+	prefix := 0
+	for prefix < len(segs)-1 && (del[prefix] || segs[prefix].gone.Load()) {
+		prefix++
+	}
+	l.dropSegments(prefix)
+	for _, i := range cands[:keep] {
+		if i >= prefix {
+			l.ghostSegment(segs[i])
+		}
+	}
+	l.freed.Notify()
+}
+
+// dropSegments takes the first n segments out of the list and deletes
+// their files (or tombstones). Only the writer goroutine drops segments.
+func (l *Log) dropSegments(n int) {
+	if n == 0 {
+		return
+	}
+	l.segMu.Lock()
+	old := slices.Clone(l.segs[:n])
+	l.segs = slices.Clone(l.segs[n:])
+	for _, s := range old {
+		l.diskBytes.Add(-s.diskBytes())
+	}
+	l.segMu.Unlock()
+	for _, s := range old {
+		if s.gone.Load() {
+			l.removeTombstone(s.base)
+		} else {
+			l.removeSegment(s)
+		}
+	}
+}
+
+// recycleActiveLocked makes room to roll an active segment every record of
+// which is acknowledged, on a file system too full to create the next
+// segment beside it: it frees the old records' blocks (a hole punched in
+// the log; its size and offsets stay, and the segment is deleted once
+// sealed), then rolls. Retained segments are not punched: retention keeps
+// them for replay. The caller holds l.mu and is the writer goroutine.
+func (l *Log) recycleActiveLocked() error {
+	t := l.t
+	p, ok := t.log.f.(puncher)
+	if !ok || l.opts.RetainBytes > 0 || l.opts.RetainAge > 0 {
+		return fmt.Errorf("%w: cannot free the consumed active segment in place", ErrDiskFull)
+	}
+	if err := p.PunchHole(fileHeaderSize, t.size-fileHeaderSize); err != nil {
+		return fmt.Errorf("%w: %w", ErrDiskFull, err)
+	}
+	// Its records are gone now: nothing may be appended behind the hole,
+	// so until the roll succeeds every Put rolls first (or reports the
+	// disk full).
+	t.punched = true
+	l.logger.Warn("diskqueue: file system full; freed the consumed active segment's blocks to roll it", "segment", t.seg.base, "bytes", t.size)
+	return l.rotateLocked()
+}
+
+// ghostSegment deletes a fully acknowledged segment that older
+// unacknowledged records keep from leaving the list: NNNN.ack in the log's
+// directory becomes a tombstone first (it is the Queue's own cursor's
+// bitmap, if the log has that cursor), so a crash in between leaves a
+// tombstone beside the log (Open finishes the deletion), never a gap taken
+// for loss.
+func (l *Log) ghostSegment(s *segment) {
+	cursors := *l.cursorList.Load()
+	for _, c := range cursors {
+		c.closeBitmap(s)
+	}
+	l.segMu.Lock()
+	before := s.diskBytes()
+	s.gone.Store(true)
+	l.diskBytes.Add(s.diskBytes() - before)
+	l.segMu.Unlock()
+	if err := l.writeTombstone(s); err != nil {
+		l.logger.Warn("diskqueue: cannot mark an acknowledged segment deleted; keeping it", "segment", s.base, "err", err)
+		l.segMu.Lock()
+		s.gone.Store(false)
+		l.diskBytes.Add(before - ackHeaderSize)
+		l.segMu.Unlock()
+		return
+	}
+	s.closeFiles()
+	for _, suffix := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
+		if err := l.fs.Remove(s.path(suffix)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			l.logger.Warn("diskqueue: cannot remove an acknowledged segment", "segment", s.base, "err", err)
+		}
+	}
+	l.removeNamedBitmaps(s, cursors)
+}
+
+// removeSegment deletes the files of a segment already dropped from l.segs.
+// A failure is logged: the files stay and are cleaned up at the next Open.
+func (l *Log) removeSegment(s *segment) {
+	s.closeFiles()
+	cursors := *l.cursorList.Load()
+	for _, c := range cursors {
+		c.forget(s)
+	}
+	for i, suffix := range []string{logSuffix, indexSuffix, timeIndexSuffix, ackSuffix} {
+		if i == 1 {
+			l.crashPoint("retention-delete") // the log is gone, its indexes not yet
+		}
+		if err := l.fs.Remove(s.path(suffix)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			l.logger.Warn("diskqueue: cannot remove consumed segment", "segment", s.base, "err", err)
+		}
+	}
+	l.removeNamedBitmaps(s, cursors)
+}
+
+// removeNamedBitmaps deletes the named cursors' acknowledgement files of a
+// deleted segment (the Queue's own cursor's is NNNN.ack beside the log,
+// which the caller handles). One left by a crash is removed when its
+// cursor is next opened.
+func (l *Log) removeNamedBitmaps(s *segment, cursors []*Cursor) {
+	for _, c := range cursors {
+		if c.name == "" {
+			continue
+		}
+		if err := l.fs.Remove(c.ackPath(s)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			c.logger.Warn("diskqueue: cannot remove the acknowledgement file of a deleted segment", "segment", s.base, "err", err)
+		}
+	}
+}
+
+// empty carries out Empty: it rolls to a new segment, moves every cursor
+// to its start and deletes every older segment.
+func (l *Log) empty() error {
+	l.mu.Lock()
+	if err := l.writeErr; err != nil {
+		l.mu.Unlock()
+		return err
+	}
+	if t := l.t; t.end > t.seg.base {
+		if err := l.rotateLocked(); err != nil {
+			l.mu.Unlock()
+			return err
+		}
+	}
+	t := l.t
+	cursors := slices.Clone(l.cursors)
+	for _, c := range cursors {
+		c.readMu.Lock()
+		c.rd.reset(t.seg, t.size, t.end)
+		c.ackFloor.Store(t.end)
+		c.ackedAbove.Store(0)
+		c.inFlight.Store(0)
+		c.readMu.Unlock()
+	}
+	l.mu.Unlock()
+	if l.opts.emptyHookForTesting != nil {
+		l.opts.emptyHookForTesting() // producers may append and roll from here on
+	}
+	if err := l.sealPending(); err != nil {
+		return err
+	}
+	for _, c := range cursors {
+		c.persist()
+	}
+	// Producers may have rotated past t.seg meanwhile: only what came
+	// before it goes.
+	l.segMu.RLock()
+	idx := slices.Index(l.segs, t.seg)
+	l.segMu.RUnlock()
+	l.dropSegments(idx)
+	l.freed.Notify()
+	return nil
+}

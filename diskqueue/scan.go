@@ -1,0 +1,174 @@
+package diskqueue
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+)
+
+// Damage-aware scanning: walking a log's frames and, past a record that
+// fails its checks, finding the next one that passes (through the damaged
+// frame's own length, else the sequence index, else a byte-wise resync).
+
+// damageError reports records a reader skipped because their bytes failed a
+// check. The reader has already moved past them.
+type damageError struct {
+	seg      *segment
+	from, to int64  // damaged byte range in seg's log; from == to for a gap between segments
+	first    uint64 // first skipped seq
+	next     uint64 // seq after the last skipped
+	cause    error
+}
+
+func (d *damageError) Error() string {
+	return fmt.Sprintf("segment %s offset %d: records %d..%d skipped: %v", segmentName(d.seg.base, logSuffix), d.from, d.first, d.next-1, d.cause)
+}
+
+func (d *damageError) Unwrap() error { return ErrCorrupt }
+
+// readError wraps an I/O error from a read. A closed file means the segment
+// was deleted while we read it.
+func readError(seg *segment, off int64, err error) error {
+	if errors.Is(err, os.ErrClosed) {
+		return fmt.Errorf("%w: segment %d was deleted", ErrNotFound, seg.base)
+	}
+	return fmt.Errorf("diskqueue: read %s at %d: %w", seg.path(logSuffix), off, err)
+}
+
+// skipDamage finds where reading can go on after a damaged record at off
+// (which should hold seq); if nothing after it in the readable segment
+// checks out, the rest of it is skipped.
+func (l *Log) skipDamage(seg *segment, off int64, seq uint64, limit int64, cause error) *damageError {
+	d := &damageError{seg: seg, from: off, first: seq, to: limit, next: seg.endNow(), cause: cause}
+	if seg.sealed.Load() || d.next < seq {
+		d.next = max(d.next, seq)
+	}
+	entries := seg.endNow()
+	if seg.partialIndex {
+		entries = min(entries, seg.indexedEnd)
+	}
+	// The reader holds seg's files open, so this does not fail.
+	if f, err := l.segFiles(seg); err == nil {
+		if o, s, ok := l.resumeAfter(seg.base, f.log, f.index, off, seq, limit, entries); ok {
+			d.to, d.next = o, s
+		}
+	}
+	return d
+}
+
+// resumeAfter finds the first record after a damaged one at bad (which
+// should hold seq) that checks out: the one the damaged frame's own length
+// points at, else the first of the sequence index's entries for seqs
+// (seq, stop) that points at its record. index may be nil.
+func (l *Log) resumeAfter(base uint64, log, index file, bad int64, seq uint64, limit int64, stop uint64) (int64, uint64, bool) {
+	try := func(o int64, s uint64) bool {
+		if o <= bad || o >= limit {
+			return false
+		}
+		h, _, _, err := l.readFrameAt(log, o, limit)
+		return err == nil && h.seq == s
+	}
+	var head [lengthSize]byte
+	if _, err := log.ReadAt(head[:], bad); err == nil {
+		if n, err := frameLength(head[:], maxBodyForRead(l.opts.MaxRecordBytes)); err == nil && try(bad+int64(n), seq+1) {
+			return bad + int64(n), seq + 1, true
+		}
+	}
+	if index == nil {
+		return 0, 0, false
+	}
+	for s := seq + 1; s < stop; s++ {
+		var e [indexEntrySize]byte
+		if _, err := index.ReadAt(e[:], fileHeaderSize+int64(s-base)*indexEntrySize); err != nil {
+			break
+		}
+		if o := int64(binary.BigEndian.Uint32(e[:])); try(o, s) {
+			return o, s, true
+		}
+	}
+	return 0, 0, false
+}
+
+// readFrameAt reads and checks the frame at off on its own.
+func (l *Log) readFrameAt(log file, off, limit int64) (recordHeader, []byte, int, error) {
+	w := window{chunk: 4096}
+	w.reset(log)
+	return w.frameAt(off, limit, maxBodyForRead(l.opts.MaxRecordBytes))
+}
+
+// resync looks for the next frame that checks out after damage at off,
+// trying every byte offset, for a seq in (after, before). A cheap test of
+// the seq field comes before the checksum, so this costs little more than a
+// read of the bytes. It is used only where no index can say where the next
+// record starts.
+func resync(w *window, off, limit int64, after, before uint64, maxBody int) (int64, uint64, bool) {
+	for p := off + 1; p+recordHeaderSize <= limit; p++ {
+		head, err := w.bytesAt(p, recordHeaderSize, limit)
+		if err != nil {
+			return 0, 0, false
+		}
+		seq := binary.BigEndian.Uint64(head[9:17])
+		if seq <= after || seq >= before {
+			continue
+		}
+		if h, _, _, err := w.frameAt(p, limit, maxBody); err == nil && h.seq == seq {
+			return p, seq, true
+		}
+	}
+	return 0, 0, false
+}
+
+// scanner decodes consecutive frames from an io.ReaderAt, in the shape of
+// bufio.Scanner. It stops at the first frame that does not check out and
+// reports the offset up to which everything was good, so recovery (and its
+// fuzz test) can run over any bytes, with or without files.
+type scanner struct {
+	win     window
+	off     int64  // offset of the next frame: the end of the good prefix
+	seq     uint64 // seq the next frame must carry
+	limit   int64
+	maxBody int
+
+	recOff int64
+	hdr    recordHeader
+	n      int
+	err    error
+}
+
+func newScanner(r io.ReaderAt, off int64, seq uint64, limit int64, maxBody int) *scanner {
+	s := &scanner{off: off, seq: seq, limit: limit, maxBody: maxBody}
+	s.win.reset(r)
+	return s
+}
+
+// Next decodes the next frame. It returns false at the end of the data
+// (Err is nil) or at a frame that fails (Err says why: errShortFrame for one
+// cut short, ErrCorrupt for bad bytes, or an I/O error).
+func (s *scanner) Next() bool {
+	if s.err != nil || s.off >= s.limit {
+		return false
+	}
+	h, _, n, err := s.win.frameAt(s.off, s.limit, s.maxBody)
+	if err == nil && h.seq != s.seq {
+		err = fmt.Errorf("%w: record at offset %d has seq %d, want %d", ErrCorrupt, s.off, h.seq, s.seq)
+	}
+	if err != nil {
+		s.err = err
+		return false
+	}
+	s.recOff, s.hdr, s.n = s.off, h, n
+	s.off += int64(n)
+	s.seq++
+	return true
+}
+
+// Record returns the offset, header and frame size of the last good frame.
+func (s *scanner) Record() (int64, recordHeader, int) { return s.recOff, s.hdr, s.n }
+
+// Err returns what stopped the scan, nil for a clean end.
+func (s *scanner) Err() error { return s.err }
+
+// Offset is the end of the good prefix.
+func (s *scanner) Offset() int64 { return s.off }
