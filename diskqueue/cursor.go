@@ -48,6 +48,9 @@ type Cursor struct {
 	// closed is set when the log closes or the cursor is deleted: its
 	// files are released.
 	closed bool
+	// retired are bitmap files of segments the floor has passed, waiting
+	// for the writer goroutine to fsync and close them (retirePassed).
+	retired []file
 
 	// Written only under readMu, readable without it (Depth, Stats, the
 	// writer goroutine's housekeeping).
@@ -517,6 +520,10 @@ func (c *Cursor) closeFiles() {
 
 func (c *Cursor) closeFilesLocked() {
 	c.closed = true
+	for _, f := range c.retired {
+		f.Close()
+	}
+	c.retired = nil
 	for _, sa := range c.segs {
 		if sa.ack != nil {
 			sa.ack.close()
@@ -541,6 +548,50 @@ func (c *Cursor) state(seg *segment) *segAcks {
 		c.segs[seg] = sa
 	}
 	return sa
+}
+
+// retire closes the cursor's bitmap of a segment its floor has passed:
+// nothing in it changes again, so a long retained log does not hold a
+// descriptor and a mapping per segment per cursor. One with bits not yet
+// fsynced goes to the writer goroutine (retirePassed), which fsyncs and
+// then closes it, so a power
+// cut loses no more than it would have. A segment still being written or
+// sealed keeps its file (the writer cuts it to size). The caller holds
+// c.readMu.
+func (c *Cursor) retire(sa *segAcks) {
+	if sa == nil || sa.ack == nil || sa.ack.mem || sa.seg.writing.Load() {
+		return
+	}
+	a := sa.ack
+	sa.ack = nil
+	a.release()
+	if a.dirty && !c.log.opts.NoSync {
+		c.retired = append(c.retired, a.f)
+		return
+	}
+	a.f.Close()
+}
+
+// retirePassed retires the bitmaps of segments the floor has passed that
+// were still being sealed when it did, then fsyncs and closes every
+// retired file. The writer goroutine calls it each round.
+func (c *Cursor) retirePassed() {
+	c.readMu.Lock()
+	floor := c.ackFloor.Load()
+	for seg, sa := range c.segs {
+		if sa.ack != nil && seg.endNow() <= floor {
+			c.retire(sa)
+		}
+	}
+	retired := c.retired
+	c.retired = nil
+	c.readMu.Unlock()
+	for _, f := range retired {
+		if err := f.Sync(); err != nil && !errors.Is(err, os.ErrClosed) {
+			c.logger.Warn("diskqueue: cannot fsync acknowledgements; after a power cut finished records may be delivered again", "err", err)
+		}
+		f.Close()
+	}
 }
 
 // closeBitmap closes the cursor's acknowledgement file of seg, keeping
@@ -710,6 +761,7 @@ func (c *Cursor) advanceFloorLocked(hint *segment) error {
 			break
 		}
 		crossed = crossed || seg.sealed.Load()
+		c.retire(c.segs[seg])
 	}
 	if floor != c.ackFloor.Load() {
 		c.ackFloor.Store(floor)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -376,5 +377,54 @@ func TestVerifyNamedCursors(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("Verify problems %v, want one for %s", rep.Problems, want)
+	}
+}
+
+// openAckFiles counts this process's open descriptors on .ack files
+// under dir.
+func openAckFiles(t *testing.T, dir string) int {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("no /proc/self/fd on this system: %v", err)
+	}
+	n := 0
+	for _, fd := range fds {
+		target, err := os.Readlink(filepath.Join("/proc/self/fd", fd.Name()))
+		if err == nil && strings.HasPrefix(target, dir) && strings.HasSuffix(target, ".ack") {
+			n++
+		}
+	}
+	return n
+}
+
+// A cursor closes its bitmap of a segment once its read position has
+// passed it, so a long retained log does not hold a descriptor per segment.
+func TestPassedBitmapsAreClosed(t *testing.T) {
+	dir := t.TempDir()
+	q := openQueue(t, dir, diskqueue.Options{MaxSegmentBytes: 1024, RetainBytes: 1 << 30})
+	defer q.Close()
+	putN(t, q, 0, 2000) // about 100 segments, all retained
+	readN(t, q, 0, 2000, true)
+	if err := q.Sync(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	st := q.Stats()
+	if st.Segments < 50 {
+		t.Fatalf("only %d segments retained", st.Segments)
+	}
+	if n := openAckFiles(t, dir); n > 3 {
+		t.Fatalf("%d acknowledgement files open across %d fully acknowledged retained segments, want at most 3", n, st.Segments)
+	}
+	// Nothing acknowledged comes back after a reopen.
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	q = openQueue(t, dir, diskqueue.Options{MaxSegmentBytes: 1024, RetainBytes: 1 << 30})
+	defer q.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if rec, err := q.Read(ctx); err == nil {
+		t.Fatalf("after reopen Read returned seq %d, acknowledged before", rec.Seq)
 	}
 }

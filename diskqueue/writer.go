@@ -61,6 +61,7 @@ func (l *Log) run() {
 		l.housekeep(time.Now())
 		cursors := *l.cursorList.Load()
 		for _, c := range cursors {
+			c.retirePassed()
 			if tick {
 				c.syncAcks()
 				// A floor an error stopped (a failed bitmap read) moves
