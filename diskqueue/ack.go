@@ -127,7 +127,12 @@ const ackChunk = 64 << 10
 // lack of space. On the write path it is a sparse file, whose one-byte
 // writes can still meet a full disk.
 func (c *Cursor) createAckFile(seg *segment, capacity uint64, mapped, grow bool) (*ackFile, error) {
-	name := c.ackPath(seg)
+	return c.createAckFileAt(c.ackPath(seg), seg.base, capacity, mapped, grow)
+}
+
+// createAckFileAt is createAckFile under any name, with base in its header
+// (a spare segment's is rewritten when the spare is used).
+func (c *Cursor) createAckFileAt(name string, base, capacity uint64, mapped, grow bool) (*ackFile, error) {
 	f, err := c.log.fs.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
 		return nil, err
@@ -152,7 +157,7 @@ func (c *Cursor) createAckFile(seg *segment, capacity uint64, mapped, grow bool)
 		err = f.Truncate(size)
 	}
 	if err == nil {
-		err = a.writeAt(encodeAckHeader(seg.base, 0, 0), 0)
+		err = a.writeAt(encodeAckHeader(base, 0, 0), 0)
 	}
 	if err != nil {
 		a.close()

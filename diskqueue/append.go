@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -386,12 +388,15 @@ func (l *Log) publishLocked(t *tail) {
 // and starts the next one at the active one's end. The caller holds l.mu.
 func (l *Log) rotateLocked() error {
 	old := l.t
-	seg, t, err := l.createSegment(old.end, old.maxTime, old.mapped)
-	if err != nil {
-		if isNoSpace(err) {
-			return fmt.Errorf("%w: %w", ErrDiskFull, err)
+	seg, t := l.takeSpareLocked(old.end, old.maxTime)
+	if seg == nil {
+		var err error
+		if seg, t, err = l.createSegment(old.end, old.maxTime, old.mapped); err != nil {
+			if isNoSpace(err) {
+				return fmt.Errorf("%w: %w", ErrDiskFull, err)
+			}
+			return err
 		}
-		return err
 	}
 	l.crashPoint("rotate-created")
 	old.seg.sealed.Store(true) // its size and end are final
@@ -419,78 +424,250 @@ func (l *Log) adoptBitmaps(t *tail) {
 }
 
 // createSegment creates the three files of a segment starting at base with
-// their headers, and returns the segment (with its read handles) and its
-// tail. It syncs nothing: the writer goroutine fsyncs the files and the
-// directory before any record in them is reported durable.
+// their headers (and each cursor's acknowledgement file), and returns the
+// segment (with its read handles) and its tail. It syncs nothing: the
+// writer goroutine fsyncs the files and the directory before any record in
+// them is reported durable.
 func (l *Log) createSegment(base uint64, maxTime int64, mapped bool) (*segment, *tail, error) {
 	seg := &segment{dir: l.dir, base: base}
-	t := &tail{seg: seg, end: base, lastTimeSeq: maxSeq, maxTime: maxTime}
-	var files [3]file
-	fail := func(err error) (*segment, *tail, error) {
-		t.log.release()
-		t.index.release()
-		t.timeIdx.release()
-		for _, f := range files {
-			if f != nil {
-				f.Close()
-			}
-		}
-		seg.closeFiles()
-		for _, a := range t.acks {
-			a.close()
-			l.fs.Remove(a.name)
-		}
-		for _, suffix := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
-			l.fs.Remove(seg.path(suffix))
-		}
+	var ackNames []string
+	for _, c := range l.cursors {
+		ackNames = append(ackNames, c.ackPath(seg))
+	}
+	f, err := l.makeSegmentFiles([3]string{seg.path(logSuffix), seg.path(indexSuffix), seg.path(timeIndexSuffix)}, ackNames, base, mapped, fileHeaderSize, true)
+	if err != nil {
 		return nil, nil, fmt.Errorf("diskqueue: create segment %d: %w", base, err)
 	}
-	magics := [3][4]byte{magicLog, magicIndex, magicTimeIndex}
-	for i, suffix := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
-		f, err := l.fs.OpenFile(seg.path(suffix), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	seg, t := f.install(l, base, maxTime)
+	return seg, t, nil
+}
+
+// segmentFiles are a segment's open files before it joins the log: the
+// three being appended to, the read handles, and each cursor's bitmap
+// (in the order of l.cursors when they were made).
+type segmentFiles struct {
+	names               [3]string
+	log, index, timeIdx region
+	mapped              bool
+	readLog, readIndex  file
+	acks                []*ackFile
+}
+
+// makeSegmentFiles creates a segment's files under names (and the cursors'
+// bitmaps under ackNames), readied for appends with at least prealloc
+// bytes of the log preallocated (on the mapped path), and opens its read
+// handles. With headers set the files get their headers for base at once
+// (so a reader in another process meets zeros there only briefly);
+// otherwise (a spare) writeHeaders writes them when the base is known.
+func (l *Log) makeSegmentFiles(names [3]string, ackNames []string, base uint64, mapped bool, prealloc int64, headers bool) (*segmentFiles, error) {
+	sf := &segmentFiles{names: names}
+	fail := func(err error) (*segmentFiles, error) {
+		sf.discard(l)
+		return nil, err
+	}
+	var t tail
+	for i, name := range names {
+		f, err := l.fs.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 		if err != nil {
 			return fail(err)
 		}
-		files[i] = f
+		[]*region{&sf.log, &sf.index, &sf.timeIdx}[i].f = f
 	}
-	t.log.f, t.index.f, t.timeIdx.f = files[0], files[1], files[2]
-	if err := l.startAppending(t, mapped); err != nil {
+	t.log.f, t.index.f, t.timeIdx.f = sf.log.f, sf.index.f, sf.timeIdx.f
+	if err := l.startAppending(&t, mapped); err != nil {
 		return fail(err)
 	}
-	for i, r := range []*region{&t.log, &t.index, &t.timeIdx} {
+	sf.log, sf.index, sf.timeIdx, sf.mapped = t.log, t.index, t.timeIdx, t.mapped
+	for _, r := range []*region{&sf.index, &sf.timeIdx} {
 		if err := r.ensure(fileHeaderSize); err != nil {
 			return fail(err)
 		}
-		if err := r.write(0, appendFileHeader(nil, magics[i], base)); err != nil {
+	}
+	if err := sf.log.ensure(max(prealloc, fileHeaderSize)); err != nil {
+		return fail(err)
+	}
+	if headers {
+		if err := sf.writeHeaders(base); err != nil {
 			return fail(err)
 		}
 	}
-	t.size, t.indexSize, t.timeSize = fileHeaderSize, fileHeaderSize, fileHeaderSize
-	t.ackCap = l.recordCapacity()
-	for _, c := range l.cursors {
-		a, err := c.createAckFile(seg, t.ackCap, mapped, true)
+	for i, name := range ackNames {
+		a, err := l.cursors[i].createAckFileAt(name, base, l.recordCapacity(), mapped, true)
 		if err != nil {
 			return fail(err)
 		}
-		t.acks = append(t.acks, a)
+		sf.acks = append(sf.acks, a)
 	}
-	log, err := l.fs.OpenFile(seg.path(logSuffix), os.O_RDONLY, 0)
-	if err != nil {
+	var err error
+	if sf.readLog, err = l.fs.OpenFile(names[0], os.O_RDONLY, 0); err != nil {
 		return fail(err)
 	}
-	index, err := l.fs.OpenFile(seg.path(indexSuffix), os.O_RDONLY, 0)
-	if err != nil {
-		log.Close()
+	if sf.readIndex, err = l.fs.OpenFile(names[1], os.O_RDONLY, 0); err != nil {
 		return fail(err)
 	}
-	seg.setFiles(log, index)
+	return sf, nil
+}
+
+// writeHeaders writes the three file headers and the bitmaps' for base.
+func (sf *segmentFiles) writeHeaders(base uint64) error {
+	magics := [3][4]byte{magicLog, magicIndex, magicTimeIndex}
+	for i, r := range []*region{&sf.log, &sf.index, &sf.timeIdx} {
+		if err := r.write(0, appendFileHeader(nil, magics[i], base)); err != nil {
+			return err
+		}
+	}
+	for _, a := range sf.acks {
+		if err := a.writeAt(encodeAckHeader(base, 0, 0), 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// discard closes and removes everything sf made.
+func (sf *segmentFiles) discard(l *Log) {
+	for i, r := range []*region{&sf.log, &sf.index, &sf.timeIdx} {
+		r.release()
+		if r.f != nil {
+			r.f.Close()
+			l.fs.Remove(sf.names[i])
+		}
+	}
+	for _, f := range []file{sf.readLog, sf.readIndex} {
+		if f != nil {
+			f.Close()
+		}
+	}
+	for _, a := range sf.acks {
+		a.close()
+		l.fs.Remove(a.name)
+	}
+}
+
+// install makes the segment and its tail from files whose headers say
+// base.
+func (sf *segmentFiles) install(l *Log, base uint64, maxTime int64) (*segment, *tail) {
+	seg := &segment{dir: l.dir, base: base}
+	t := &tail{seg: seg, end: base, lastTimeSeq: maxSeq, maxTime: maxTime,
+		log: sf.log, index: sf.index, timeIdx: sf.timeIdx, mapped: sf.mapped,
+		size: fileHeaderSize, indexSize: fileHeaderSize, timeSize: fileHeaderSize,
+		acks: sf.acks, ackCap: l.recordCapacity()}
+	seg.setFiles(sf.readLog, sf.readIndex)
 	seg.bitmaps.Store(int32(len(t.acks)))
 	seg.writing.Store(true)
 	seg.setExtent(fileHeaderSize, base)
 	seg.indexBytes.Store(fileHeaderSize)
 	seg.timeIndexBytes.Store(fileHeaderSize)
 	seg.maxTime.Store(maxTime)
-	return seg, t, nil
+	return seg, t
+}
+
+// spareName is the name of a spare segment's file with the given suffix.
+const spareName = "next"
+
+// spare is a segment's files made ahead of need by the writer goroutine
+// (prepareSpare) under spare names, preallocated and pre-faulted, so a
+// rotation renames them into place rather than creating, allocating and
+// mapping files while producers wait. Only the mapped path has one.
+type spare struct {
+	files   *segmentFiles
+	cursors []*Cursor // the cursors its bitmaps are for
+}
+
+// takeSpareLocked turns the spare into the segment starting at base, or
+// returns nil if there is none it can use (made for another set of
+// cursors, or a rename failed: the rotation then creates the files). The
+// headers are written before the renames and the log is renamed last, so
+// a crash leaves either spare files (removed at Open) or a segment whose
+// files that exist are whole: missing indexes are rebuilt, a missing
+// bitmap is created. The caller holds l.mu.
+func (l *Log) takeSpareLocked(base uint64, maxTime int64) (*segment, *tail) {
+	sp := l.spare
+	l.spare = nil
+	if sp == nil {
+		return nil, nil
+	}
+	if !slices.Equal(sp.cursors, l.cursors) {
+		sp.files.discard(l)
+		return nil, nil
+	}
+	sf := sp.files
+	if err := sf.writeHeaders(base); err != nil {
+		sf.discard(l)
+		return nil, nil
+	}
+	seg := &segment{dir: l.dir, base: base}
+	for i, a := range sf.acks {
+		name := sp.cursors[i].ackPath(seg)
+		if err := l.fs.Rename(a.name, name); err != nil {
+			l.logger.Warn("diskqueue: cannot use the spare segment; creating one", "err", err)
+			sf.discard(l)
+			return nil, nil
+		}
+		a.name = name
+	}
+	for i := 2; i >= 0; i-- { // the log last
+		name := seg.path([]string{logSuffix, indexSuffix, timeIndexSuffix}[i])
+		if err := l.fs.Rename(sf.names[i], name); err != nil {
+			l.logger.Warn("diskqueue: cannot use the spare segment; creating one", "err", err)
+			sf.discard(l)
+			for j := i + 1; j <= 2; j++ {
+				l.fs.Remove(seg.path([]string{logSuffix, indexSuffix, timeIndexSuffix}[j]))
+			}
+			return nil, nil
+		}
+		sf.names[i] = name
+		if i == 1 {
+			l.crashPoint("spare-rename") // indexes in place, the log not yet
+		}
+	}
+	l.sparesUsed.Add(1)
+	return sf.install(l, base, maxTime)
+}
+
+// prepareSpare makes the spare segment when the active one is half full
+// and there is none, outside l.mu. A failure (a full disk) only means the
+// next rotation creates its files itself. Only the writer goroutine calls
+// it.
+func (l *Log) prepareSpare() {
+	l.mu.Lock()
+	t := l.t
+	need := t != nil && t.mapped && l.spare == nil && !l.closed && t.size >= l.opts.MaxSegmentBytes/2
+	cursors := slices.Clone(l.cursors)
+	l.mu.Unlock()
+	if !need {
+		return
+	}
+	var ackNames []string
+	for _, c := range cursors {
+		ackNames = append(ackNames, filepath.Join(c.dir, spareName+ackSuffix))
+	}
+	names := [3]string{filepath.Join(l.dir, spareName+logSuffix), filepath.Join(l.dir, spareName+indexSuffix), filepath.Join(l.dir, spareName+timeIndexSuffix)}
+	// The cursors cannot change meanwhile: adding one takes l.mu, which a
+	// rotation taking this spare checks, and deleting one runs on this
+	// goroutine.
+	sf, err := l.makeSegmentFiles(names, ackNames, 0, true, min(logChunk, l.opts.MaxSegmentBytes), false)
+	if err != nil {
+		return
+	}
+	prefault(sf.log.m[:sf.log.alloc])
+	sf.log.prefaulted = sf.log.alloc
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.spare != nil || l.closed || !slices.Equal(cursors, l.cursors) {
+		sf.discard(l)
+		return
+	}
+	l.spare = &spare{files: sf, cursors: cursors}
+}
+
+// dropSpare removes the spare segment, if any (at Close). The caller holds
+// l.mu.
+func (l *Log) dropSpareLocked() {
+	if l.spare != nil {
+		l.spare.files.discard(l)
+		l.spare = nil
+	}
 }
 
 // seal finishes a segment nothing will append to any more: it closes the

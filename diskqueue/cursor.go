@@ -343,7 +343,7 @@ func (l *Log) loadCursors() error {
 
 // removeOrphanBitmaps removes a named cursor's acknowledgement files of
 // segments no longer in the log (a crash came between a segment's deletion
-// and theirs).
+// and theirs) and its bitmap of a spare segment.
 func (l *Log) removeOrphanBitmaps(c *Cursor) {
 	entries, err := l.fs.ReadDir(c.dir)
 	if err != nil {
@@ -357,7 +357,7 @@ func (l *Log) removeOrphanBitmaps(c *Cursor) {
 	}
 	for _, e := range entries {
 		base, ok := parseSegmentName(e.Name(), ackSuffix)
-		if !ok || live[base] {
+		if e.Name() != spareName+ackSuffix && (!ok || live[base]) {
 			continue
 		}
 		if err := l.fs.Remove(filepath.Join(c.dir, e.Name())); err != nil {

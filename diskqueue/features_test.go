@@ -499,7 +499,7 @@ func TestEmpty(t *testing.T) {
 	if err := q.Ack(rec.Seq); !errors.Is(err, ErrNotInFlight) {
 		t.Fatalf("Ack after Empty: got %v, want ErrNotInFlight", err)
 	}
-	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	logs, _ := filepath.Glob(filepath.Join(dir, "0*.log")) // segments, not the spare
 	if len(logs) != 1 {
 		t.Fatalf("files after Empty: %v", logs)
 	}

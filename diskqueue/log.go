@@ -67,6 +67,9 @@ type Log struct {
 	// readers that hold no lock.
 	cursors    []*Cursor
 	cursorList atomic.Pointer[[]*Cursor]
+	// spare is the next segment's files, made ahead by the writer
+	// goroutine (append.go); nil when there is none.
+	spare *spare
 
 	wakeCh   chan struct{} // capacity 1: there is work for the writer
 	reqCh    chan request  // work for the writer goroutine to do in its turn
@@ -107,6 +110,7 @@ type Log struct {
 	readErrors     atomic.Int64
 	syncs          atomic.Int64
 	retriedWrites  atomic.Int64
+	sparesUsed     atomic.Int64        // rotations that renamed a spare into place
 	syncLatency    histogram.Histogram // duration of each fsync of the log
 }
 

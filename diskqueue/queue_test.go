@@ -94,7 +94,7 @@ func TestRotationAndDeletion(t *testing.T) {
 	if err := q.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	logs, _ := filepath.Glob(filepath.Join(dir, "0*.log")) // segments, not the spare
 	if len(logs) != 1 {
 		t.Fatalf("log files after consuming everything: got %d (%v), want 1", len(logs), logs)
 	}

@@ -36,6 +36,11 @@ func (l *Log) recover() error {
 		}
 		switch {
 		case name == cursorName || name == lockName || name == cursorsDir:
+		case strings.HasPrefix(name, spareName+"."):
+			// A spare segment made ahead of need; nothing refers to it.
+			if !l.readOnly {
+				l.fs.Remove(filepath.Join(l.dir, name))
+			}
 		case strings.HasSuffix(name, tmpSuffix):
 			// An atomic write that never finished; nothing refers to it.
 			if l.readOnly {
@@ -219,11 +224,19 @@ func (l *Log) removeOrphanIndexes(entries []os.DirEntry, bases, ghosts []uint64)
 func (l *Log) openSegment(base, next uint64, last, unsealed bool) (*segment, error) {
 	seg := &segment{dir: l.dir, base: base}
 	if !last && !unsealed {
-		return seg, l.openSealedLazily(seg, next)
+		err := l.openSealedLazily(seg, next)
+		if err != nil && l.readOnly && errors.Is(err, os.ErrNotExist) {
+			// A live writer deleted it, consumed, since the listing.
+			return nil, nil
+		}
+		return seg, err
 	}
 	name := seg.path(logSuffix)
 	f, err := l.fs.OpenFile(name, os.O_RDONLY, 0)
 	if err != nil {
+		if l.readOnly && errors.Is(err, os.ErrNotExist) && !last {
+			return nil, nil // deleted since the listing, as above
+		}
 		return nil, fmt.Errorf("diskqueue: open: %w", err)
 	}
 	seg.setFiles(f, nil)
@@ -233,6 +246,12 @@ func (l *Log) openSegment(base, next uint64, last, unsealed bool) (*segment, err
 		return nil, fmt.Errorf("diskqueue: open: cannot stat %s", name)
 	}
 	damage, intact, err := l.checkLogHeader(seg, f, size)
+	if err == nil && damage != nil && l.readOnly && last && size >= fileHeaderSize && !l.beingCreated(f, size) {
+		// The header read as zeros and is not now: a live writer wrote it
+		// meanwhile (checkLogHeader read the first record after it). Read
+		// it again.
+		damage, intact, err = l.checkLogHeader(seg, f, size)
+	}
 	if err != nil {
 		seg.closeFiles()
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -94,6 +95,11 @@ func (l *Log) verifySegment(seg *segment, rep *Report) {
 	logName := segmentName(seg.base, logSuffix)
 	size, end := seg.bounds()
 	f, err := l.segFiles(seg)
+	if err != nil && errors.Is(err, os.ErrNotExist) && !seg.writing.Load() {
+		// A live writer deleted it, every record acknowledged, since the
+		// view opened.
+		return
+	}
 	if err != nil {
 		rep.Problems = append(rep.Problems, Problem{File: logName, Offset: -1, Err: err})
 		return
@@ -165,6 +171,8 @@ func (l *Log) verifySegment(seg *segment, rep *Report) {
 	}
 	if entries, err := l.timeEntries(seg); err != nil && creating && errors.Is(err, ErrCorrupt) {
 		// Its header is being written; the time index is derived data.
+	} else if err != nil && errors.Is(err, ErrNotFound) {
+		// Deleted since it was read above, as in segFiles.
 	} else if err != nil {
 		rep.Problems = append(rep.Problems, Problem{File: segmentName(seg.base, timeIndexSuffix), Offset: -1, Err: err})
 	} else if n := len(entries); n > 0 && entries[n-1].seq >= max(end, seg.base+1) && seg.sealed.Load() && !seg.partialIndex {

@@ -58,6 +58,7 @@ func (l *Log) run() {
 			l.sealPending()
 		}
 		l.prepareAhead()
+		l.prepareSpare()
 		l.housekeep(time.Now())
 		cursors := *l.cursorList.Load()
 		for _, c := range cursors {
@@ -226,6 +227,7 @@ func (l *Log) finish() {
 	l.mu.Lock()
 	t := l.t
 	l.t = nil
+	l.dropSpareLocked()
 	l.mu.Unlock()
 	if t != nil {
 		if err := l.seal(t); err != nil {
