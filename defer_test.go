@@ -215,6 +215,9 @@ func TestSIGKILLDeferred(t *testing.T) {
 			KillAfter: 200 + rng.IntN(2000), KillKind: "put",
 		})
 		puts, fins, done := res.Set("put"), res.Set("fin"), res.Set("done")
+		if n := len(res.Events["done"]); n != len(done) {
+			t.Fatalf("cycle %d: %d messages finished twice before the kill, with no crash in between", cycle, n-len(done))
+		}
 		q := open(t, dir, spillq.Options{MaxDeferredInMemory: 16})
 		delivered := map[string]bool{}
 		for {

@@ -288,19 +288,10 @@ func (c *Channel) putFull(ctx context.Context, m *Message) error {
 // without one.
 func (c *Channel) putDeferred(ctx context.Context, m *Message) error {
 	if c.timers != nil {
-		buf := envelopes.Get().(*[]byte)
-		*buf = appendEnvelope((*buf)[:0], m)
 		bctx, release := c.bound(ctx)
-		seq, err := c.timers.store.Put(bctx, *buf)
+		err := c.putTimer(bctx, m)
 		release()
-		if cap(*buf) <= 64<<10 {
-			envelopes.Put(buf)
-		}
 		if err == nil {
-			c.mu.Lock()
-			c.timers.add(timerEntry{due: m.due, seq: seq})
-			c.mu.Unlock()
-			c.wakeClock()
 			return nil
 		}
 		if ctx.Err() != nil || c.isClosed.Load() {

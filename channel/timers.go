@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math"
 	"slices"
+	"sync"
 	"time"
 )
 
@@ -74,7 +75,12 @@ type timerEntry struct {
 type timerSet struct {
 	store TimerStore
 	max   int
-	heap  timerHeap // at most max entries, but for a refill's transient excess
+	// putMu is held shared from a Put to the store until its entry is
+	// added, and exclusively by a refill's merge: a record the refill read
+	// is then either in the heap already or not to be added again.
+	putMu sync.RWMutex
+
+	heap timerHeap // at most max entries, but for a refill's transient excess
 	// horizon: see the invariant.
 	horizon int64
 	// out holds the records released for delivery (ready, in flight) and
@@ -278,11 +284,13 @@ func (c *Channel) refillTimers() {
 				return
 			}
 		}
+		t.putMu.Lock()
 		c.mu.Lock()
 		t.merge(gen, kept.timerHeap, excludedMin)
 		t.refills++
 		t.scanned += scanned
 		c.mu.Unlock()
+		t.putMu.Unlock()
 		c.wakeClock()
 		return
 	}
@@ -308,20 +316,32 @@ func (c *Channel) startRefillLocked() {
 // the goroutines Close waits for.
 func (c *Channel) deferToTimers(ctx context.Context, m *Message, due int64) error {
 	m.due = due
-	buf := envelopes.Get().(*[]byte)
-	*buf = appendEnvelope((*buf)[:0], m)
-	seq, err := c.timers.store.Put(ctx, *buf)
-	if cap(*buf) <= 64<<10 {
-		envelopes.Put(buf)
-	}
-	if err != nil {
+	if err := c.putTimer(ctx, m); err != nil {
 		c.log.Warn("channel: cannot store a deferred message in the timer store; it waits in memory", "id", m.ID.String(), "err", err)
 		c.deferInMemory(m)
 		return err
 	}
 	c.ackRecord(m, "deferred to the timer store")
+	return nil
+}
+
+// putTimer writes m, which carries its due time, to the timer store and
+// tracks it.
+func (c *Channel) putTimer(ctx context.Context, m *Message) error {
+	t := c.timers
+	buf := envelopes.Get().(*[]byte)
+	*buf = appendEnvelope((*buf)[:0], m)
+	t.putMu.RLock()
+	defer t.putMu.RUnlock()
+	seq, err := t.store.Put(ctx, *buf)
+	if cap(*buf) <= 64<<10 {
+		envelopes.Put(buf)
+	}
+	if err != nil {
+		return err
+	}
 	c.mu.Lock()
-	c.timers.add(timerEntry{due: due, seq: seq})
+	t.add(timerEntry{due: m.due, seq: seq})
 	c.mu.Unlock()
 	c.wakeClock()
 	return nil
