@@ -114,7 +114,7 @@ func TestDeferredSIGKILL(t *testing.T) {
 			t.Fatal("the message deferred an hour is delivered")
 		}
 		if k == "soon" && time.Now().Before(m.Timestamp.Add(soonDelay)) {
-			t.Fatalf("the deferred message is delivered %v before it is due", m.Timestamp.Add(soonDelay).Sub(time.Now()))
+			t.Fatalf("the deferred message is delivered %v before it is due", time.Until(m.Timestamp.Add(soonDelay)))
 		}
 		if delivered[k] {
 			t.Fatalf("%s delivered twice after the restart", k)

@@ -164,7 +164,10 @@ func (q *Queue) Timers() *diskqueue.Queue { return q.timers }
 
 // DiskBackend adapts a disk queue as a [channel.Backend] (and
 // [channel.Replayer] and [channel.BacklogScanner]). The channel takes
-// ownership of it; q must not have been read from.
+// ownership of it; q must not have been read from. Pair it with
+// [DiskTimers] over a second disk queue for deferred messages that hold no
+// record in q (as [Open] does); without, a restart reads q's backlog in
+// the background to count the deferred messages in it.
 //
 // A diskqueue.Queue does not report its record limits, so a channel over
 // this backend cannot refuse a body out of range at Put: with a memory

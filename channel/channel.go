@@ -627,7 +627,9 @@ func (m *Message) Requeue(delay time.Duration) error {
 		return m.acker.Requeue(m, delay)
 	}
 	c := m.ch
-	toTimers := delay > 0 && c.timers != nil
+	// (Not when out of attempts: the dead-letter handler must not run
+	// holding putMu, as it may Put.)
+	toTimers := delay > 0 && c.timers != nil && !c.exhausted(m)
 	if toTimers {
 		// Held until the message lands, so Close, which waits for it,
 		// cannot miss the message while it is on its way to the timer
@@ -837,14 +839,16 @@ type Stats struct {
 	BackendDepth int64
 	InFlight     int // delivered, not yet finished or requeued
 	// Deferred is the messages put or requeued with a delay and not yet
-	// released for delivery, wherever they wait: in memory until their due
-	// time, or in the backend until the channel reads them back. One in
-	// the backend counts here until it is read back, even if its due time
-	// passes first because a backlog stands before it. After a restart the
-	// channel finds the deferred messages already in the backend by
-	// reading the backlog once, in the background (when the backend is a
-	// [BacklogScanner]); until that read reaches one, it counts in
-	// DiskDepth.
+	// released for delivery, wherever they wait: in the timer store (see
+	// [TimerStore]; counted from the moment a restart opens it), in
+	// memory until their due time, or in the backend until the channel
+	// reads them back. One in the backend counts here until it is read
+	// back, even if its due time passes first because a backlog stands
+	// before it. Deferred messages in the backend that were put before
+	// New (by a version without a timer store, or with a backend without
+	// one) count in DiskDepth until the channel reads them back, unless the
+	// channel has no timer store and the backend is a [BacklogScanner],
+	// which it then reads through once, in the background, to count them.
 	Deferred int
 	Ready    int // requeued, timed out or released when due, waiting for delivery
 	Paused   bool
@@ -948,7 +952,8 @@ func (c *Channel) Replay(ctx context.Context, from, to uint64) (int, error) {
 
 // Close stops delivery and writes every message the channel holds in
 // memory (buffered, requeued, deferred with their due times, and in flight)
-// to the backend, then closes the backend, so a graceful restart loses
+// to the backend (deferred ones to the timer store, if there is one), then
+// closes the timer store and the backend, so a graceful restart loses
 // nothing and delivers again what was not finished. Without a backend the
 // messages still in memory are dropped, and Close reports how many. Calls
 // blocked in Put or Receive return ErrClosed; a second Close returns

@@ -319,7 +319,7 @@ func TestTimersRace(t *testing.T) {
 					continue
 				}
 				if d, ok := due.Load(string(m.Body)); ok && time.Now().Before(d.(time.Time)) {
-					t.Errorf("%s delivered %v early", m.Body, d.(time.Time).Sub(time.Now()))
+					t.Errorf("%s delivered %v early", m.Body, time.Until(d.(time.Time)))
 				}
 				if m.Attempts < 3 && rand.IntN(2) == 0 {
 					d := time.Duration(1+rand.IntN(10)) * time.Millisecond
