@@ -460,10 +460,11 @@ func TestMain(m *testing.M) {
 }
 
 // TestDeferredDoesNotPinTheLog: one message deferred an hour, then 20,000
-// put and finished. The deferred record keeps only its own segment: every
-// later one, fully acknowledged, is deleted, so the disk stays at a few
-// segments, the 1 MiB budget is never hit, and after a restart the
-// deferred message is all that is left.
+// put and finished. The deferred message went to the timer store, so no
+// record of the main log is held: every segment but the active one is
+// deleted, the disk holds about one segment, the 1 MiB budget is never hit
+// (no Put fails or waits), and after a restart the deferred message is
+// all that is left. TestDeferredSIGKILL does the same with a kill.
 func TestDeferredDoesNotPinTheLog(t *testing.T) {
 	dir := t.TempDir()
 	o := spillq.Options{Disk: diskqueue.Options{MaxSegmentBytes: 64 << 10, MaxDiskBytes: 1 << 20}}
@@ -487,24 +488,30 @@ func TestDeferredDoesNotPinTheLog(t *testing.T) {
 	if err := q.Disk().Sync(ctx); err != nil { // a writer round: deletions done
 		t.Fatal(err)
 	}
-	st := q.Disk().Stats()
-	if st.Segments > 3 || st.DiskBytes > 256<<10 {
-		t.Fatalf("after 20,000 finished messages behind one deferred: %d segments, %d bytes on disk", st.Segments, st.DiskBytes)
+	st, ts := q.Disk().Stats(), q.Timers().Stats()
+	if st.Segments > 2 || st.DiskBytes > 128<<10 || st.Depth != 0 || st.RetriedWrites != 0 {
+		t.Fatalf("main log after 20,000 finished messages behind one deferred: %d segments, %d bytes on disk, depth %d, %d Puts waited for space", st.Segments, st.DiskBytes, st.Depth, st.RetriedWrites)
 	}
-	if st.Depth != 1 {
-		t.Fatalf("disk Depth %d, want the deferred message alone", st.Depth)
+	if ts.Depth != 1 || ts.Segments != 1 {
+		t.Fatalf("timer store: depth %d in %d segments, want the deferred message alone in one", ts.Depth, ts.Segments)
+	}
+	if s := q.Stats(); s.Deferred != 1 || s.Finishes != 20000 {
+		t.Fatalf("Stats: %d deferred, %d finished; want 1 and 20000", s.Deferred, s.Finishes)
 	}
 	if err := q.Close(); err != nil {
 		t.Fatal(err)
 	}
 	q = open(t, dir, o)
 	defer q.Close()
-	if d := q.Disk().Depth(); d != 1 {
-		t.Fatalf("after restart the disk holds %d unfinished records, want 1 (nothing finished comes back)", d)
+	if d, td := q.Disk().Depth(), q.Timers().Depth(); d != 0 || td != 1 {
+		t.Fatalf("after restart the disk holds %d unfinished records and the timer store %d, want 0 and 1 (nothing finished comes back)", d, td)
 	}
 	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
 	if m, err := q.Receive(short); err == nil {
 		t.Fatalf("delivered %q before its time", m.Body)
+	}
+	if s := q.Stats(); s.Deferred != 1 {
+		t.Fatalf("after restart: %d deferred, want 1", s.Deferred)
 	}
 }

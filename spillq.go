@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"path/filepath"
 	"time"
 
 	"github.com/spillq/spillq/channel"
@@ -62,6 +63,13 @@ type Options struct {
 	// when it would fit in memory.
 	Disk diskqueue.Options
 
+	// MaxDeferredInMemory bounds how many deferred messages the queue
+	// keeps track of in memory (16 bytes each); the others wait on disk
+	// only, in the timer store, and are found again by reading it. Zero
+	// means [channel.DefaultMaxDeferredInMemory]. See
+	// channel.Options.MaxDeferredInMemory.
+	MaxDeferredInMemory int
+
 	// Logger receives warnings from both layers. Nil discards.
 	Logger *slog.Logger
 }
@@ -70,13 +78,23 @@ type Options struct {
 // concurrent use; all channel methods are promoted.
 type Queue struct {
 	*channel.Channel
-	disk *diskqueue.Queue
+	disk   *diskqueue.Queue
+	timers *diskqueue.Queue
 }
 
 // Open opens (or creates) the queue in dir and delivers again whatever was
-// stored there and not finished. A backlog found there is read once more in
-// the background, so that Stats can count the deferred messages in it (see
-// [channel.Stats]); Close stops that read.
+// stored there and not finished.
+//
+// Deferred messages (put or requeued with a delay) are kept apart, in a
+// second disk queue in dir's [TimersDir] subdirectory, so none holds a
+// segment of the main log (see [channel.TimerStore]). Open reads that
+// store through, in the background, to find when each is due: a cost of
+// the number deferred, never of the backlog. A queue written before the
+// timer store existed opens as it is; its deferred messages move to the
+// timer store as the channel reads them. The timer store takes the Disk
+// options but for retention, BlockWhenFull (a deferral that finds it full
+// waits in memory instead, its record in the main log), and segments of at
+// most 4 MiB; MaxDiskBytes caps each of the two separately.
 func Open(dir string, opts Options) (*Queue, error) {
 	dopts := opts.Disk
 	if dopts.Logger == nil {
@@ -101,6 +119,10 @@ func Open(dir string, opts Options) (*Queue, error) {
 	if minBody > 0 {
 		dopts.MinRecordBytes = minBody + channel.MinEnvelopeOverhead
 	}
+	topts := timerOptions(dopts)
+	if dopts.Logger != nil {
+		dopts.Logger = slog.New(quietTimersDir{dopts.Logger.Handler()})
+	}
 	dq, err := diskqueue.Open(dir, dopts)
 	if err != nil {
 		if errors.Is(err, diskqueue.ErrInvalidOptions) {
@@ -108,28 +130,44 @@ func Open(dir string, opts Options) (*Queue, error) {
 		}
 		return nil, fmt.Errorf("spillq: %w", err)
 	}
+	tq, err := diskqueue.Open(filepath.Join(dir, TimersDir), topts)
+	if err != nil {
+		dq.Close()
+		return nil, fmt.Errorf("spillq: timer store: %w", err)
+	}
 	ch, err := channel.New(channel.Options{
-		MemQueueSize: opts.MemQueueSize,
-		Backend:      limitedDiskBackend{diskBackend{dq}, dopts.MinRecordBytes, dopts.MaxRecordBytes},
-		MsgTimeout:   opts.MsgTimeout,
-		MaxAttempts:  opts.MaxAttempts,
-		DeadLetter:   opts.DeadLetter,
-		Logger:       opts.Logger,
+		MemQueueSize:        opts.MemQueueSize,
+		Backend:             limitedDiskBackend{diskBackend{dq}, dopts.MinRecordBytes, dopts.MaxRecordBytes},
+		Timers:              newDiskTimers(tq, dopts.SyncEvery == 1),
+		MaxDeferredInMemory: opts.MaxDeferredInMemory,
+		MsgTimeout:          opts.MsgTimeout,
+		MaxAttempts:         opts.MaxAttempts,
+		DeadLetter:          opts.DeadLetter,
+		Logger:              opts.Logger,
 	})
 	if err != nil {
+		tq.Close()
 		dq.Close()
 		return nil, fmt.Errorf("spillq: %w", err)
 	}
-	return &Queue{Channel: ch, disk: dq}, nil
+	return &Queue{Channel: ch, disk: dq, timers: tq}, nil
 }
 
 // Disk returns the disk log, for its Stats and for lookups by sequence
 // number or time. Do not Read from it or Close it: the channel does.
 func (q *Queue) Disk() *diskqueue.Queue { return q.disk }
 
+// Timers returns the timer store, the disk queue of the deferred messages
+// (in dir's [TimersDir]), for its Stats. Do not Put to it, Read from it,
+// Ack or Close it: the channel does.
+func (q *Queue) Timers() *diskqueue.Queue { return q.timers }
+
 // DiskBackend adapts a disk queue as a [channel.Backend] (and
 // [channel.Replayer] and [channel.BacklogScanner]). The channel takes
-// ownership of it; q must not have been read from.
+// ownership of it; q must not have been read from. Pair it with
+// [DiskTimers] over a second disk queue for deferred messages that hold no
+// record in q (as [Open] does); without, a restart reads q's backlog in
+// the background to count the deferred messages in it.
 //
 // A diskqueue.Queue does not report its record limits, so a channel over
 // this backend cannot refuse a body out of range at Put: with a memory

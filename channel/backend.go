@@ -42,7 +42,9 @@ type RecordLimiter interface {
 // BacklogScanner is implemented by backends that can list the records they
 // hold without handing them out, such as spillq's disk queue. [New] reads
 // the backlog once, in the background, to count the deferred messages in
-// it for [Stats] (after a restart they may sit behind many others).
+// it for [Stats] (after a restart they may sit behind many others) — but
+// only without Options.Timers: with a timer store, deferred messages are
+// there, and a restart reads it instead, never the backlog.
 type BacklogScanner interface {
 	// ScanBacklog returns end, the seq Read will give the first record put
 	// after the call, and an iterator over the records stored before the

@@ -67,8 +67,10 @@ type Channel struct {
 	readyN atomic.Int64
 	// readyBell wakes the receivers waiting in take when ready gains a
 	// message.
-	readyBell    broadcast.Broadcast
-	deferred     deferHeap
+	readyBell broadcast.Broadcast
+	deferred  deferHeap // whole messages: without a timer store, or where it failed
+	// timers is the view of Options.Timers; nil without one.
+	timers       *timerSet
 	unpausedCh   chan struct{} // closed by Unpause
 	messagesOnce sync.Once
 	messagesCh   chan *Message
@@ -158,7 +160,15 @@ func New(opts Options) (*Channel, error) {
 		// keeps put order; Empty's generation check drops stale ones.
 		c.diskCh = make(chan *Message, diskReadAhead)
 		c.diskPending.Store(c.backend.Depth())
-		if s, ok := c.backend.(BacklogScanner); ok {
+		if o.Timers != nil {
+			// Deferred messages are in the timer store, which is read
+			// instead: the backlog is not.
+			c.timers = newTimerSet(o.Timers, o.MaxDeferredInMemory)
+			c.timers.horizon = math.MinInt64 // all of them are on the store only
+			c.mu.Lock()
+			c.startRefillLocked()
+			c.mu.Unlock()
+		} else if s, ok := c.backend.(BacklogScanner); ok {
 			end, records := s.ScanBacklog()
 			c.diskDeferred.end = end
 			c.wg.Add(1)
@@ -272,9 +282,27 @@ func (c *Channel) putFull(ctx context.Context, m *Message) error {
 	}
 }
 
-// putDeferred stores a delayed message in the backend when there is one, so
-// its due time is durable, and in the memory heap otherwise.
+// putDeferred stores a delayed message in the timer store or the backend
+// when there is one, so its due time is durable, and in the memory heap
+// otherwise. If the timer store fails, the message goes to the backend, as
+// without one.
 func (c *Channel) putDeferred(ctx context.Context, m *Message) error {
+	if c.timers != nil {
+		bctx, release := c.bound(ctx)
+		err := c.putTimer(bctx, m)
+		release()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil || c.isClosed.Load() {
+			c.prod.putFailures.Add(1)
+			if c.isClosed.Load() {
+				return ErrClosed
+			}
+			return ctx.Err()
+		}
+		c.log.Warn("channel: cannot store a deferred message in the timer store; putting it in the backend", "err", err)
+	}
 	if c.backend != nil {
 		return c.putBackend(ctx, m)
 	}
@@ -537,8 +565,8 @@ func (m *Message) Finish() error {
 func (c *Channel) finished(m *Message) error {
 	n := c.cons.finishes.Add(1)
 	c.recordLatency(m, n)
-	if m.fromDisk {
-		if err := c.backend.Ack(m.seq); err != nil {
+	if m.src != srcMemory {
+		if err := c.ack(m); err != nil {
 			return fmt.Errorf("channel: acknowledge message %s in the backend: %w", m.ID, err)
 		}
 	}
@@ -599,6 +627,18 @@ func (m *Message) Requeue(delay time.Duration) error {
 		return m.acker.Requeue(m, delay)
 	}
 	c := m.ch
+	// (Not when out of attempts: the dead-letter handler must not run
+	// holding putMu, as it may Put.)
+	toTimers := delay > 0 && c.timers != nil && !c.exhausted(m)
+	if toTimers {
+		// Held until the message lands, so Close, which waits for it,
+		// cannot miss the message while it is on its way to the timer
+		// store. Once Close has begun, the message goes to memory as it
+		// would without a timer store, and Close writes it.
+		c.prod.putMu.RLock()
+		defer c.prod.putMu.RUnlock()
+		toTimers = !c.isClosed.Load()
+	}
 	f := c.flightFor(m)
 	f.mu.Lock()
 	if !f.land(m) {
@@ -612,6 +652,13 @@ func (m *Message) Requeue(delay time.Duration) error {
 		return nil
 	}
 	again := m.redelivery()
+	if toTimers {
+		f.mu.Unlock()
+		// A failure leaves the message deferred in memory: Requeue has
+		// done what it promised.
+		c.deferToTimers(context.Background(), again, time.Now().Add(delay).UnixNano())
+		return nil
+	}
 	// Still holding the shard: see flightList for why.
 	c.mu.Lock()
 	if delay > 0 {
@@ -655,7 +702,7 @@ func (m *Message) Touch() error {
 func (m *Message) redelivery() *Message {
 	return &Message{
 		ID: m.ID, Body: m.Body, Timestamp: m.Timestamp, Attempts: m.Attempts,
-		ch: m.ch, expires: m.expires, seq: m.seq, fromDisk: m.fromDisk, gen: m.gen,
+		ch: m.ch, expires: m.expires, seq: m.seq, src: m.src, gen: m.gen,
 	}
 }
 
@@ -672,10 +719,8 @@ func (c *Channel) deadLetter(m *Message, reason error) {
 	} else {
 		c.log.Warn("channel: dropping dead letter (set Options.DeadLetter to keep them)", "id", m.ID.String(), "attempts", m.Attempts, "reason", reason)
 	}
-	if m.fromDisk {
-		if err := c.backend.Ack(m.seq); err != nil {
-			c.log.Warn("channel: cannot acknowledge dead letter in the backend", "id", m.ID.String(), "err", err)
-		}
+	if err := c.ack(m); err != nil {
+		c.log.Warn("channel: cannot acknowledge dead letter in the backend", "id", m.ID.String(), "err", err)
 	}
 }
 
@@ -750,6 +795,9 @@ func (c *Channel) Empty() error {
 	c.ready = nil
 	c.readyN.Store(0)
 	c.deferred = nil
+	if c.timers != nil {
+		c.timers.empty()
+	}
 	c.mu.Unlock()
 	c.unlockFlights()
 	if c.backend != nil {
@@ -758,6 +806,11 @@ func (c *Channel) Empty() error {
 		}
 		c.diskPending.Store(0)
 		c.diskDeferred.empty()
+	}
+	if c.timers != nil {
+		if err := c.timers.store.Empty(); err != nil {
+			return fmt.Errorf("channel: empty timer store: %w", err)
+		}
 	}
 	return nil
 }
@@ -786,14 +839,16 @@ type Stats struct {
 	BackendDepth int64
 	InFlight     int // delivered, not yet finished or requeued
 	// Deferred is the messages put or requeued with a delay and not yet
-	// released for delivery, wherever they wait: in memory until their due
-	// time, or in the backend until the channel reads them back. One in
-	// the backend counts here until it is read back, even if its due time
-	// passes first because a backlog stands before it. After a restart the
-	// channel finds the deferred messages already in the backend by
-	// reading the backlog once, in the background (when the backend is a
-	// [BacklogScanner]); until that read reaches one, it counts in
-	// DiskDepth.
+	// released for delivery, wherever they wait: in the timer store (see
+	// [TimerStore]; counted from the moment a restart opens it), in
+	// memory until their due time, or in the backend until the channel
+	// reads them back. One in the backend counts here until it is read
+	// back, even if its due time passes first because a backlog stands
+	// before it. Deferred messages in the backend that were put before
+	// New (by a version without a timer store, or with a backend without
+	// one) count in DiskDepth until the channel reads them back, unless the
+	// channel has no timer store and the backend is a [BacklogScanner],
+	// which it then reads through once, in the background, to count them.
 	Deferred int
 	Ready    int // requeued, timed out or released when due, waiting for delivery
 	Paused   bool
@@ -825,7 +880,14 @@ func (c *Channel) Stats() Stats {
 		Ready:    len(c.ready),
 		Paused:   c.paused.Load(),
 	}
+	released := 0
+	if c.timers != nil {
+		released = len(c.timers.out)
+	}
 	c.mu.Unlock()
+	if c.timers != nil {
+		st.Deferred += max(int(c.timers.store.Depth())-released, 0)
+	}
 	st.MemoryDepth = len(c.memCh)
 	st.MemoryBound = c.opts.MemQueueSize
 	st.DiskDepth = c.diskDepth()
@@ -890,7 +952,8 @@ func (c *Channel) Replay(ctx context.Context, from, to uint64) (int, error) {
 
 // Close stops delivery and writes every message the channel holds in
 // memory (buffered, requeued, deferred with their due times, and in flight)
-// to the backend, then closes the backend, so a graceful restart loses
+// to the backend (deferred ones to the timer store, if there is one), then
+// closes the timer store and the backend, so a graceful restart loses
 // nothing and delivers again what was not finished. Without a backend the
 // messages still in memory are dropped, and Close reports how many. Calls
 // blocked in Put or Receive return ErrClosed; a second Close returns
@@ -935,16 +998,28 @@ func (c *Channel) Close() error {
 		if m.gen != c.gen.Load() {
 			continue
 		}
-		// The record in the backend (if any) is replaced by one carrying
-		// the current attempts and due time.
-		if err := c.backend.Put(context.Background(), appendEnvelope(nil, m)); err != nil {
-			errs = append(errs, fmt.Errorf("channel: close: keep message %s: %w", m.ID, err))
-			continue
+		// The record (if any) is replaced by one carrying the current
+		// attempts and due time: in the timer store for a deferred
+		// message, if there is one, else in the backend.
+		env := appendEnvelope(nil, m)
+		stored := false
+		if m.due != 0 && c.timers != nil {
+			_, err := c.timers.store.Put(context.Background(), env)
+			stored = err == nil
 		}
-		if m.fromDisk {
-			if err := c.backend.Ack(m.seq); err != nil {
-				errs = append(errs, fmt.Errorf("channel: close: %w", err))
+		if !stored {
+			if err := c.backend.Put(context.Background(), env); err != nil {
+				errs = append(errs, fmt.Errorf("channel: close: keep message %s: %w", m.ID, err))
+				continue
 			}
+		}
+		if err := c.ack(m); err != nil {
+			errs = append(errs, fmt.Errorf("channel: close: %w", err))
+		}
+	}
+	if c.timers != nil {
+		if err := c.timers.store.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("channel: close timer store: %w", err))
 		}
 	}
 	if err := c.backend.Close(); err != nil {

@@ -30,11 +30,26 @@
 // read from the backend is acknowledged there only when its message is
 // finished (or dead-lettered), so a crash delivers it again.
 //
+// # Deferral
+//
+// A message put with a delay ([PutOptions].Delay) or requeued with one
+// waits until its due time. With a [TimerStore] (Options.Timers; every
+// queue from spillq.Open has one) it waits there: written with its due time
+// and attempts, after which the record it came from is acknowledged (a
+// crash between the two delivers it twice, never loses it), so a deferred
+// message holds nothing in the Backend. The channel keeps the due times of
+// at most Options.MaxDeferredInMemory of them in memory, the earliest, and
+// reads the store through for the rest when those are used up, and once at
+// New: a restart costs a read of what is deferred, not of the backlog.
+// Without a timer store a deferred message waits whole in memory (and, if
+// it came from the Backend, keeps its record there until it is finished),
+// with no bound.
+//
 // # Durability and shutdown
 //
 // [Channel.Close] writes every message held in memory (buffered, requeued,
-// deferred with its due time, in flight) to the backend, so a graceful
-// restart loses nothing. A crash loses what was only in memory: with
+// deferred with its due time, in flight) to the backend (deferred ones to
+// the timer store, if there is one), so a graceful restart loses nothing. A crash loses what was only in memory: with
 // MemQueueSize 0 nothing is only in memory, and the backend's sync policy
 // alone decides what survives a power cut.
 //

@@ -34,7 +34,7 @@ type Message struct {
 	// flight (see flightList), by ch.mu while ready or deferred, and by the
 	// goroutine holding it otherwise. The small fields sit next to
 	// Attempts so a Message fits the 144-byte size class.
-	fromDisk bool // seq is a backend record to acknowledge when done
+	src      msgSource // where seq is a record to acknowledge when done
 	state    msgState
 	gen      uint32 // Channel.gen when the message was put or read; Empty makes it stale
 	ch       *Channel
@@ -48,6 +48,15 @@ type Message struct {
 }
 
 type msgState uint8
+
+// msgSource is the store holding a message's record, if any.
+type msgSource uint8
+
+const (
+	srcMemory  msgSource = iota // no record: the message is in memory only
+	srcBackend                  // seq is a record in the Backend
+	srcTimers                   // seq is a record in the TimerStore
+)
 
 const (
 	stateQueued msgState = iota
@@ -104,6 +113,16 @@ func appendEnvelope(dst []byte, m *Message) []byte {
 // without decoding the rest.
 func envelopeHasDue(b []byte) bool {
 	return len(b) >= envFixedSize && b[0] == envelopeVersion && b[1]&envFlagDue != 0
+}
+
+// envelopeDue returns the due time an envelope carries, or 0 for none (or
+// for bytes that are not an envelope, which decodeEnvelope reports),
+// without decoding the rest.
+func envelopeDue(b []byte) int64 {
+	if !envelopeHasDue(b) || len(b) < envFixedSize+8 {
+		return 0
+	}
+	return int64(binary.BigEndian.Uint64(b[envFixedSize:]))
 }
 
 // decodeEnvelope parses a backend record. The body aliases b.

@@ -23,6 +23,23 @@ type Options struct {
 	// only. [New] takes ownership: Close closes it.
 	Backend Backend
 
+	// Timers is where deferred messages wait (see [TimerStore]), so that
+	// none holds a record in the Backend; it needs a Backend. [New] takes
+	// ownership: Close closes it. Nil keeps deferred messages in memory
+	// whole until their due time, each holding its Backend record (if it
+	// has one) unacknowledged until it is finished, and after a restart
+	// finds those in the backend only when it reads them back.
+	Timers TimerStore
+
+	// MaxDeferredInMemory bounds how many deferred messages in the Timers
+	// store the channel keeps track of in memory: the earliest due, about
+	// 16 bytes each (due time and seq; the body stays on the store). The
+	// others are found again by reading the store through once those are
+	// used up: a read of every deferred message, so a bound much smaller
+	// than the number deferred costs reads. Zero means
+	// DefaultMaxDeferredInMemory (100,000). Ignored without Timers.
+	MaxDeferredInMemory int
+
 	// MsgTimeout is how long a delivered message may stay unfinished before
 	// it is delivered again (nsqd's msg-timeout). Zero means 60 seconds.
 	MsgTimeout time.Duration
@@ -57,6 +74,15 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.MsgTimeout < 0 {
 		return o, fmt.Errorf("%w: MsgTimeout %v is negative", ErrInvalidOptions, o.MsgTimeout)
+	}
+	if o.MaxDeferredInMemory < 0 {
+		return o, fmt.Errorf("%w: MaxDeferredInMemory %d is negative", ErrInvalidOptions, o.MaxDeferredInMemory)
+	}
+	if o.MaxDeferredInMemory == 0 {
+		o.MaxDeferredInMemory = DefaultMaxDeferredInMemory
+	}
+	if o.Timers != nil && o.Backend == nil {
+		return o, fmt.Errorf("%w: Timers needs a Backend", ErrInvalidOptions)
 	}
 	if o.MsgTimeout == 0 {
 		o.MsgTimeout = DefaultMsgTimeout

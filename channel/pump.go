@@ -2,6 +2,7 @@ package channel
 
 import (
 	"container/heap"
+	"context"
 	"errors"
 	"time"
 )
@@ -37,15 +38,19 @@ func (c *Channel) pump() {
 			c.backend.Ack(seq)
 			continue
 		}
-		m.ch, m.seq, m.fromDisk, m.gen = c, seq, true, gen
+		m.ch, m.seq, m.src, m.gen = c, seq, srcBackend, gen
 		if m.due != 0 && m.due > time.Now().UnixNano() {
+			c.delivered()
+			if c.timers != nil {
+				// Moved to the timer store (a queue written before it
+				// had one, or where it failed): a new record there, then
+				// this one acknowledged.
+				c.deferToTimers(context.Background(), m, m.due)
+				continue
+			}
 			// Deferred: its record stays in the backend until it is
 			// finished, so the due time survives a crash too.
-			c.delivered()
-			c.mu.Lock()
-			c.deferred.push(m)
-			c.mu.Unlock()
-			c.wakeClock()
+			c.deferInMemory(m)
 			continue
 		}
 		m.due = 0
@@ -75,6 +80,12 @@ func (c *Channel) clock() {
 		next := int64(0)
 		if len(c.deferred) > 0 {
 			next = c.deferred[0].due
+		}
+		if c.timers != nil {
+			if t := c.timers.next(); t != 0 && (next == 0 || t < next) {
+				next = t
+			}
+			c.startRefillLocked()
 		}
 		c.mu.Unlock()
 		if next != 0 {
@@ -142,6 +153,9 @@ func (c *Channel) releaseDue() {
 		readied = true
 	}
 	c.mu.Unlock()
+	if c.timers != nil && c.releaseTimers(now) {
+		readied = true
+	}
 	if readied {
 		c.readyBell.Notify()
 	}

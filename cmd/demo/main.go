@@ -179,7 +179,9 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	// a killed run that its ledger never recorded cannot collide.
 	d.firstNumber = (past.maxProduced/runSpan + 1) * runSpan
 	d.nextNumber.Store(d.firstNumber)
-	d.recovered = q.Depth()
+	// Deferred ones (requeued with a delay) wait on disk too, in the
+	// timer store.
+	d.recovered = q.Depth() + int64(q.Stats().Deferred)
 	if cfg.metrics != "" {
 		stopMetrics, err := serveMetrics(cfg.metrics, q, out)
 		if err != nil {

@@ -1,0 +1,455 @@
+package channel
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"math"
+	"slices"
+	"sync"
+	"time"
+)
+
+// TimerStore is a store of deferred messages beside a channel's Backend:
+// with one (Options.Timers; spillq.Open gives every queue one), a message
+// put with a delay, requeued with a delay, or read from the backend with its
+// due time still ahead is written to the timer store, with its due time and
+// attempts, and then its backend record (if any) is acknowledged. So no
+// deferred message holds a record in the backend, and the backend's
+// segments go as soon as their undeferred messages are finished; a crash
+// between the two writes leaves the message in both, to be delivered twice,
+// never lost.
+//
+// The channel holds in memory the due time and seq of at most
+// Options.MaxDeferredInMemory of them, the earliest due; the others are on
+// the timer store only, and the channel finds them again by reading it
+// through ([TimerStore.Records]) when those in memory are used up, and once
+// at New (a restart): a cost that grows with what is deferred, never with
+// the backend's backlog. A released message's record is acknowledged when
+// the message is finished (or dead-lettered), or replaced by a new one if it
+// is requeued with a delay again.
+//
+// The channel is the store's only writer; it serialises nothing, so the
+// store's methods must be safe for concurrent use.
+type TimerStore interface {
+	// Put stores body and returns its seq. It must not keep body.
+	Put(ctx context.Context, body []byte) (seq uint64, err error)
+	// Get returns the body of record seq, stored and not acknowledged. An
+	// error for a record that can never be read (damaged, or gone) wraps
+	// [ErrBadEnvelope]: the channel drops the message, as it does a record
+	// that does not decode. Any other error is tried again.
+	Get(seq uint64) ([]byte, error)
+	// Ack removes record seq. Acks come in any order.
+	Ack(seq uint64) error
+	// Records yields the records stored and not acknowledged, in any
+	// order, with their seqs. It runs while the channel calls the other
+	// methods, and may or may not yield records put or acknowledged
+	// meanwhile. Records that cannot be read back are left out; an error
+	// that ends the iteration is yielded last (the channel reads again
+	// later).
+	Records() func(yield func(seq uint64, body []byte, err error) bool)
+	// Depth is how many records are stored and not acknowledged.
+	Depth() int64
+	// Empty discards every record.
+	Empty() error
+	// Close flushes and releases the store.
+	Close() error
+}
+
+// DefaultMaxDeferredInMemory is Options.MaxDeferredInMemory's default.
+const DefaultMaxDeferredInMemory = 100_000
+
+// timerEntry is a deferred message whose record is in the timer store.
+type timerEntry struct {
+	due int64 // Unix ns
+	seq uint64
+}
+
+// timerSet is the channel's view of its timer store; Channel.mu guards it.
+//
+// The invariant: every record in the store that is not in heap and not out
+// has a due time at or after horizon (math.MaxInt64: there is none). So
+// while the heap's earliest entry is before horizon, it is the earliest
+// deferred message of all; once it is not (or the heap is empty), a refill
+// reads the store through and takes the earliest max entries again.
+type timerSet struct {
+	store TimerStore
+	max   int
+	// putMu is held shared from a Put to the store until its entry is
+	// added, and exclusively by a refill's merge: a record the refill read
+	// is then either in the heap already or not to be added again.
+	putMu sync.RWMutex
+
+	heap timerHeap // at most max entries, but for a refill's transient excess
+	// horizon: see the invariant.
+	horizon int64
+	// out holds the records released for delivery (ready, in flight) and
+	// not yet acknowledged: a refill must not take them again.
+	out map[uint64]struct{}
+
+	// refilling is set while a refill reads the store. Meanwhile every new
+	// entry goes to the heap; spillMin is the earliest entry dropped from
+	// it (shrink), and acked the records acknowledged, which the refill
+	// may have read before they were.
+	refilling bool
+	spillMin  int64
+	acked     map[uint64]struct{}
+	// gen is bumped by Empty: a refill that began before reads what Empty
+	// discarded.
+	gen uint64
+
+	refills, scanned int64 // for tests: refills run, records they read
+}
+
+func newTimerSet(store TimerStore, max int) *timerSet {
+	return &timerSet{store: store, max: max, horizon: math.MaxInt64, out: map[uint64]struct{}{}, spillMin: math.MaxInt64}
+}
+
+// add takes a new entry (the caller holds Channel.mu).
+func (t *timerSet) add(e timerEntry) {
+	if !t.refilling && e.due >= t.horizon {
+		return // on the store only; a refill finds it
+	}
+	heap.Push(&t.heap, e)
+	if len(t.heap) > t.max {
+		t.shrink()
+	}
+}
+
+// shrink halves a full heap: the later half stays on the store only. Halving
+// rather than dropping one entry keeps the cost of sorting at O(log max) per
+// add, amortised.
+func (t *timerSet) shrink() {
+	slices.SortFunc(t.heap, func(a, b timerEntry) int { return cmpInt64(a.due, b.due) })
+	keep := (t.max + 1) / 2
+	cut := t.heap[keep].due
+	if t.refilling {
+		t.spillMin = min(t.spillMin, cut)
+	} else {
+		t.horizon = min(t.horizon, cut)
+	}
+	clear(t.heap[keep:])
+	t.heap = t.heap[:keep] // sorted, so still a heap
+}
+
+// needRefill reports whether a refill should start: the store may hold an
+// entry due before the heap's earliest.
+func (t *timerSet) needRefill() bool {
+	return !t.refilling && t.horizon != math.MaxInt64 && (len(t.heap) == 0 || t.heap[0].due >= t.horizon)
+}
+
+// next is the earliest due time in the heap, or 0.
+func (t *timerSet) next() int64 {
+	if len(t.heap) == 0 {
+		return 0
+	}
+	return t.heap[0].due
+}
+
+// popDue takes the entries due by now out of the heap, marking them out.
+func (t *timerSet) popDue(now int64, dst []timerEntry) []timerEntry {
+	for len(t.heap) > 0 && t.heap[0].due <= now {
+		e := heap.Pop(&t.heap).(timerEntry)
+		t.out[e.seq] = struct{}{}
+		dst = append(dst, e)
+	}
+	return dst
+}
+
+// done forgets a released record that has been acknowledged.
+func (t *timerSet) done(seq uint64) {
+	delete(t.out, seq)
+	if t.refilling {
+		t.acked[seq] = struct{}{}
+	}
+}
+
+// empty forgets everything (Empty).
+func (t *timerSet) empty() {
+	t.heap = nil
+	t.horizon, t.spillMin = math.MaxInt64, math.MaxInt64
+	clear(t.out)
+	clear(t.acked)
+	t.gen++
+}
+
+// merge ends a refill with the earliest entries it read (kept, at most max,
+// none earlier than excludedMin left out); the caller holds Channel.mu.
+func (t *timerSet) merge(gen uint64, kept []timerEntry, excludedMin int64) {
+	t.refilling = false
+	horizon := t.spillMin
+	t.spillMin = math.MaxInt64
+	if gen == t.gen {
+		horizon = min(horizon, excludedMin)
+		in := make(map[uint64]struct{}, len(t.heap))
+		for _, e := range t.heap {
+			in[e.seq] = struct{}{}
+		}
+		for _, e := range kept {
+			_, dup := in[e.seq]
+			_, out := t.out[e.seq]
+			_, acked := t.acked[e.seq]
+			if !dup && !out && !acked {
+				t.heap = append(t.heap, e)
+			}
+		}
+		if len(t.heap) > t.max {
+			slices.SortFunc(t.heap, func(a, b timerEntry) int { return cmpInt64(a.due, b.due) })
+			horizon = min(horizon, t.heap[t.max].due)
+			clear(t.heap[t.max:])
+			t.heap = t.heap[:t.max]
+		}
+		heap.Init(&t.heap)
+	}
+	// After an Empty, what the refill read is gone; spillMin covers what
+	// was dropped since.
+	t.horizon = horizon
+	t.acked = nil
+}
+
+func cmpInt64(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// timerHeap is a min-heap of entries by due time.
+type timerHeap []timerEntry
+
+func (h timerHeap) Len() int           { return len(h) }
+func (h timerHeap) Less(i, j int) bool { return h[i].due < h[j].due }
+func (h timerHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *timerHeap) Push(x any)        { *h = append(*h, x.(timerEntry)) }
+func (h *timerHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}
+
+// latestHeap is a max-heap of entries by due time: a refill's earliest max.
+type latestHeap struct{ timerHeap }
+
+func (h latestHeap) Less(i, j int) bool { return h.timerHeap[i].due > h.timerHeap[j].due }
+
+// refillTimers reads the timer store through and keeps the earliest
+// entries; it runs on its own goroutine, one at a time. Cost: every record
+// not acknowledged is read once (O(deferred)), O(log max) work each.
+func (c *Channel) refillTimers() {
+	defer c.wg.Done()
+	t := c.timers
+	for {
+		c.mu.Lock()
+		gen := t.gen
+		c.mu.Unlock()
+		kept := latestHeap{make(timerHeap, 0, min(t.max, 1024))}
+		excludedMin := int64(math.MaxInt64)
+		var scanned int64
+		var failed error
+		t.store.Records()(func(seq uint64, body []byte, err error) bool {
+			if c.isClosed.Load() {
+				return false
+			}
+			if err != nil {
+				failed = err
+				return false
+			}
+			scanned++
+			e := timerEntry{due: envelopeDue(body), seq: seq}
+			switch {
+			case len(kept.timerHeap) < t.max:
+				heap.Push(&kept, e)
+			case e.due < kept.timerHeap[0].due:
+				excludedMin = min(excludedMin, kept.timerHeap[0].due)
+				kept.timerHeap[0] = e
+				heap.Fix(&kept, 0)
+			default:
+				excludedMin = min(excludedMin, e.due)
+			}
+			return true
+		})
+		if c.isClosed.Load() {
+			return
+		}
+		if failed != nil {
+			c.log.Warn("channel: reading the deferred messages in the timer store; trying again in a second", "err", failed)
+			select {
+			case <-time.After(time.Second):
+				continue
+			case <-c.closeCh:
+				return
+			}
+		}
+		t.putMu.Lock()
+		c.mu.Lock()
+		t.merge(gen, kept.timerHeap, excludedMin)
+		t.refills++
+		t.scanned += scanned
+		c.mu.Unlock()
+		t.putMu.Unlock()
+		c.wakeClock()
+		return
+	}
+}
+
+// startRefillLocked starts a refill if one is needed; the caller holds
+// Channel.mu.
+func (c *Channel) startRefillLocked() {
+	t := c.timers
+	if t == nil || !t.needRefill() || c.isClosed.Load() {
+		return
+	}
+	t.refilling = true
+	t.acked = map[uint64]struct{}{}
+	c.wg.Add(1)
+	go c.refillTimers()
+}
+
+// deferToTimers stores m, deferred until due, in the timer store, then
+// acknowledges the record it came from. If the store fails, m waits in the
+// memory heap as it would without one (its record, if any, stays). The
+// caller makes sure Close waits for it: it holds putMu shared, or is one of
+// the goroutines Close waits for.
+func (c *Channel) deferToTimers(ctx context.Context, m *Message, due int64) error {
+	m.due = due
+	if err := c.putTimer(ctx, m); err != nil {
+		c.log.Warn("channel: cannot store a deferred message in the timer store; it waits in memory", "id", m.ID.String(), "err", err)
+		c.deferInMemory(m)
+		return err
+	}
+	c.ackRecord(m, "deferred to the timer store")
+	return nil
+}
+
+// putTimer writes m, which carries its due time, to the timer store and
+// tracks it.
+func (c *Channel) putTimer(ctx context.Context, m *Message) error {
+	t := c.timers
+	buf := envelopes.Get().(*[]byte)
+	*buf = appendEnvelope((*buf)[:0], m)
+	t.putMu.RLock()
+	defer t.putMu.RUnlock()
+	seq, err := t.store.Put(ctx, *buf)
+	if cap(*buf) <= 64<<10 {
+		envelopes.Put(buf)
+	}
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	t.add(timerEntry{due: m.due, seq: seq})
+	c.mu.Unlock()
+	c.wakeClock()
+	return nil
+}
+
+// deferInMemory puts m on the memory heap of deferred messages.
+func (c *Channel) deferInMemory(m *Message) {
+	c.mu.Lock()
+	c.deferred.push(m)
+	c.mu.Unlock()
+	c.wakeClock()
+}
+
+// ackRecord acknowledges the record m came from, if any, logging a failure
+// (the message is then delivered again after a restart); why says what
+// became of m.
+func (c *Channel) ackRecord(m *Message, why string) {
+	if err := c.ack(m); err != nil {
+		c.log.Warn("channel: cannot acknowledge a message's old record; it is delivered again after a restart", "id", m.ID.String(), "why", why, "err", err)
+	}
+}
+
+// ack acknowledges the record m came from, if any.
+func (c *Channel) ack(m *Message) error {
+	switch m.src {
+	case srcBackend:
+		return c.backend.Ack(m.seq)
+	case srcTimers:
+		if err := c.timers.store.Ack(m.seq); err != nil {
+			return err
+		}
+		c.mu.Lock()
+		c.timers.done(m.seq)
+		c.mu.Unlock()
+	}
+	return nil
+}
+
+// releaseTimers reads the deferred messages in the timer store that are
+// due and puts them on the ready list; it reports whether it did.
+func (c *Channel) releaseTimers(now int64) bool {
+	t := c.timers
+	c.mu.Lock()
+	due := t.popDue(now, nil)
+	c.startRefillLocked()
+	tgen, gen := t.gen, c.gen.Load()
+	c.mu.Unlock()
+	if len(due) == 0 {
+		return false
+	}
+	msgs := make([]*Message, 0, len(due))
+	var retry []timerEntry
+	for _, e := range due {
+		body, err := t.store.Get(e.seq)
+		var m *Message
+		if err == nil {
+			m, err = decodeEnvelope(body)
+		}
+		switch {
+		case err == nil:
+			m.ch, m.src, m.seq, m.gen, m.due = c, srcTimers, e.seq, gen, 0
+			msgs = append(msgs, m)
+		case errors.Is(err, ErrBadEnvelope):
+			c.cons.badRecords.Add(1)
+			c.log.Warn("channel: dropping a timer store record that is not a message", "seq", e.seq, "err", err)
+			c.ackRecord(&Message{src: srcTimers, seq: e.seq}, "not a message")
+		default:
+			c.log.Warn("channel: cannot read a deferred message from the timer store; trying again in a second", "seq", e.seq, "err", err)
+			retry = append(retry, timerEntry{due: now + int64(time.Second), seq: e.seq})
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if t.gen != tgen {
+		return false // emptied meanwhile: so are these
+	}
+	for _, e := range retry {
+		delete(t.out, e.seq)
+		t.add(e)
+	}
+	for _, m := range msgs {
+		c.addReadyLocked(m)
+	}
+	return len(msgs) > 0
+}
+
+// TimerStats is a snapshot of a channel's deferred-message bookkeeping, for
+// tests and diagnostics.
+type TimerStats struct {
+	InMemory int   // entries held in memory (due time and seq)
+	Max      int   // Options.MaxDeferredInMemory
+	Released int   // released for delivery, record not yet acknowledged
+	Refills  int64 // reads of the timer store (one at New)
+	Scanned  int64 // records those reads went through
+	// Fallback is the deferred messages held whole in memory: without a
+	// timer store, or where it failed.
+	Fallback int
+}
+
+// TimerStats returns the channel's deferred-message bookkeeping; all zero
+// but Fallback without a timer store.
+func (c *Channel) TimerStats() TimerStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := TimerStats{Fallback: len(c.deferred)}
+	if t := c.timers; t != nil {
+		st.InMemory, st.Max, st.Released = len(t.heap), t.max, len(t.out)
+		st.Refills, st.Scanned = t.refills, t.scanned
+	}
+	return st
+}

@@ -1,0 +1,353 @@
+package channel_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/spillq/spillq/channel"
+)
+
+// memTimers is an in-memory channel.TimerStore. Records reads the store
+// live, a record at a time, so puts and acknowledgements land in the
+// middle of it, as they may on disk.
+type memTimers struct {
+	mu      sync.Mutex
+	records [][]byte
+	acked   map[uint64]bool
+	failPut atomic.Bool // Put fails while set
+	closed  bool
+}
+
+func newMemTimers() *memTimers { return &memTimers{acked: map[uint64]bool{}} }
+
+var errTimers = errors.New("memTimers: put refused")
+
+func (s *memTimers) Put(_ context.Context, body []byte) (uint64, error) {
+	if s.failPut.Load() {
+		return 0, errTimers
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return 0, channel.ErrClosed
+	}
+	s.records = append(s.records, append([]byte(nil), body...))
+	return uint64(len(s.records) - 1), nil
+}
+
+func (s *memTimers) Get(seq uint64) ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if seq >= uint64(len(s.records)) || s.acked[seq] {
+		return nil, fmt.Errorf("%w: memTimers: no record %d", channel.ErrBadEnvelope, seq)
+	}
+	return s.records[seq], nil
+}
+
+func (s *memTimers) Ack(seq uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if seq >= uint64(len(s.records)) || s.acked[seq] {
+		return fmt.Errorf("memTimers: ack of unknown or acknowledged record %d", seq)
+	}
+	s.acked[seq] = true
+	return nil
+}
+
+func (s *memTimers) Records() func(yield func(uint64, []byte, error) bool) {
+	return func(yield func(uint64, []byte, error) bool) {
+		for seq := uint64(0); ; seq++ {
+			s.mu.Lock()
+			if seq >= uint64(len(s.records)) {
+				s.mu.Unlock()
+				return
+			}
+			acked, body := s.acked[seq], s.records[seq]
+			s.mu.Unlock()
+			if acked {
+				continue
+			}
+			runtime.Gosched()
+			if !yield(seq, body, nil) {
+				return
+			}
+		}
+	}
+}
+
+func (s *memTimers) Depth() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return int64(len(s.records) - len(s.acked))
+}
+
+func (s *memTimers) Empty() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range s.records {
+		s.acked[uint64(i)] = true
+	}
+	return nil
+}
+
+func (s *memTimers) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	return nil
+}
+
+func (s *memTimers) reopen() *memTimers {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return &memTimers{records: s.records, acked: s.acked}
+}
+
+// TestTimersOptions: a timer store needs a backend, and the bound cannot
+// be negative.
+func TestTimersOptions(t *testing.T) {
+	if _, err := channel.New(channel.Options{Timers: newMemTimers()}); !errors.Is(err, channel.ErrInvalidOptions) {
+		t.Fatalf("Timers without a Backend: %v", err)
+	}
+	if _, err := channel.New(channel.Options{Backend: newMemBackend(), MaxDeferredInMemory: -1}); !errors.Is(err, channel.ErrInvalidOptions) {
+		t.Fatalf("negative MaxDeferredInMemory: %v", err)
+	}
+}
+
+// TestTimersHoldNoBackendRecord: with a timer store, a message put with a
+// delay never reaches the backend, and one requeued with a delay leaves it
+// (its record there acknowledged); each keeps its attempts and due time
+// across a restart, in the timer store alone.
+func TestTimersHoldNoBackendRecord(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, s := newMemBackend(), newMemTimers()
+		c := newChannel(t, channel.Options{Backend: b, Timers: s})
+		ctx := context.Background()
+		start := time.Now()
+		c.PutWith(ctx, []byte("put later"), channel.PutOptions{Delay: time.Hour})
+		put(t, c, "requeue me")
+		m := await(t, c)
+		if err := m.Requeue(2 * time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		if st := c.Stats(); b.Depth() != 0 || s.Depth() != 2 || st.Deferred != 2 || st.BackendDepth != 0 {
+			t.Fatalf("backend %d records, timer store %d, %d deferred; want 0, 2, 2", b.Depth(), s.Depth(), st.Deferred)
+		}
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		b, s = b.reopen(), s.reopen()
+		c = newChannel(t, channel.Options{Backend: b, Timers: s})
+		defer c.Close()
+		synctest.Wait()
+		if st := c.Stats(); st.Deferred != 2 || c.Depth() != 0 {
+			t.Fatalf("after restart: %d deferred, depth %d", st.Deferred, c.Depth())
+		}
+		m = await(t, c)
+		if string(m.Body) != "put later" || time.Since(start) < time.Hour || m.Attempts != 1 {
+			t.Fatalf("got %q attempt %d after %v", m.Body, m.Attempts, time.Since(start))
+		}
+		// Deferred again from the timer store: a new record, the old one
+		// acknowledged.
+		if err := m.Requeue(time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		m = await(t, c)
+		if string(m.Body) != "requeue me" || time.Since(start) < 2*time.Hour || m.Attempts != 2 {
+			t.Fatalf("got %q attempt %d after %v", m.Body, m.Attempts, time.Since(start))
+		}
+		m.Finish()
+		m = await(t, c)
+		if string(m.Body) != "put later" || time.Since(start) < 2*time.Hour || m.Attempts != 2 {
+			t.Fatalf("got %q attempt %d after %v", m.Body, m.Attempts, time.Since(start))
+		}
+		m.Finish()
+		if st := c.Stats(); s.Depth() != 0 || b.Depth() != 0 || st.Deferred != 0 {
+			t.Fatalf("all finished, yet timer store %d, backend %d, %d deferred", s.Depth(), b.Depth(), st.Deferred)
+		}
+	})
+}
+
+// TestTimersCloseKeepsReleased: messages released from the timer store
+// and not finished at Close (ready or in flight) go to the backend with
+// their attempts; their timer records go.
+func TestTimersCloseKeepsReleased(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, s := newMemBackend(), newMemTimers()
+		c := newChannel(t, channel.Options{Backend: b, Timers: s})
+		ctx := context.Background()
+		for _, body := range []string{"a", "b"} {
+			c.PutWith(ctx, []byte(body), channel.PutOptions{Delay: time.Minute})
+		}
+		m := await(t, c) // in flight at Close
+		time.Sleep(time.Minute)
+		synctest.Wait() // the other is ready
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if s.Depth() != 0 || b.Depth() != 2 {
+			t.Fatalf("after Close: timer store %d, backend %d; want 0 and 2", s.Depth(), b.Depth())
+		}
+		c = newChannel(t, channel.Options{Backend: b.reopen(), Timers: s.reopen()})
+		defer c.Close()
+		got := map[string]uint16{}
+		for i := 0; i < 2; i++ {
+			m := await(t, c)
+			got[string(m.Body)] = m.Attempts
+			m.Finish()
+		}
+		if got[string(m.Body)] != 2 || len(got) != 2 {
+			t.Fatalf("after restart got %v; want a and b, %q on its second attempt", got, m.Body)
+		}
+	})
+}
+
+// TestTimersFallBackToMemory: when the timer store refuses, a delayed Put
+// goes to the backend and a delayed Requeue stays in memory, as without a
+// timer store; both are delivered when due and counted as deferred.
+func TestTimersFallBackToMemory(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, s := newMemBackend(), newMemTimers()
+		c := newChannel(t, channel.Options{Backend: b, Timers: s})
+		defer c.Close()
+		ctx := context.Background()
+		start := time.Now()
+		put(t, c, "requeued")
+		m := await(t, c)
+		s.failPut.Store(true)
+		if err := c.PutWith(ctx, []byte("put"), channel.PutOptions{Delay: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Requeue(time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if st := c.Stats(); st.Deferred != 2 || b.Depth() != 2 {
+			t.Fatalf("%d deferred, backend %d; want 2 and 2 (held in memory, records kept)", st.Deferred, b.Depth())
+		}
+		for i := 0; i < 2; i++ {
+			m := await(t, c)
+			if time.Since(start) < time.Minute {
+				t.Fatalf("%q delivered after %v", m.Body, time.Since(start))
+			}
+			m.Finish()
+		}
+		if b.Depth() != 0 || s.Depth() != 0 {
+			t.Fatalf("backend %d, timer store %d", b.Depth(), s.Depth())
+		}
+	})
+}
+
+// TestTimersEmpty: Empty discards the deferred messages in the timer store
+// too, those tracked in memory and those not.
+func TestTimersEmpty(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b, s := newMemBackend(), newMemTimers()
+		c := newChannel(t, channel.Options{Backend: b, Timers: s, MaxDeferredInMemory: 4})
+		defer c.Close()
+		ctx := context.Background()
+		for i := 0; i < 20; i++ {
+			c.PutWith(ctx, []byte("x"), channel.PutOptions{Delay: time.Duration(i+1) * time.Minute})
+		}
+		if err := c.Empty(); err != nil {
+			t.Fatal(err)
+		}
+		if st := c.Stats(); st.Deferred != 0 || s.Depth() != 0 {
+			t.Fatalf("after Empty: %d deferred, timer store %d", st.Deferred, s.Depth())
+		}
+		c.PutWith(ctx, []byte("after"), channel.PutOptions{Delay: time.Hour})
+		if m := await(t, c); string(m.Body) != "after" {
+			t.Fatalf("got %q", m.Body)
+		}
+	})
+}
+
+// TestTimersRace: producers and consumers defer and requeue with short
+// delays against a bound of 8 timers in memory, so refills of the timer
+// store run all the time beside puts, releases and acknowledgements (run
+// it with -race). Every message is finished exactly once, none delivered
+// before it is due, and nothing is left.
+func TestTimersRace(t *testing.T) {
+	b, s := newMemBackend(), newMemTimers()
+	c := newChannel(t, channel.Options{Backend: b, Timers: s, MaxDeferredInMemory: 8})
+	defer c.Close()
+	const producers, each = 4, 300
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	for p := 0; p < producers; p++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				var po channel.PutOptions
+				if i%3 != 0 {
+					po.Delay = time.Duration(rand.IntN(20)) * time.Millisecond
+				}
+				if err := c.PutWith(ctx, []byte(fmt.Sprintf("%d-%d", p, i)), po); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	var mu sync.Mutex
+	finished := map[string]int{}
+	var due sync.Map // body -> time.Time it may be delivered from, for requeues
+	for k := 0; k < 3; k++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				n := len(finished)
+				mu.Unlock()
+				if n == producers*each {
+					return
+				}
+				wait, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+				m, err := c.Receive(wait)
+				cancel()
+				if err != nil {
+					continue
+				}
+				if d, ok := due.Load(string(m.Body)); ok && time.Now().Before(d.(time.Time)) {
+					t.Errorf("%s delivered %v early", m.Body, time.Until(d.(time.Time)))
+				}
+				if m.Attempts < 3 && rand.IntN(2) == 0 {
+					d := time.Duration(1+rand.IntN(10)) * time.Millisecond
+					due.Store(string(m.Body), time.Now().Add(d))
+					m.Requeue(d)
+					continue
+				}
+				mu.Lock()
+				finished[string(m.Body)]++
+				mu.Unlock()
+				if err := m.Finish(); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for k, n := range finished {
+		if n != 1 {
+			t.Fatalf("%s finished %d times", k, n)
+		}
+	}
+	if st := c.Stats(); st.Deferred != 0 || s.Depth() != 0 || b.Depth() != 0 {
+		t.Fatalf("left: %d deferred, timer store %d, backend %d", st.Deferred, s.Depth(), b.Depth())
+	}
+	ts := c.TimerStats()
+	if ts.InMemory > 8 || ts.Released != 0 || ts.Fallback != 0 {
+		t.Fatalf("timer stats at the end: %+v", ts)
+	}
+	t.Logf("%d messages; %d reads of the timer store, %d records read", producers*each, ts.Refills, ts.Scanned)
+}
