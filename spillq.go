@@ -120,9 +120,6 @@ func Open(dir string, opts Options) (*Queue, error) {
 		dopts.MinRecordBytes = minBody + channel.MinEnvelopeOverhead
 	}
 	topts := timerOptions(dopts)
-	if dopts.Logger != nil {
-		dopts.Logger = slog.New(quietTimersDir{dopts.Logger.Handler()})
-	}
 	dq, err := diskqueue.Open(dir, dopts)
 	if err != nil {
 		if errors.Is(err, diskqueue.ErrInvalidOptions) {

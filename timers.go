@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math"
-	"slices"
 	"sync"
 
 	"github.com/spillq/spillq/channel"
@@ -169,33 +167,3 @@ func (t *diskTimers) Empty() error {
 }
 
 func (t *diskTimers) Close() error { return t.q.Close() }
-
-// quietTimersDir is a log handler that drops the main log's warning about
-// an unknown entry in its directory when that entry is the timer store's.
-type quietTimersDir struct{ slog.Handler }
-
-func (h quietTimersDir) Handle(ctx context.Context, r slog.Record) error {
-	if r.Message == "diskqueue: leaving unknown files alone" {
-		only := false
-		r.Attrs(func(a slog.Attr) bool {
-			if a.Key == "files" {
-				files, ok := a.Value.Any().([]string)
-				only = ok && slices.Equal(files, []string{TimersDir})
-				return false
-			}
-			return true
-		})
-		if only {
-			return nil
-		}
-	}
-	return h.Handler.Handle(ctx, r)
-}
-
-func (h quietTimersDir) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return quietTimersDir{h.Handler.WithAttrs(attrs)}
-}
-
-func (h quietTimersDir) WithGroup(name string) slog.Handler {
-	return quietTimersDir{h.Handler.WithGroup(name)}
-}

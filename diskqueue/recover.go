@@ -53,6 +53,9 @@ func (l *Log) recover() error {
 			bad++
 		case strings.HasSuffix(name, indexSuffix), strings.HasSuffix(name, timeIndexSuffix), strings.HasSuffix(name, ackSuffix):
 			// Paired with a log below; orphans are removed after.
+		case e.IsDir():
+			// Subdirectories are the embedding program's (spillq keeps its
+			// timer store in one), except cursors/.
 		default:
 			unknown = append(unknown, name)
 		}
