@@ -187,7 +187,7 @@ func (t *tail) timeFull() bool {
 func (l *Log) mapLimits(size, indexSize, timeSize int64) (int64, int64, int64) {
 	logMax := max(l.opts.MaxSegmentBytes, fileHeaderSize+int64(frameSize(l.opts.MaxRecordBytes)), size)
 	records := (logMax-fileHeaderSize)/recordHeaderSize + 1
-	indexMax := max(fileHeaderSize+records*indexEntrySize, indexSize)
+	indexMax := max(indexBytesFor(records), indexSize)
 	timeMax := max(fileHeaderSize+(logMax/timeIndexIntervalBytes+3)*timeIndexEntrySize, timeSize)
 	return logMax, indexMax, timeMax
 }

@@ -11,6 +11,38 @@ import (
 // offset) per record, so any record is one index read and one log read
 // away. It is derived data: rebuilt from the log when missing or wrong.
 
+// The index's arithmetic, in one place: entry i (the record base+i) is the
+// big-endian uint32 log offset at indexEntryAt(i).
+
+// indexEntryAt is the byte offset of entry i in an index file.
+func indexEntryAt(i int64) int64 { return fileHeaderSize + i*indexEntrySize }
+
+// indexBytesFor is the size of an index file holding n entries.
+func indexBytesFor(n int64) int64 { return indexEntryAt(n) }
+
+// indexEntriesIn is how many whole entries an index file of size bytes has
+// room for.
+func indexEntriesIn(size int64) int64 { return max(size-fileHeaderSize, 0) / indexEntrySize }
+
+// readIndexEntry reads entry i of an index file: a record's log offset.
+func readIndexEntry(f file, i int64) (int64, error) {
+	var e [indexEntrySize]byte
+	if _, err := f.ReadAt(e[:], indexEntryAt(i)); err != nil {
+		return 0, err
+	}
+	return int64(binary.BigEndian.Uint32(e[:])), nil
+}
+
+// decodeIndexEntry is entry i of an index file's bytes b, and whether b
+// holds it.
+func decodeIndexEntry(b []byte, i int64) (int64, bool) {
+	at := indexEntryAt(i)
+	if at+indexEntrySize > int64(len(b)) {
+		return 0, false
+	}
+	return int64(binary.BigEndian.Uint32(b[at:])), true
+}
+
 // indexEntries reads count consecutive index entries starting at seq's.
 func (l *Log) indexEntries(seg *segment, seq uint64, count int) ([]uint32, error) {
 	f, err := l.segFiles(seg)
@@ -21,7 +53,7 @@ func (l *Log) indexEntries(seg *segment, seq uint64, count int) ([]uint32, error
 		return nil, fmt.Errorf("%w: segment %d has no index entry for seq %d", ErrCorrupt, seg.base, seq)
 	}
 	buf := make([]byte, count*indexEntrySize)
-	at := fileHeaderSize + int64(seq-seg.base)*indexEntrySize
+	at := indexEntryAt(int64(seq - seg.base))
 	if _, err := f.index.ReadAt(buf, at); err != nil {
 		if errors.Is(err, os.ErrClosed) {
 			return nil, fmt.Errorf("%w: segment %d was deleted", ErrNotFound, seg.base)

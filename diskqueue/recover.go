@@ -465,16 +465,15 @@ func (l *Log) recoverTailFiles(w *tail, seg *segment, log file, size int64, maxB
 	entries := int64(0)
 	indexDamaged := false
 	if l.headerOK(wIndex, magicIndex, seg.base) {
-		entries = writtenEntries(wIndex, (indexSize-fileHeaderSize)/indexEntrySize, indexEntrySize)
+		entries = writtenEntries(wIndex, indexEntriesIn(indexSize), indexEntrySize)
 	} else if indexSize > 0 {
 		indexDamaged = true
 	}
 	entry := func(j int64) (int64, bool) {
-		var e [indexEntrySize]byte
-		if _, err := wIndex.ReadAt(e[:], fileHeaderSize+j*indexEntrySize); err != nil {
+		off, err := readIndexEntry(wIndex, j)
+		if err != nil {
 			return 0, false
 		}
-		off := int64(binary.BigEndian.Uint32(e[:]))
 		h, _, _, err := l.readFrameAt(log, off, size)
 		return off, err == nil && h.seq == seg.base+uint64(j)
 	}
@@ -559,7 +558,7 @@ func (l *Log) recoverTailFiles(w *tail, seg *segment, log file, size int64, maxB
 	}
 
 	// Rewrite the index tail and the time-index tail.
-	gotEntries := keepIndex + int64(len(b.idx)/indexEntrySize)
+	gotEntries := keepIndex + indexEntriesIn(fileHeaderSize+int64(len(b.idx)))
 	if indexDamaged || gotEntries != entries {
 		if indexDamaged || gotEntries > entries {
 			l.indexRebuilds.Add(1)
@@ -570,7 +569,7 @@ func (l *Log) recoverTailFiles(w *tail, seg *segment, log file, size int64, maxB
 	if keepIndex == 0 {
 		idx = append(appendFileHeader(nil, magicIndex, seg.base), idx...)
 	}
-	idxAt := fileHeaderSize + keepIndex*indexEntrySize
+	idxAt := indexEntryAt(keepIndex)
 	if keepIndex == 0 {
 		idxAt = 0
 	}
@@ -593,7 +592,7 @@ func (l *Log) recoverTailFiles(w *tail, seg *segment, log file, size int64, maxB
 	timeIndexSize := tidxAt + int64(len(tidx))
 
 	w.size, w.end = goodEnd, end
-	w.indexSize = fileHeaderSize + gotEntries*indexEntrySize
+	w.indexSize = indexBytesFor(gotEntries)
 	w.timeSize = timeIndexSize
 	w.maxTime = b.maxTime
 	w.lastTimeOff, w.lastTimeSeq = b.lastTimeOff, b.lastTimeSeq
@@ -620,12 +619,11 @@ func (l *Log) scanTail(seg *segment, log file, size int64) error {
 	startSeq, startOff := seg.base, int64(fileHeaderSize)
 	if idx != nil && l.headerOK(idx, magicIndex, seg.base) {
 		// Walk back from the last entry to one that points at its record.
-		for j := writtenEntries(idx, (fileSize(idx)-fileHeaderSize)/indexEntrySize, indexEntrySize) - 1; j >= 0; j-- {
-			var e [indexEntrySize]byte
-			if _, err := idx.ReadAt(e[:], fileHeaderSize+j*indexEntrySize); err != nil {
+		for j := writtenEntries(idx, indexEntriesIn(fileSize(idx)), indexEntrySize) - 1; j >= 0; j-- {
+			off, err := readIndexEntry(idx, j)
+			if err != nil {
 				break
 			}
-			off := int64(binary.BigEndian.Uint32(e[:]))
 			if h, _, _, err := l.readFrameAt(log, off, size); err == nil && h.seq == seg.base+uint64(j) {
 				startSeq, startOff = h.seq, off
 				break
@@ -669,7 +667,7 @@ func (l *Log) scanTail(seg *segment, log file, size int64) error {
 	// Bytes past sc.Offset() that do not check out are a torn write or one
 	// in progress; Verify reports them, and Open would cut them.
 	if n := fileSize(idx); n >= fileHeaderSize {
-		seg.indexBytes.Store(fileHeaderSize + writtenEntries(idx, (n-fileHeaderSize)/indexEntrySize, indexEntrySize)*indexEntrySize)
+		seg.indexBytes.Store(indexBytesFor(writtenEntries(idx, indexEntriesIn(n), indexEntrySize)))
 	}
 	return nil
 }

@@ -80,11 +80,11 @@ func (l *Log) resumeAfter(base uint64, log, index file, bad int64, seq uint64, l
 		return 0, 0, false
 	}
 	for s := seq + 1; s < stop; s++ {
-		var e [indexEntrySize]byte
-		if _, err := index.ReadAt(e[:], fileHeaderSize+int64(s-base)*indexEntrySize); err != nil {
+		o, err := readIndexEntry(index, int64(s-base))
+		if err != nil {
 			break
 		}
-		if o := int64(binary.BigEndian.Uint32(e[:])); try(o, s) {
+		if try(o, s) {
 			return o, s, true
 		}
 	}

@@ -279,7 +279,7 @@ func (l *Log) openSealedLazily(seg *segment, next uint64) error {
 	seg.setExtent(size, next)
 	seg.sealed.Store(true)
 	seg.maxTime.Store(unknownTime)
-	seg.indexBytes.Store(fileHeaderSize + int64(next-seg.base)*indexEntrySize)
+	seg.indexBytes.Store(indexBytesFor(int64(next - seg.base)))
 	// An entry for the first and the last record, and about one per
 	// timeIndexIntervalBytes of log between them.
 	seg.timeIndexBytes.Store(fileHeaderSize + (2+(size-fileHeaderSize)/timeIndexIntervalBytes)*timeIndexEntrySize)
@@ -345,7 +345,7 @@ func (l *Log) openSealed(seg *segment) (*segFiles, error) {
 		rebuild = true
 	case err != nil:
 		return fail(fmt.Errorf("diskqueue: %w", err))
-	case !timeOK || indexBytes != fileHeaderSize+count*indexEntrySize || !l.headerOK(index, magicIndex, seg.base):
+	case !timeOK || indexBytes != indexBytesFor(count) || !l.headerOK(index, magicIndex, seg.base):
 		index.Close()
 		index, rebuild = nil, true
 	}

@@ -2,7 +2,6 @@ package diskqueue
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -134,18 +133,19 @@ func (l *Log) verifySegment(seg *segment, rep *Report) {
 		for sc.Next() {
 			off, h, _ := sc.Record()
 			rep.Records++
-			i := int64(h.seq-seg.base)*indexEntrySize + fileHeaderSize
+			i := int64(h.seq - seg.base)
+			entry, have := decodeIndexEntry(index, i)
 			switch {
 			case index == nil:
-			case i+indexEntrySize > int64(len(index)):
+			case !have:
 				if seg.sealed.Load() {
-					rep.Problems = append(rep.Problems, Problem{File: indexName, Offset: i, Seq: h.seq, Err: errors.New("no index entry")})
+					rep.Problems = append(rep.Problems, Problem{File: indexName, Offset: indexEntryAt(i), Seq: h.seq, Err: errors.New("no index entry")})
 				}
-			case binary.BigEndian.Uint32(index[i:]) == 0 && !seg.sealed.Load():
+			case entry == 0 && !seg.sealed.Load():
 				// Not written yet: a live writer copies the record first.
-			case int64(binary.BigEndian.Uint32(index[i:])) != off:
-				rep.Problems = append(rep.Problems, Problem{File: indexName, Offset: i, Seq: h.seq,
-					Err: fmt.Errorf("entry says offset %d, the record is at %d", binary.BigEndian.Uint32(index[i:]), off)})
+			case entry != off:
+				rep.Problems = append(rep.Problems, Problem{File: indexName, Offset: indexEntryAt(i), Seq: h.seq,
+					Err: fmt.Errorf("entry says offset %d, the record is at %d", entry, off)})
 			}
 		}
 		if sc.Err() == nil {
