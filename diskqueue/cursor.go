@@ -641,6 +641,31 @@ func (c *Cursor) done(segs []*segment) []bool {
 	return out
 }
 
+// floorPosition is where the floor is, as far as memory tells: the
+// reader's position when everything read is acknowledged, a segment's
+// start, or the write position at the end; otherwise the floor's segment
+// with Offset -1.
+func (c *Cursor) floorPosition(writePos Position) Position {
+	floor := c.ackFloor.Load()
+	c.readMu.Lock()
+	rd := c.rd
+	c.readMu.Unlock()
+	if rd.seg != nil && rd.seq == floor && !rd.seg.gone.Load() {
+		return Position{Segment: rd.seg.base, Offset: rd.off}
+	}
+	if floor >= c.log.nextSeq.Load() {
+		return writePos
+	}
+	seg := c.log.segmentAt(floor)
+	switch {
+	case seg == nil:
+		return writePos
+	case seg.base == floor:
+		return Position{Segment: seg.base, Offset: fileHeaderSize}
+	}
+	return Position{Segment: seg.base, Offset: -1}
+}
+
 // CursorStats is a snapshot of one cursor.
 type CursorStats struct {
 	Name string

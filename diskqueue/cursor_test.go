@@ -435,7 +435,7 @@ func TestSpareSegments(t *testing.T) {
 	dir := t.TempDir()
 	opts := diskqueue.Options{MaxSegmentBytes: 16 << 10}
 	l := openLog(t, dir, opts)
-	c := openCursor(t, l, "c", diskqueue.FromOldest())
+	openCursor(t, l, "c", diskqueue.FromOldest())
 	ctx := context.Background()
 	for i := 0; i < 4000; i++ {
 		if err := l.Put(ctx, body(i)); err != nil {
@@ -461,7 +461,7 @@ func TestSpareSegments(t *testing.T) {
 	}
 	l = openLog(t, dir, opts)
 	defer l.Close()
-	c = openCursor(t, l, "c", diskqueue.FromNext())
+	c := openCursor(t, l, "c", diskqueue.FromNext())
 	readCursor(t, c, 0, 4000, true)
 	if rep, err := diskqueue.Verify(dir); err != nil || !rep.OK() {
 		t.Fatalf("Verify: %v %v", err, rep.Problems)

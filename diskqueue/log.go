@@ -463,6 +463,9 @@ type Stats struct {
 	// WriteSeq is the write cursor: the seq the next Put gets.
 	WriteSeq uint64
 	// ReadPos and WritePos are the cursors as segment and byte offset.
+	// ReadPos.Offset is -1 when Stats would need an index read to know it
+	// (records below the read position are in flight, or were acknowledged
+	// out of order); [Log.Position] finds it.
 	ReadPos, WritePos Position
 
 	Segments  int   // segments on disk (those deleted as acknowledged ahead of an older one are not counted)
@@ -508,7 +511,7 @@ type Position struct {
 }
 
 // Stats returns a snapshot of the log's state. It takes no lock on the
-// write path. Its cursor fields (Depth, InFlight, ReadSeq, ReadPos, Acks)
+// write path and does no I/O. Its cursor fields (Depth, InFlight, ReadSeq, ReadPos, Acks)
 // are those of the cursor furthest behind, the one retention waits on (for
 // a Queue: its cursor); with no cursor, ReadSeq is WriteSeq. Each cursor's
 // own figures are in [Cursor.Stats].
@@ -563,12 +566,18 @@ func (l *Log) stats(c *Cursor) Stats {
 		st.WritePos = Position{Segment: last.base, Offset: last.sizeNow()}
 	}
 	l.segMu.RUnlock()
-	if pos, err := l.position(st.ReadSeq); err == nil {
-		st.ReadPos = pos
-	} else {
-		st.ReadPos = st.WritePos
+	st.ReadPos = st.WritePos
+	if c != nil {
+		st.ReadPos = c.floorPosition(st.WritePos)
 	}
 	return st
+}
+
+// Position returns where the record seq starts: its segment and byte
+// offset, with one read of the sequence index. seq may be the next to be
+// put (WriteSeq). It returns [ErrNotFound] for a seq not in the log.
+func (l *Log) Position(seq uint64) (Position, error) {
+	return l.position(seq)
 }
 
 // maxSeq is used where "no bound" is meant.

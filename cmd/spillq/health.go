@@ -79,6 +79,12 @@ func cmdStat(e *env, args []string) error {
 	}
 	defer q.Close()
 	st := q.Stats()
+	if st.ReadPos.Offset < 0 {
+		// Stats does no I/O; one index read finds it.
+		if pos, err := q.Position(st.ReadSeq); err == nil {
+			st.ReadPos = pos
+		}
+	}
 	kind := detectKind(q)
 	r := statReport{Queue: dir, Records: kind.String(), Depth: st.Depth,
 		FirstSeq: st.FirstSeq, ReadSeq: st.ReadSeq, WriteSeq: st.WriteSeq, ReadPos: position(st.ReadPos), WritePos: position(st.WritePos),
