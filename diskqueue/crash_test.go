@@ -80,17 +80,7 @@ func TestCrashChild(t *testing.T) {
 		crashtest.Report("open-error", err)
 		select {}
 	}
-	for p := 0; p < max(producers, 1); p++ {
-		go func() {
-			for i := start; ; i++ {
-				if err := q.Put(context.Background(), crashBody(p, i)); err != nil {
-					crashtest.Report("put-error", err)
-					return
-				}
-				crashtest.Report("put", fmt.Sprintf("%d-%d", p, i))
-			}
-		}()
-	}
+	startCrashProducers(q, max(producers, 1), start)
 	go func() {
 		for {
 			rec, err := q.Read(context.Background())
@@ -112,6 +102,22 @@ func TestCrashChild(t *testing.T) {
 		}
 	}()
 	select {} // until killed
+}
+
+// startCrashProducers starts a crash child's producers: each puts its
+// records from start on and reports "put P-I" after each Put returns.
+func startCrashProducers(q putter, producers, start int) {
+	for p := 0; p < producers; p++ {
+		go func() {
+			for i := start; ; i++ {
+				if err := q.Put(context.Background(), crashBody(p, i)); err != nil {
+					crashtest.Report("put-error", err)
+					return
+				}
+				crashtest.Report("put", fmt.Sprintf("%d-%d", p, i))
+			}
+		}()
+	}
 }
 
 // TestCrash kills a writing, reading process with SIGKILL, at random

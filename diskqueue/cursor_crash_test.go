@@ -80,17 +80,7 @@ func TestCursorCrashChild(t *testing.T) {
 			}
 		}()
 	}
-	for p := 0; p < 2; p++ {
-		go func() {
-			for i := start; ; i++ {
-				if err := l.Put(context.Background(), crashBody(p, i)); err != nil {
-					crashtest.Report("put-error", err)
-					return
-				}
-				crashtest.Report("put", fmt.Sprintf("%d-%d", p, i))
-			}
-		}()
-	}
+	startCrashProducers(l, 2, start)
 	select {} // until killed
 }
 

@@ -32,40 +32,6 @@ func openCursor(t testing.TB, l *diskqueue.Log, name string, start diskqueue.Sta
 	return c
 }
 
-func putLog(t testing.TB, l *diskqueue.Log, from, n int) {
-	t.Helper()
-	for i := from; i < from+n; i++ {
-		if err := l.Put(context.Background(), body(i)); err != nil {
-			t.Fatalf("Put %d: %v", i, err)
-		}
-	}
-}
-
-// readCursor reads n records from c, checks they carry bodies from..from+n
-// in order, and acknowledges them if ack is set.
-func readCursor(t testing.TB, c *diskqueue.Cursor, from, n int, ack bool) []diskqueue.Record {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var out []diskqueue.Record
-	for i := from; i < from+n; i++ {
-		rec, err := c.Read(ctx)
-		if err != nil {
-			t.Fatalf("cursor %q: Read %d: %v", c.Name(), i, err)
-		}
-		if !bytes.Equal(rec.Body, body(i)) {
-			t.Fatalf("cursor %q: Read got %q, want %q", c.Name(), rec.Body, body(i))
-		}
-		if ack {
-			if err := c.Ack(rec.Seq); err != nil {
-				t.Fatalf("cursor %q: Ack %d: %v", c.Name(), rec.Seq, err)
-			}
-		}
-		out = append(out, rec)
-	}
-	return out
-}
-
 // expectNothing fails if c has a record to hand out.
 func expectNothing(t testing.TB, c *diskqueue.Cursor) {
 	t.Helper()
@@ -86,14 +52,14 @@ func TestCursorsEachSeeTheirRecords(t *testing.T) {
 	l := openLog(t, dir, smallSegments)
 	defer l.Close()
 	a := openCursor(t, l, "a", diskqueue.FromOldest())
-	putLog(t, l, 0, 100)
+	putN(t, l, 0, 100)
 	b := openCursor(t, l, "b", diskqueue.FromSeq(40))
 	c := openCursor(t, l, "c", diskqueue.FromNext())
-	putLog(t, l, 100, 100)
+	putN(t, l, 100, 100)
 
-	readCursor(t, a, 0, 200, true)
-	readCursor(t, b, 40, 160, true)
-	readCursor(t, c, 100, 100, true)
+	readN(t, a, 0, 200, true)
+	readN(t, b, 40, 160, true)
+	readN(t, c, 100, 100, true)
 	for _, cur := range []*diskqueue.Cursor{a, b, c} {
 		expectNothing(t, cur)
 		if d := cur.Depth(); d != 0 {
@@ -121,8 +87,8 @@ func TestSlowestCursorHoldsSegments(t *testing.T) {
 	defer l.Close()
 	fast := openCursor(t, l, "fast", diskqueue.FromOldest())
 	slow := openCursor(t, l, "slow", diskqueue.FromOldest())
-	putLog(t, l, 0, 200)
-	readCursor(t, fast, 0, 200, true)
+	putN(t, l, 0, 200)
+	readN(t, fast, 0, 200, true)
 	if err := l.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +100,7 @@ func TestSlowestCursorHoldsSegments(t *testing.T) {
 			t.Fatalf("ReadAt(%d) with the slow cursor behind it: %v", seq, err)
 		}
 	}
-	readCursor(t, slow, 0, 100, true)
+	readN(t, slow, 0, 100, true)
 	if err := l.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +111,7 @@ func TestSlowestCursorHoldsSegments(t *testing.T) {
 	if st.ReadSeq != 100 {
 		t.Errorf("Log Stats ReadSeq = %d, want the slowest cursor's 100", st.ReadSeq)
 	}
-	readCursor(t, slow, 100, 100, true)
+	readN(t, slow, 100, 100, true)
 }
 
 // Cursors, their positions and their out-of-order acknowledgements
@@ -155,9 +121,9 @@ func TestCursorsSurviveReopen(t *testing.T) {
 	l := openLog(t, dir, smallSegments)
 	a := openCursor(t, l, "a", diskqueue.FromOldest())
 	b := openCursor(t, l, "b", diskqueue.FromOldest())
-	putLog(t, l, 0, 100)
-	readCursor(t, a, 0, 30, true)
-	recs := readCursor(t, b, 0, 50, false)
+	putN(t, l, 0, 100)
+	readN(t, a, 0, 30, true)
+	recs := readN(t, b, 0, 50, false)
 	for _, r := range recs {
 		if r.Seq%2 == 1 {
 			if err := b.Ack(r.Seq); err != nil {
@@ -175,7 +141,7 @@ func TestCursorsSurviveReopen(t *testing.T) {
 		t.Fatalf("after reopen Cursors() = %v, want %v", got, want)
 	}
 	a = openCursor(t, l, "a", diskqueue.FromNext()) // Start is ignored: it exists
-	readCursor(t, a, 30, 70, true)
+	readN(t, a, 30, 70, true)
 	b = openCursor(t, l, "b", diskqueue.FromNext())
 	// The even seqs below 50 come back, then everything from 50.
 	ctx := context.Background()
@@ -204,9 +170,9 @@ func TestDeleteCursor(t *testing.T) {
 	l := openLog(t, dir, smallSegments)
 	a := openCursor(t, l, "a", diskqueue.FromOldest())
 	idle := openCursor(t, l, "idle", diskqueue.FromOldest())
-	putLog(t, l, 0, 200)
-	readCursor(t, a, 0, 200, true)
-	readCursor(t, idle, 0, 5, false) // in flight when deleted
+	putN(t, l, 0, 200)
+	readN(t, a, 0, 200, true)
+	readN(t, idle, 0, 5, false) // in flight when deleted
 	if err := l.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -251,8 +217,8 @@ func TestCursorLeftoversRemovedAtOpen(t *testing.T) {
 	dir := t.TempDir()
 	l := openLog(t, dir, smallSegments)
 	a := openCursor(t, l, "a", diskqueue.FromOldest())
-	putLog(t, l, 0, 10)
-	readCursor(t, a, 0, 10, true)
+	putN(t, l, 0, 10)
+	readN(t, a, 0, 10, true)
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -297,17 +263,17 @@ func TestCursorNames(t *testing.T) {
 func TestCursorFromTime(t *testing.T) {
 	l := openLog(t, t.TempDir(), smallSegments)
 	defer l.Close()
-	putLog(t, l, 0, 50)
+	putN(t, l, 0, 50)
 	time.Sleep(2 * time.Millisecond)
 	mid := time.Now()
 	time.Sleep(2 * time.Millisecond)
-	putLog(t, l, 50, 50)
+	putN(t, l, 50, 50)
 	c := openCursor(t, l, "t", diskqueue.FromTime(mid))
-	readCursor(t, c, 50, 50, true)
+	readN(t, c, 50, 50, true)
 	expectNothing(t, c)
 	late := openCursor(t, l, "late", diskqueue.FromTime(time.Now().Add(time.Hour)))
-	putLog(t, l, 100, 1)
-	readCursor(t, late, 100, 1, true)
+	putN(t, l, 100, 1)
+	readN(t, late, 100, 1, true)
 }
 
 // A Queue is a log with its own cursor: another cursor over it sees the
@@ -325,7 +291,7 @@ func TestQueueWithAnotherCursor(t *testing.T) {
 	if st := q.Stats(); st.FirstSeq != 0 || st.Depth != 0 {
 		t.Fatalf("Stats FirstSeq %d Depth %d, want 0 and 0 (the queue consumed all, audit none)", st.FirstSeq, st.Depth)
 	}
-	readCursor(t, audit, 0, 100, true)
+	readN(t, audit, 0, 100, true)
 	if err := q.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -344,8 +310,8 @@ func TestVerifyNamedCursors(t *testing.T) {
 	dir := t.TempDir()
 	l := openLog(t, dir, smallSegments)
 	a := openCursor(t, l, "a", diskqueue.FromOldest())
-	putLog(t, l, 0, 100)
-	readCursor(t, a, 0, 50, true)
+	putN(t, l, 0, 100)
+	readN(t, a, 0, 50, true)
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -462,7 +428,7 @@ func TestSpareSegments(t *testing.T) {
 	l = openLog(t, dir, opts)
 	defer l.Close()
 	c := openCursor(t, l, "c", diskqueue.FromNext())
-	readCursor(t, c, 0, 4000, true)
+	readN(t, c, 0, 4000, true)
 	if rep, err := diskqueue.Verify(dir); err != nil || !rep.OK() {
 		t.Fatalf("Verify: %v %v", err, rep.Problems)
 	}

@@ -25,7 +25,16 @@ func openQueue(t testing.TB, dir string, opts diskqueue.Options) *diskqueue.Queu
 
 func body(i int) []byte { return []byte(fmt.Sprintf("record-%06d", i)) }
 
-func putN(t testing.TB, q *diskqueue.Queue, from, n int) {
+// putter is a Queue or a Log; consumer is a Queue or a Cursor.
+type (
+	putter   interface{ Put(context.Context, []byte) error }
+	consumer interface {
+		Read(context.Context) (diskqueue.Record, error)
+		Ack(uint64) error
+	}
+)
+
+func putN(t testing.TB, q putter, from, n int) {
 	t.Helper()
 	for i := from; i < from+n; i++ {
 		if err := q.Put(context.Background(), body(i)); err != nil {
@@ -36,7 +45,7 @@ func putN(t testing.TB, q *diskqueue.Queue, from, n int) {
 
 // readN reads n records, checks they carry bodies from..from+n in order and
 // acknowledges them unless ack is false.
-func readN(t testing.TB, q *diskqueue.Queue, from, n int, ack bool) []diskqueue.Record {
+func readN(t testing.TB, q consumer, from, n int, ack bool) []diskqueue.Record {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
