@@ -27,7 +27,9 @@ func body(i int) []byte { return []byte(fmt.Sprintf("record-%06d", i)) }
 
 // putter is a Queue or a Log; consumer is a Queue or a Cursor.
 type (
-	putter   interface{ Put(context.Context, []byte) error }
+	putter interface {
+		Put(context.Context, []byte) error
+	}
 	consumer interface {
 		Read(context.Context) (diskqueue.Record, error)
 		Ack(uint64) error
