@@ -93,9 +93,16 @@ func encodeRecord(frame []byte, flags byte, seq uint64, ts int64, body []byte) {
 }
 
 // frameCRC computes the checksum of a complete frame, skipping the CRC field.
+// The four length bytes go through the table a byte at a time (what
+// crc32.Update does for them, without the cost of a call that would take
+// a third of the time for a small frame); the rest through crc32.Update,
+// on the CPU's CRC instruction where there is one.
 func frameCRC(frame []byte) uint32 {
-	c := crc32.Update(0, crcTable, frame[0:4])
-	return crc32.Update(c, crcTable, frame[8:])
+	c := ^uint32(0)
+	for _, b := range frame[0:4] {
+		c = crcTable[byte(c)^b] ^ c>>8
+	}
+	return crc32.Update(^c, crcTable, frame[8:])
 }
 
 // recordHeader is the decoded fixed part of a frame.
