@@ -326,6 +326,30 @@ func (a *ackFile) testAndSet(i uint64) (was bool, err error) {
 	return false, a.set(i)
 }
 
+// setAtFloor is testAndSet for the record at the floor, i, with one guard
+// on the mapping for both of its reads: it also reports whether record
+// i+1 is acknowledged, so the floor can step over i alone. n is how many
+// records the segment holds. It does nothing and returns ok false unless
+// the bitmap is mapped and record i+1 is in the segment.
+func (a *ackFile) setAtFloor(i, n uint64) (was, nextSet, ok bool, err error) {
+	if a.m == nil || i+1 >= min(n, a.cap) {
+		return false, false, false, nil
+	}
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer guardFault(&err, a.name)
+	// The next bit first: a fault there leaves record i unacknowledged.
+	j := i + 1
+	nextSet = a.m[ackHeaderSize+int64(j/8)]&(1<<(j%8)) != 0
+	off := ackHeaderSize + int64(i/8)
+	bit := byte(1) << (i % 8)
+	if a.m[off]&bit != 0 {
+		return true, false, true, nil
+	}
+	a.m[off] |= bit
+	a.dirty = true
+	return false, nextSet, true, nil
+}
+
 // raiseReadEnd records that records up to end (a seq) may have been handed
 // out, storing a little beyond it so the header is written rarely.
 func (a *ackFile) raiseReadEnd(end, limit uint64) error {

@@ -806,8 +806,28 @@ func (c *Cursor) markAckedLocked(sa *segAcks, seq uint64) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if was, err := a.testAndSet(seq - seg.base); err != nil || was {
-		return was, err
+	set := false
+	if seq == c.ackFloor.Load() {
+		// In order, the common case: when the next record is not
+		// acknowledged yet the floor steps over this one alone, with no
+		// round trip through ackedAbove and no scan of the bitmap. The
+		// next record is in the same segment, so no segment is done.
+		was, nextSet, ok, err := a.setAtFloor(seq-seg.base, seg.endNow()-seg.base)
+		if ok && (err != nil || was) {
+			return was, err
+		}
+		if ok && !nextSet {
+			c.ackedMax = max(c.ackedMax, seq)
+			sa.acked++
+			c.ackFloor.Store(seq + 1)
+			return false, nil
+		}
+		set = ok
+	}
+	if !set {
+		if was, err := a.testAndSet(seq - seg.base); err != nil || was {
+			return was, err
+		}
 	}
 	c.ackedMax = max(c.ackedMax, seq)
 	c.ackedAbove.Add(1)

@@ -182,6 +182,96 @@ func TestOutOfOrderAcks(t *testing.T) {
 	}
 }
 
+// TestAckCounts acknowledges records in orders that take each way the read
+// cursor moves (over one record, over a run acknowledged out of order,
+// across segment ends) and checks ReadSeq and Depth after every Ack, and
+// what a reopen delivers again.
+func TestAckCounts(t *testing.T) {
+	orders := map[string]func(n int) []int{
+		"in order": func(n int) []int {
+			o := make([]int, n)
+			for i := range o {
+				o[i] = i
+			}
+			return o
+		},
+		"pairs swapped": func(n int) []int {
+			o := make([]int, n)
+			for i := range o {
+				o[i] = i ^ 1
+			}
+			return o
+		},
+		"reversed": func(n int) []int {
+			o := make([]int, n)
+			for i := range o {
+				o[i] = n - 1 - i
+			}
+			return o
+		},
+		"odd then even": func(n int) []int {
+			var o []int
+			for i := 1; i < n; i += 2 {
+				o = append(o, i)
+			}
+			for i := 0; i < n; i += 2 {
+				o = append(o, i)
+			}
+			return o
+		},
+	}
+	for name, order := range orders {
+		t.Run(name, func(t *testing.T) {
+			const n = 60
+			dir := t.TempDir()
+			// About seven records a segment: the cursor crosses segment ends.
+			q := openQueue(t, dir, diskqueue.Options{MaxSegmentBytes: 256, NoSync: true})
+			putN(t, q, 0, n)
+			readN(t, q, 0, n, false)
+			acked := make([]bool, n)
+			o := order(n)
+			for k, i := range o {
+				if err := q.Ack(uint64(i)); err != nil {
+					t.Fatalf("Ack %d: %v", i, err)
+				}
+				acked[i] = true
+				floor, depth := n, 0
+				for j := n - 1; j >= 0; j-- {
+					if !acked[j] {
+						floor, depth = j, depth+1
+					}
+				}
+				if st := q.Stats(); st.ReadSeq != uint64(floor) || st.Depth != int64(depth) {
+					t.Fatalf("after Ack %d: ReadSeq %d, Depth %d; want %d, %d", i, st.ReadSeq, st.Depth, floor, depth)
+				}
+				if err := q.Ack(uint64(i)); !errors.Is(err, diskqueue.ErrNotInFlight) {
+					t.Fatalf("second Ack %d: got %v, want ErrNotInFlight", i, err)
+				}
+				if k == n/2 {
+					// Half way: what a reopen delivers is exactly what is
+					// not acknowledged yet.
+					if err := q.Close(); err != nil {
+						t.Fatal(err)
+					}
+					q = openQueue(t, dir, diskqueue.Options{MaxSegmentBytes: 256, NoSync: true})
+					for j := range n {
+						if acked[j] {
+							continue
+						}
+						rec, err := q.Read(context.Background())
+						if err != nil || rec.Seq != uint64(j) {
+							t.Fatalf("Read after reopen: seq %d (%v), want %d", rec.Seq, err, j)
+						}
+					}
+				}
+			}
+			if err := q.Close(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
 func TestReadAt(t *testing.T) {
 	q := openQueue(t, t.TempDir(), diskqueue.Options{MaxSegmentBytes: 4096})
 	defer q.Close()

@@ -97,6 +97,11 @@ func (l *Log) recover() error {
 			ghost.gone.Store(true)
 			l.segs = append(l.segs, ghost)
 		}
+		if len(ghosts) > 0 {
+			// A sealed segment ends where the next one starts, and a
+			// tombstone after it is the next one.
+			next = min(next, ghosts[0])
+		}
 		unsealed := !last && l.maybeUnsealed(base)
 		if len(l.segs) > 0 && (last || unsealed) {
 			// A tail's time index continues the running maximum of the
