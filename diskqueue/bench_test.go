@@ -304,3 +304,54 @@ func BenchmarkOpen(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkCursors puts 100-byte records into one log read by N cursors at
+// once, each with its own consumer (Read + Ack): the time per record until
+// every cursor has acknowledged it, and per delivery (ns/op over N). Each
+// record is written once whatever N (TestCursorsEachSeeTheirRecords); each
+// cursor adds its reads and one bit per record.
+func BenchmarkCursors(b *testing.B) {
+	body := make([]byte, 100)
+	for _, n := range []int{1, 4, 16} {
+		b.Run(fmt.Sprintf("cursors=%d", n), func(b *testing.B) {
+			l, err := diskqueue.OpenLog(b.TempDir(), diskqueue.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			cursors := make([]*diskqueue.Cursor, n)
+			for i := range cursors {
+				if cursors[i], err = l.Cursor(fmt.Sprintf("c%d", i), diskqueue.FromNext()); err != nil {
+					b.Fatal(err)
+				}
+			}
+			ctx := context.Background()
+			b.ReportAllocs()
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			for _, c := range cursors {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := 0; i < b.N; i++ {
+						rec, err := c.Read(ctx)
+						if err == nil {
+							err = c.Ack(rec.Seq)
+						}
+						if err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			for i := 0; i < b.N; i++ {
+				if err := l.Put(ctx, body); err != nil {
+					b.Fatal(err)
+				}
+			}
+			wg.Wait()
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/delivery")
+		})
+	}
+}

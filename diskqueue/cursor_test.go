@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -454,5 +455,44 @@ func TestSpareLeftoversRemoved(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(dir, name)); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s: %v, want it removed at Open", name, err)
 		}
+	}
+}
+
+// An extra cursor costs its bitmap, not a copy: the same records under 16
+// cursors take the log bytes of 1 cursor plus 15 more bitmaps.
+func TestCursorCostIsABitmap(t *testing.T) {
+	const records = 1000
+	usage := func(cursors int) (logBytes, disk int64) {
+		dir := t.TempDir()
+		l := openLog(t, dir, diskqueue.Options{})
+		for i := 0; i < cursors; i++ {
+			openCursor(t, l, fmt.Sprintf("c%d", i), diskqueue.FromOldest())
+		}
+		putN(t, l, 0, records)
+		if err := l.Sync(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		disk = l.Stats().DiskBytes
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		logs, _ := filepath.Glob(filepath.Join(dir, "0*.log"))
+		for _, p := range logs {
+			fi, err := os.Stat(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			logBytes += fi.Size()
+		}
+		return logBytes, disk
+	}
+	log1, disk1 := usage(1)
+	log16, disk16 := usage(16)
+	if log1 != log16 {
+		t.Errorf("log bytes: %d with 1 cursor, %d with 16; want the same", log1, log16)
+	}
+	bitmap := int64(32 + (records+7)/8) // FORMAT.md: header and one bit per record
+	if got, want := disk16-disk1, 15*bitmap; got != want {
+		t.Errorf("16 cursors use %d bytes more than 1, want 15 bitmaps of %d = %d", got, bitmap, want)
 	}
 }
