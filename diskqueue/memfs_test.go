@@ -49,6 +49,14 @@ type memFS struct {
 	onSync func(op, name string, changed bool)
 }
 
+// memFSKind is a flavour of memFS to run a test on (memFSKinds): new
+// makes one, and path is the WritePath a queue on it reports.
+type memFSKind struct {
+	name string
+	new  func(testing.TB) *memFS
+	path string
+}
+
 // memStore holds what reads of one file see now.
 type memStore interface {
 	io.ReaderAt
@@ -397,67 +405,74 @@ func (i memInfo) Info() (fs.FileInfo, error) { return i, nil }
 // was durable at that moment must hold every record the sync policy
 // promised. With SyncEvery 1 that is every Put that returned; with the
 // default policy, every record below the synced mark at the cut. Nothing
-// served may be a body nobody put, and seqs stay in order.
+// served may be a body nobody put, and seqs stay in order. It runs on the
+// write(2) path and (on Linux) the mapped one.
 func TestPowerCutAtEveryStep(t *testing.T) {
-	for _, c := range []struct {
-		name string
-		opts Options
-	}{
-		{"sync1", Options{SyncEvery: 1, MaxSegmentBytes: 512}},
-		{"default", Options{MaxSegmentBytes: 512, SyncEvery: 7, SyncInterval: time.Millisecond}},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			steps := 300
-			if testing.Short() {
-				steps = 120
-			}
-			mfs := newMemFS()
-			dir := "/q"
-			opts := c.opts
-			opts.fsForTesting = mfs
-			q, err := Open(dir, opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer q.Close()
-			ctx := context.Background()
-			rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))
-			var put [][]byte // put[seq] is the body Put returned for
-			done, cancel := context.WithCancel(ctx)
-			cancel()
-			for step := 0; step < steps; step++ {
-				switch rng.IntN(4) {
-				case 0, 1:
-					body := []byte(fmt.Sprintf("step-%d-%s", step, strings.Repeat("x", rng.IntN(40))))
-					if err := q.Put(ctx, body); err != nil {
-						t.Fatal(err)
-					}
-					put = append(put, body)
-				case 2:
-					if rec, err := q.Read(done); err == nil {
-						q.Ack(rec.Seq)
-					}
-				case 3:
-					if rng.IntN(4) == 0 {
-						q.Sync(ctx)
-					}
+	for _, kind := range memFSKinds() {
+		for _, c := range []struct {
+			name string
+			opts Options
+		}{
+			{"sync1", Options{SyncEvery: 1, MaxSegmentBytes: 512}},
+			{"default", Options{MaxSegmentBytes: 512, SyncEvery: 7, SyncInterval: time.Millisecond}},
+		} {
+			t.Run(kind.name+"/"+c.name, func(t *testing.T) {
+				steps := 300
+				if testing.Short() {
+					steps = 120
 				}
-				promised := uint64(len(put))
-				if opts.SyncEvery != 1 {
-					promised = q.syncedSeq.Load()
+				mfs := kind.new(t)
+				dir := "/q"
+				opts := c.opts
+				opts.fsForTesting = mfs
+				q, err := Open(dir, opts)
+				if err != nil {
+					t.Fatal(err)
 				}
-				floor := q.ackFloor.Load()
-				checkAfterPowerCut(t, step, mfs.crashClone(), dir, c.opts, put, min(floor, promised), promised)
-			}
-		})
+				defer q.Close()
+				if got := q.Stats().WritePath; got != kind.path {
+					t.Fatalf("a queue on this memFS writes with %q, want %q", got, kind.path)
+				}
+				ctx := context.Background()
+				rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))
+				var put [][]byte // put[seq] is the body Put returned for
+				done, cancel := context.WithCancel(ctx)
+				cancel()
+				for step := 0; step < steps; step++ {
+					switch rng.IntN(4) {
+					case 0, 1:
+						body := []byte(fmt.Sprintf("step-%d-%s", step, strings.Repeat("x", rng.IntN(40))))
+						if err := q.Put(ctx, body); err != nil {
+							t.Fatal(err)
+						}
+						put = append(put, body)
+					case 2:
+						if rec, err := q.Read(done); err == nil {
+							q.Ack(rec.Seq)
+						}
+					case 3:
+						if rng.IntN(4) == 0 {
+							q.Sync(ctx)
+						}
+					}
+					promised := uint64(len(put))
+					if opts.SyncEvery != 1 {
+						promised = q.syncedSeq.Load()
+					}
+					floor := q.ackFloor.Load()
+					checkAfterPowerCut(t, step, mfs.crashClone(), dir, kind, c.opts, put, min(floor, promised), promised)
+				}
+			})
+		}
 	}
 }
 
 // checkAfterPowerCut opens the durable state and checks that every record
 // in [from, promised) is there with its body, and that nothing else served
 // is a body nobody put.
-func checkAfterPowerCut(t *testing.T, step int, clone *memFS, dir string, opts Options, put [][]byte, from, promised uint64) {
+func checkAfterPowerCut(t *testing.T, step int, clone *memFS, dir string, kind memFSKind, opts Options, put [][]byte, from, promised uint64) {
 	t.Helper()
+	defer clone.release()
 	opts.fsForTesting = clone
 	q, err := Open(dir, opts)
 	if err != nil {
@@ -465,6 +480,9 @@ func checkAfterPowerCut(t *testing.T, step int, clone *memFS, dir string, opts O
 	}
 	defer q.Close()
 	st := q.Stats()
+	if st.WritePath != kind.path {
+		t.Fatalf("step %d: after a power cut the queue writes with %q, want %q", step, st.WritePath, kind.path)
+	}
 	if st.WriteSeq < promised {
 		t.Fatalf("step %d: after a power cut the log ends at %d; %d records were promised durable", step, st.WriteSeq, promised)
 	}
