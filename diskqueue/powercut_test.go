@@ -473,7 +473,7 @@ func (h *cutHarness) checkCut(k int) {
 	t.Helper()
 	cut := h.cuts[k]
 	defer cut.fs.release()
-	var logs bytes.Buffer
+	var logs lockedBuffer // the checked queue's writer goroutine logs too
 	opts := h.opts
 	opts.fsForTesting = cut.fs
 	opts.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -649,4 +649,23 @@ func (m *memFS) listing(dir string) string {
 		fmt.Fprintf(&b, "\n\t%s %d", e.Name(), info.Size())
 	}
 	return b.String()
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger writing from several
+// goroutines while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
