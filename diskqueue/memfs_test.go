@@ -47,6 +47,9 @@ type memFS struct {
 	// directory, changed whether the durable state is different now. A
 	// test cuts the power there (crashCloneLocked).
 	onSync func(op, name string, changed bool)
+	// onRead, if set before the file system is used, is called before
+	// every ReadAt, without mu held, so a test can hold a reader there.
+	onRead func(name string, off int64)
 }
 
 // memFSKind is a flavour of memFS to run a test on (memFSKinds): new
@@ -321,6 +324,9 @@ type memFile struct {
 }
 
 func (f *memFile) ReadAt(b []byte, off int64) (int, error) {
+	if f.fs.onRead != nil {
+		f.fs.onRead(f.name, off)
+	}
 	f.fs.mu.Lock()
 	defer f.fs.mu.Unlock()
 	if f.closed {
