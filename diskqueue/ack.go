@@ -60,6 +60,10 @@ type ackFile struct {
 	mem bool
 	// dirty says bits were set since the writer last fsynced the file.
 	dirty bool
+	// made says this run created the file (for a segment that had none,
+	// or whose file was damaged): its readEnd says nothing about what
+	// earlier runs read.
+	made bool
 }
 
 // memAckFile is a read-only view's acknowledgement state: a copy of the
@@ -164,6 +168,8 @@ func (c *Cursor) createAckFileAt(name string, base, capacity uint64, mapped, gro
 		c.log.fs.Remove(name)
 		return nil, fmt.Errorf("diskqueue: create %s: %w", name, err)
 	}
+	c.newFiles.Store(true)
+	a.made = true
 	return a, nil
 }
 
@@ -363,6 +369,7 @@ func (a *ackFile) raiseReadEnd(end, limit uint64) error {
 		return err
 	}
 	a.readEnd = next
+	a.dirty = true // for syncAcks: Open trusts the bits only below it
 	return nil
 }
 

@@ -605,6 +605,7 @@ func (l *Log) takeSpareLocked(base uint64, maxTime int64) (*segment, *tail) {
 			return nil, nil
 		}
 		a.name = name
+		sp.cursors[i].newFiles.Store(true)
 	}
 	for i := 2; i >= 0; i-- { // the log last
 		name := seg.path([]string{logSuffix, indexSuffix, timeIndexSuffix}[i])

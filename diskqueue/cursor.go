@@ -1,6 +1,7 @@
 package diskqueue
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -48,6 +49,10 @@ type Cursor struct {
 	// closed is set when the log closes or the cursor is deleted: its
 	// files are released.
 	closed bool
+	// newFiles says bitmap files were created (or renamed into place) in
+	// dir since syncAcks last fsynced it: until then a power cut may lose
+	// their names, and so the acknowledgements in them.
+	newFiles atomic.Bool
 	// retired are bitmap files of segments the floor has passed, waiting
 	// for the writer goroutine to fsync and close them (retirePassed).
 	retired []file
@@ -406,6 +411,9 @@ func (c *Cursor) initAt(readSeq uint64, stored bool) error {
 	if err := c.loadAcks(); err != nil {
 		return fmt.Errorf("diskqueue: open cursor %q: %w", c.name, err)
 	}
+	// Everything below the floor is acknowledged: read from it, not from
+	// the stored position behind it, whose segments may go any moment.
+	c.rd.seq = max(c.rd.seq, c.ackFloor.Load())
 	return nil
 }
 
@@ -878,8 +886,10 @@ func (c *Cursor) loadAcks() error {
 		hi := min(a.readEnd, end)
 		if hi <= lo {
 			sa.acked = int64(lo - seg.base)
-			if a.readEnd <= seg.base {
-				stop = true // never read: neither is anything after it
+			if a.readEnd <= seg.base && !a.made {
+				// Never read: neither is anything after it. (A file made
+				// now, its old one lost or damaged, tells nothing.)
+				stop = true
 			}
 			continue
 		}
@@ -903,15 +913,34 @@ func (c *Cursor) syncAcks() {
 	if c.log.opts.NoSync || c.log.readOnly {
 		return
 	}
-	var files []file
+	type dirty struct {
+		base uint64
+		f    file
+	}
+	var todo []dirty
 	c.readMu.Lock()
-	for _, sa := range c.segs {
+	for seg, sa := range c.segs {
 		if a := sa.ack; a != nil && a.dirty && !a.mem {
 			a.dirty = false
-			files = append(files, a.f)
+			todo = append(todo, dirty{seg.base, a.f})
 		}
 	}
 	c.readMu.Unlock()
+	// Oldest first: Open counts acknowledgements up to the first bitmap
+	// whose readEnd says it was never read, so a later one must not be
+	// durable before an earlier one's raised readEnd is.
+	slices.SortFunc(todo, func(a, b dirty) int { return cmp.Compare(a.base, b.base) })
+	files := make([]file, len(todo))
+	for i, d := range todo {
+		files[i] = d.f
+	}
+	// The names first: a bitmap's fsync then makes it durable whole.
+	if c.newFiles.Swap(false) {
+		if err := c.log.fs.SyncDir(c.dir); err != nil {
+			c.newFiles.Store(true) // try again next time
+			c.logger.Warn("diskqueue: cannot fsync the directory of new acknowledgement files; after a power cut finished records may be delivered again", "err", err)
+		}
+	}
 	for _, f := range files {
 		// A segment deleted meanwhile has closed its file: nothing to keep.
 		if err := f.Sync(); err != nil && !errors.Is(err, os.ErrClosed) {

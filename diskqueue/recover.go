@@ -68,6 +68,7 @@ func (l *Log) recover() error {
 	}
 	slices.Sort(bases)
 	bases, ghosts := l.findTombstones(bases)
+	bases = l.dropLostTail(bases)
 	if !l.readOnly {
 		l.removeOrphanIndexes(entries, bases, ghosts)
 	}
@@ -153,6 +154,47 @@ func (l *Log) recover() error {
 		return err
 	}
 	return nil
+}
+
+// dropLostTail removes the segments at the end of the log that hold no
+// record, when one with records comes before them: either a power cut came
+// after a directory fsync made their names durable (it covers every name,
+// also of segments rotated out after the round began) and before anything
+// fsynced their contents, or the last was rotated to and got no record.
+// No Put of a lost record was promised durable, under any sync policy, so
+// they are the log's torn tail, dropped as Open drops a torn record, not
+// damage. The segment before them is then the last, and recovered as one
+// (its own torn records cut), and appends go on from its end, so seqs of
+// lost records are used again. A read-only view leaves them out without
+// removing them.
+func (l *Log) dropLostTail(bases []uint64) []uint64 {
+	k := len(bases)
+	for k > 0 {
+		size, err := l.listedSize(segmentName(bases[k-1], logSuffix))
+		if err != nil || size > fileHeaderSize {
+			break
+		}
+		k--
+	}
+	if k == 0 || k == len(bases) {
+		return bases // nothing before them to go on from, or none
+	}
+	lost := bases[k:]
+	if l.readOnly {
+		return bases[:k] // a view leaves them for the next Open to remove
+	}
+	l.logger.Warn("diskqueue: segments at the end of the log lost their records in a power cut before any was fsynced; removing them (none was promised durable)",
+		"from_seq", lost[0], "segments", len(lost))
+	for _, base := range lost {
+		for _, suffix := range []string{logSuffix, indexSuffix, timeIndexSuffix, ackSuffix} {
+			name := segmentName(base, suffix)
+			if err := l.fs.Remove(filepath.Join(l.dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				l.logger.Warn("diskqueue: cannot remove a lost segment's file", "file", name, "err", err)
+			}
+			delete(l.listing, name)
+		}
+	}
+	return bases[:k]
 }
 
 // storedReadSeq is the furthest read position any stored cursor file

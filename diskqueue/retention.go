@@ -200,12 +200,17 @@ func (l *Log) dropSegments(n int) {
 	l.segMu.Lock()
 	old := slices.Clone(l.segs[:n])
 	l.segs = slices.Clone(l.segs[n:])
-	for _, s := range old {
+	ghosts := make([]bool, n)
+	for i, s := range old {
 		l.diskBytes.Add(-s.diskBytes())
+		ghosts[i] = s.gone.Load()
+		// A reader still in it (or Scan) must skip the rest, not hand out
+		// what it had buffered: every cursor has acknowledged it all.
+		s.gone.Store(true)
 	}
 	l.segMu.Unlock()
-	for _, s := range old {
-		if s.gone.Load() {
+	for i, s := range old {
+		if ghosts[i] {
 			l.removeTombstone(s.base)
 		} else {
 			l.removeSegment(s)

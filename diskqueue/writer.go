@@ -150,22 +150,6 @@ func (l *Log) sealPending() error {
 func (l *Log) sealAll(pend []*tail) error {
 	var first error
 	for _, t := range pend {
-		if l.consumedUnsealed(t) {
-			// Every cursor acknowledged it before it was sealed and nothing
-			// retains it: it is deleted this round, so its fsyncs would buy
-			// nothing, and on a slow disk they would hold up the deletions
-			// a disk budget waits for. (A crash first leaves it unsealed,
-			// and Open seals it.)
-			t.log.release()
-			t.index.release()
-			t.timeIdx.release()
-			for _, r := range []*region{&t.log, &t.index, &t.timeIdx} {
-				r.f.Close()
-			}
-			t.seg.writing.Store(false)
-			l.crashPoint("rotate-sealed") // done with it, unsealed on disk
-			continue
-		}
 		start := time.Now()
 		if err := l.seal(t); err != nil {
 			l.fail(err)
@@ -180,26 +164,6 @@ func (l *Log) sealAll(pend []*tail) error {
 		}
 	}
 	return first
-}
-
-// consumedUnsealed reports whether a segment waiting to be sealed is
-// wholly acknowledged by every cursor and no retention option could keep
-// it.
-func (l *Log) consumedUnsealed(t *tail) bool {
-	if l.opts.RetainBytes > 0 || l.opts.RetainAge > 0 {
-		return false
-	}
-	cursors := *l.cursorList.Load()
-	if len(cursors) == 0 {
-		return false
-	}
-	segs := []*segment{t.seg}
-	for _, c := range cursors {
-		if !c.done(segs)[0] {
-			return false
-		}
-	}
-	return true
 }
 
 // prepareAhead preallocates the active segment's next log chunk and asks

@@ -1,0 +1,553 @@
+package diskqueue
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// The tests here fail: each pins down a bug TestPowerCutAtEverySync found
+// outside the test files, to be merged with its fix.
+//
+//   - The reader left in a segment the writer deleted under it (removeSegment
+//     does not mark it gone): it reports the tombstones after it as damage
+//     (TestReadPastDeletedSegmentAndTombstones), hands out again records
+//     acknowledged before a restart (TestReadInDeletedSegmentRedeliversNothing),
+//     or, right after Open, fails every Read (TestFirstReadAfterOpenWhileDeleting).
+//   - Open takes a sealed segment followed by tombstones to end where the
+//     next log begins (TestSealedSegmentBeforeTombstonesKeepsItsEnd).
+//   - Open takes a segment rotated out and never fsynced, whose name a
+//     directory fsync made durable, for a sealed one, and reports what the
+//     power cut lost as damage (TestPowerCutLostRecordsAreNotDamage).
+//   - An acknowledgement file made after its segment's directory fsync is
+//     never made durable in the directory (TestAckFileMadeAfterItsSegmentIsDurable).
+
+// fixedBody is record i's body: 10 bytes, so a segment of
+// fileHeaderSize+3*frameSize(10) bytes holds records 3k..3k+2.
+func fixedBody(i int) []byte { return []byte(fmt.Sprintf("record-%03d", i)) }
+
+const threePerSegment = fileHeaderSize + 3*recordHeaderSize + 3*10
+
+// tombstoneFixture leaves in dir segments 0 (records 0..2, 2 not
+// acknowledged), 3 and 6 (acknowledged whole and deleted ahead of segment
+// 0: tombstones) and 9 (records 9..11, acknowledged), the queue closed.
+func tombstoneFixture(t *testing.T, dir string, opts Options) {
+	t.Helper()
+	ctx := context.Background()
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	q, err := Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	for i := range 12 {
+		if err := q.Put(ctx, fixedBody(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 12 {
+		rec, err := q.Read(done)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Seq != 2 {
+			if err := q.Ack(rec.Seq); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := q.Sync(ctx); err != nil { // segments 3 and 6 become tombstones
+		t.Fatal(err)
+	}
+	if st := q.Stats(); st.Segments != 2 || st.ReadSeq != 2 {
+		t.Fatalf("%d segments on disk, read cursor %d; want 2 (0 and 9; 3 and 6 tombstones) and 2", st.Segments, st.ReadSeq)
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSealedSegmentBeforeTombstonesKeepsItsEnd: Open gives a sealed
+// segment the base of the next log as its end (openSealedLazily's next),
+// but when acknowledgement tombstones follow it the next log is past them:
+// segment 0 here is taken to hold seqs 0..8, the tombstones' 3..8 too. Its
+// sequence index then looks short for that many records and is rebuilt on
+// first use (counted in IndexRebuilds and logged as repaired, though
+// nothing was wrong with it), and acknowledging its last record moves the
+// read cursor to 3 only, the "first clear bit" of the bitmap past its real
+// end, until the next sync tick walks the floor over the tombstones.
+func TestSealedSegmentBeforeTombstonesKeepsItsEnd(t *testing.T) {
+	dir := t.TempDir()
+	var logs lockedBuffer
+	opts := Options{
+		MaxSegmentBytes: threePerSegment,
+		SyncEvery:       1,
+		SyncInterval:    time.Hour, // no tick moves the floor meanwhile
+		Logger:          slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	}
+	tombstoneFixture(t, dir, opts)
+	q, err := Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	rec, err := q.Read(done)
+	if err != nil || rec.Seq != 2 {
+		t.Fatalf("after a restart Read gave seq %d, %v; want the unacknowledged 2", rec.Seq, err)
+	}
+	if err := q.Ack(2); err != nil {
+		t.Fatal(err)
+	}
+	if st := q.Stats(); st.ReadSeq != 12 || st.IndexRebuilds != 0 {
+		t.Errorf("everything acknowledged: read cursor %d (want 12), %d index rebuilds (want 0); segment 0 ends at %d (want 3)\nwarnings:\n%s",
+			st.ReadSeq, st.IndexRebuilds, q.segmentAt(0).endNow(), logs.String())
+	}
+}
+
+// TestReadPastDeletedSegmentAndTombstones: the reader sits at the end of a
+// sealed segment whose last record it just handed out, with tombstones
+// after it. Acknowledging that record lets the writer delete the segment
+// and the tombstones in one go (removeSegment, which unlike ghostSegment
+// does not mark the segment gone). The next Read finds its segment missing
+// from the list, takes the first one left for its successor, and reports
+// the tombstones' seqs, all acknowledged, as damage ("segments missing"):
+// counted in CorruptRecords and logged as skipped damaged records. A Scan
+// overtaken by a deletion there yields ErrCorrupt for them the same way.
+func TestReadPastDeletedSegmentAndTombstones(t *testing.T) {
+	dir := t.TempDir()
+	var logs lockedBuffer
+	opts := Options{
+		MaxSegmentBytes: threePerSegment,
+		SyncEvery:       1,
+		SyncInterval:    5 * time.Millisecond, // see TestSealedSegmentBeforeTombstonesKeepsItsEnd
+		Logger:          slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	}
+	tombstoneFixture(t, dir, opts)
+	ctx := context.Background()
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	q, err := Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	rec, err := q.Read(done)
+	if err != nil || rec.Seq != 2 {
+		t.Fatalf("after a restart Read gave seq %d, %v; want the unacknowledged 2", rec.Seq, err)
+	}
+	if err := q.Ack(2); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); q.Stats().ReadSeq != 12; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the read cursor stays at %d", q.Stats().ReadSeq)
+		}
+	}
+	if err := q.Sync(ctx); err != nil { // segment 0 and the tombstones are deleted
+		t.Fatal(err)
+	}
+	if st := q.Stats(); st.FirstSeq != 9 {
+		t.Fatalf("the oldest segment left is %d, want 9", st.FirstSeq)
+	}
+	if rec, err := q.Read(done); !errors.Is(err, context.Canceled) {
+		t.Errorf("Read after everything was acknowledged: seq %d, %v", rec.Seq, err)
+	}
+	if st := q.Stats(); st.CorruptRecords != 0 {
+		t.Errorf("Read counted %d corrupt records where segments were deleted as acknowledged\nwarnings:\n%s", st.CorruptRecords, logs.String())
+	}
+}
+
+// TestPowerCutLostRecordsAreNotDamage: a power cut may lose records never
+// promised durable, and Open should drop them as it drops a torn tail.
+// But syncNow fsyncs the directory after sealing the segments it took at
+// the start of its round, so that fsync also makes durable the names of
+// segments rotated out meanwhile, whose contents nothing has fsynced (a
+// tombstone's writeAtomically does the same at any moment). After a power
+// cut there such a segment is empty (or, on the write(2) path, as long as
+// at its last fsync), which maybeUnsealed does not take for a segment left
+// unsealed: Open opens it as sealed, and the records the cut lost are
+// reported as damage (CorruptRecords, "segment header is damaged" and
+// "skipped damaged records ... segments missing" warnings, ErrCorrupt from
+// Scan), though no Put of them returned. TestPowerCutAtEverySync meets
+// this at about one cut in ten under the default policy.
+func TestPowerCutLostRecordsAreNotDamage(t *testing.T) {
+	for _, kind := range memFSKinds() {
+		t.Run(kind.name, func(t *testing.T) {
+			mfs := kind.new(t)
+			blocked, release := make(chan struct{}), make(chan struct{})
+			var hold atomic.Bool
+			hold.Store(true)
+			opts := Options{MaxSegmentBytes: threePerSegment, SyncEvery: 1, fsForTesting: mfs}
+			opts.crashPointForTesting = func(p string) {
+				if p == "rotate-sealed" && hold.CompareAndSwap(true, false) {
+					close(blocked)
+					<-release
+				}
+			}
+			ctx := context.Background()
+			q, err := Open("/q", opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer q.Close()
+			for i := range 3 {
+				if err := q.Put(ctx, fixedBody(i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Each Put appends, then waits for its fsync: put 3 rotates
+			// segment 0 out, and the round fsyncing it seals segment 0 and
+			// stops (blocked) before its directory fsync; puts 4..9 append
+			// meanwhile, rotating segments 3 and 6 out.
+			errs := make(chan error, 7)
+			for i := 3; i < 10; i++ {
+				go func() { errs <- q.Put(ctx, fixedBody(i)) }()
+				for q.nextSeq.Load() != uint64(i+1) {
+					time.Sleep(100 * time.Microsecond)
+				}
+				if i == 3 {
+					<-blocked
+				}
+			}
+			var clone *memFS
+			mfs.locked(func() {
+				mfs.onSync = func(op, _ string, _ bool) {
+					if op == "dirsync" && clone == nil {
+						clone = mfs.crashCloneLocked() // the power cut
+					}
+				}
+			})
+			close(release)
+			for range 7 {
+				if err := <-errs; err != nil {
+					t.Fatal(err)
+				}
+			}
+			var c *memFS
+			mfs.locked(func() { c = clone })
+			if c == nil {
+				t.Fatal("no directory fsync after segment 0 was sealed")
+			}
+			defer c.release()
+			listing := c.listing("/q")
+
+			var logs lockedBuffer
+			opts.crashPointForTesting = nil
+			opts.fsForTesting = c
+			opts.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			q2, err := Open("/q", opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer q2.Close()
+			var scanErrs []error
+			for _, err := range q2.Scan(0, math.MaxUint64) {
+				if err != nil {
+					scanErrs = append(scanErrs, err)
+				}
+			}
+			done, cancel := context.WithCancel(ctx)
+			cancel()
+			var got []uint64
+			for {
+				rec, err := q2.Read(done)
+				if err != nil {
+					break
+				}
+				if !bytes.Equal(rec.Body, fixedBody(int(rec.Seq))) {
+					t.Fatalf("seq %d holds %q", rec.Seq, rec.Body)
+				}
+				got = append(got, rec.Seq)
+			}
+			if len(got) < 3 || got[0] != 0 || got[2] != 2 {
+				t.Fatalf("delivered %v after the cut; the sealed segment 0 holds 0, 1 and 2", got)
+			}
+			if st := q2.Stats(); st.CorruptRecords != 0 || st.BadFiles != 0 || len(scanErrs) > 0 {
+				t.Errorf("records lost in the power cut, never promised (delivered: %v), reported as damage: %d corrupt records, %d .bad files, Scan errors %v\nfiles at the cut:%s\nwarnings:\n%s",
+					got, st.CorruptRecords, st.BadFiles, scanErrs, listing, logs.String())
+			}
+		})
+	}
+}
+
+// TestFirstReadAfterOpenWhileDeleting: Open starts the reader at the
+// stored read cursor, and loadAcks then moves the floor over the records
+// acknowledged above it (a crash left the cursor behind the bitmaps: here
+// it is set back by hand). Segments the floor passed whole are deleted by
+// the writer's first round, while the first Read may be walking through
+// them from the stale cursor: it then fails with ErrNotFound ("segment 0
+// was deleted"), counted in ReadErrors, instead of going on to the oldest
+// unacknowledged record; and when the deletion caught it after it had
+// entered the segment (reset done, the records not read yet), so does
+// every Read after it, until the queue is reopened (the channel's pump and
+// nsqbridge log a warning and retry every 100ms, for ever). The writer and
+// the reader are held here so the deletion lands inside that Read.
+func TestFirstReadAfterOpenWhileDeleting(t *testing.T) {
+	for _, kind := range memFSKinds() {
+		t.Run(kind.name, func(t *testing.T) {
+			mfs := kind.new(t)
+			ctx := context.Background()
+			done, cancel := context.WithCancel(ctx)
+			cancel()
+			// Records 0..5 in segments 0 and 3; 0..2 acknowledged, kept by
+			// retention so that nothing is deleted before the restart.
+			opts := Options{MaxSegmentBytes: threePerSegment, SyncEvery: 1, RetainBytes: 1 << 20, fsForTesting: mfs}
+			q, err := Open("/q", opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 6 {
+				if err := q.Put(ctx, fixedBody(i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for range 4 {
+				rec, err := q.Read(done)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if rec.Seq < 3 {
+					if err := q.Ack(rec.Seq); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if err := q.Close(); err != nil {
+				t.Fatal(err)
+			}
+			// The cursor as a crash may leave it: behind the bitmaps.
+			cur, err := mfs.OpenFile("/q/"+cursorName, os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for slot := range 2 {
+				cur.WriteAt(encodeCursorSlot(cursorState{gen: 100, readSeq: 0}), int64(slot)*cursorSlotSize)
+			}
+			cur.Close()
+
+			writerHeld, writerGo := make(chan struct{}), make(chan struct{})
+			readerHeld, readerGo := make(chan struct{}), make(chan struct{})
+			var writerOnce, readerOnce sync.Once
+			opts.RetainBytes = 0
+			opts.crashPointForTesting = func(p string) {
+				if p == "cursor-persist" { // housekeep, before it deletes segment 0
+					writerOnce.Do(func() { close(writerHeld); <-writerGo })
+				}
+			}
+			log0 := "/q/" + segmentName(0, logSuffix)
+			mfs.onRead = func(name string, off int64) {
+				if name == log0 && off == fileHeaderSize { // the reader's first records
+					readerOnce.Do(func() { close(readerHeld); <-readerGo })
+				}
+			}
+			q, err = Open("/q", opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer q.Close()
+			if st := q.Stats(); st.ReadSeq != 3 {
+				t.Fatalf("after Open the floor is %d, want 3", st.ReadSeq)
+			}
+			seg0 := q.segmentAt(0)
+			// Without the bug the writer or the reader may never get where
+			// they are held: never wait for them for ever.
+			releaseWriter, releaseReader := sync.OnceFunc(func() { close(writerGo) }), sync.OnceFunc(func() { close(readerGo) })
+			defer releaseWriter()
+			defer releaseReader()
+			select {
+			case <-writerHeld:
+			case <-time.After(5 * time.Second):
+			}
+			type result struct {
+				rec Record
+				err error
+			}
+			read := make(chan result, 1)
+			go func() {
+				rec, err := q.Read(done)
+				read <- result{rec, err}
+			}()
+			var r result
+			select {
+			case <-readerHeld:
+				releaseWriter()
+				for closed := false; !closed; time.Sleep(time.Millisecond) {
+					seg0.filesMu.Lock()
+					closed = seg0.closed
+					seg0.filesMu.Unlock()
+				}
+				releaseReader()
+				r = <-read
+			case r = <-read:
+			}
+			if r.err == nil && r.rec.Seq == 3 {
+				return
+			}
+			if err := q.Sync(ctx); err != nil { // the deletion is over
+				t.Fatal(err)
+			}
+			rec, err := q.Read(done)
+			t.Errorf("the first Read after Open, while segment 0 was deleted: seq %d, %v; want 3; the next Read: seq %d, %v (read errors counted: %d)", r.rec.Seq, r.err, rec.Seq, err, q.Stats().ReadErrors)
+		})
+	}
+}
+
+// TestReadInDeletedSegmentRedeliversNothing: after a restart the reader
+// starts at the read cursor, and records above it acknowledged before the
+// restart are skipped by their bits. Acknowledging the record at the
+// cursor moves the floor over them, and the writer deletes their segment
+// while the reader is still in it, with the segment's records in its
+// buffer. The next Read decodes the following record from that buffer,
+// finds the segment's acknowledgement file gone (ackFor: not there, so
+// createAckFile makes a new, empty one, for a segment that no longer
+// exists) and hands out a record acknowledged before the restart: a
+// duplicate with no crash in between. TestPowerCutAtEverySync meets it
+// about once in 150 runs.
+func TestReadInDeletedSegmentRedeliversNothing(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{MaxSegmentBytes: threePerSegment, SyncEvery: 1}
+	ctx := context.Background()
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	q, err := Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 6 { // segments 0 and 3
+		if err := q.Put(ctx, fixedBody(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 4 {
+		rec, err := q.Read(done)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Seq == 1 || rec.Seq == 2 {
+			if err := q.Ack(rec.Seq); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := q.Close(); err != nil { // read cursor 0; 1 and 2 acknowledged
+		t.Fatal(err)
+	}
+
+	q, err = Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	rec, err := q.Read(done)
+	if err != nil || rec.Seq != 0 {
+		t.Fatalf("after a restart Read gave seq %d, %v; want 0", rec.Seq, err)
+	}
+	if err := q.Ack(0); err != nil { // the floor moves to 3
+		t.Fatal(err)
+	}
+	if err := q.Sync(ctx); err != nil { // segment 0 is deleted
+		t.Fatal(err)
+	}
+	if st := q.Stats(); st.FirstSeq != 3 {
+		t.Fatalf("the oldest segment is %d, want 3 (0 deleted)", st.FirstSeq)
+	}
+	var got []uint64
+	for {
+		rec, err := q.Read(done)
+		if err != nil {
+			break
+		}
+		got = append(got, rec.Seq)
+	}
+	if len(got) != 3 || got[0] != 3 {
+		_, statErr := os.Stat(filepath.Join(dir, segmentName(0, ackSuffix)))
+		t.Errorf("Read after segment 0 was deleted gave seqs %v, want 3, 4, 5 (1 and 2 were acknowledged before the restart); the deleted segment's acknowledgement file: %v", got, statErr)
+	}
+}
+
+// TestAckFileMadeAfterItsSegmentIsDurable: syncAcks (the tick, and Close)
+// fsyncs acknowledgement files but never their directory, so one created
+// after its segment's files were made durable stays out of the directory
+// after a power cut, however often it was fsynced: its acknowledgements
+// are lost, and their records delivered again. ackFor creates one for a
+// segment found without (written before acknowledgement files existed,
+// format v1, or whose file a crash lost), and createSegment's can miss
+// the directory fsync that covers its log when a tombstone's fsync comes
+// between the two (TestPowerCutAtEverySync meets that about once in 100
+// runs). Nothing sets dirDirty for such a file.
+func TestAckFileMadeAfterItsSegmentIsDurable(t *testing.T) {
+	for _, kind := range memFSKinds() {
+		t.Run(kind.name, func(t *testing.T) {
+			mfs := kind.new(t)
+			opts := Options{SyncEvery: 1, fsForTesting: mfs}
+			ctx := context.Background()
+			done, cancel := context.WithCancel(ctx)
+			cancel()
+			q, err := Open("/q", opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 3 {
+				if err := q.Put(ctx, fixedBody(i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := q.Close(); err != nil {
+				t.Fatal(err)
+			}
+			// The segment as a format v1 queue has it: no bitmap.
+			if err := mfs.Remove("/q/" + segmentName(0, ackSuffix)); err != nil {
+				t.Fatal(err)
+			}
+			mfs.SyncDir("/q")
+
+			q, err = Open("/q", opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 2 {
+				if _, err := q.Read(done); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := q.Ack(1); err != nil {
+				t.Fatal(err)
+			}
+			if err := q.Close(); err != nil { // fsyncs the bitmap
+				t.Fatal(err)
+			}
+			c := mfs.crashClone() // a power cut after Close returned
+			defer c.release()
+			listing := c.listing("/q")
+			opts.fsForTesting = c
+			q, err = Open("/q", opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer q.Close()
+			var got []uint64
+			for {
+				rec, err := q.Read(done)
+				if err != nil {
+					break
+				}
+				got = append(got, rec.Seq)
+			}
+			if len(got) != 2 || got[0] != 0 || got[1] != 2 {
+				t.Errorf("after a power cut Read gave %v, want 0 and 2: 1 was acknowledged before Close\nfiles at the cut:%s", got, listing)
+			}
+		})
+	}
+}
