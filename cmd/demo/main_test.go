@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -14,15 +15,31 @@ import (
 	"testing"
 )
 
-// buildDemo compiles the demo binary once per test run.
+// demoBin is the demo binary, built once per test run by TestMain: a link
+// of this size takes a second or two, too long to repeat for every test.
+var demoBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "spillq-demo-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	demoBin = filepath.Join(dir, "demo")
+	if out, err := exec.Command("go", "build", "-o", demoBin, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// buildDemo returns the demo binary TestMain built.
 func buildDemo(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "demo")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
+	return demoBin
 }
 
 var summaryRE = regexp.MustCompile(`(?m)^summary produced=(\d+) finished=(\d+) spilled=(\d+) redelivered=(\d+) duplicates=(\d+) waiting=(\d+) lost=(\d+)$`)
