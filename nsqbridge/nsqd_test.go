@@ -17,34 +17,27 @@ import (
 
 	"github.com/spillq/spillq/internal/broadcast"
 	"github.com/spillq/spillq/internal/crashtest"
+	"github.com/spillq/spillq/internal/nsqbin"
 )
 
 // The tests run real nsqd and nsqlookupd servers, built from
 // github.com/nsqio/nsq v1.3.0 in the tools module beside this package
 // (internal/nsqtools, with nsq's own replace for go-svc), on free loopback
-// ports.
+// ports. nsqbin keeps the binaries in the user cache directory, so only the
+// first run for a toolchain links them.
 var nsqdBin, lookupdBin string
 
 func TestMain(m *testing.M) {
 	if _, ok := crashtest.Dir(); ok {
 		os.Exit(m.Run()) // a crash test's child: the parent built everything
 	}
-	dir, err := os.MkdirTemp("", "nsqbridge-bin")
+	var err error
+	nsqdBin, lookupdBin, err = nsqbin.Build(filepath.Join("internal", "nsqtools"))
 	if err != nil {
-		panic(err)
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
-	nsqdBin, lookupdBin = filepath.Join(dir, "nsqd"), filepath.Join(dir, "nsqlookupd")
-	for bin, pkg := range map[string]string{nsqdBin: "github.com/nsqio/nsq/apps/nsqd", lookupdBin: "github.com/nsqio/nsq/apps/nsqlookupd"} {
-		cmd := exec.Command("go", "build", "-o", bin, pkg)
-		cmd.Dir = filepath.Join("internal", "nsqtools")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "building %s: %v\n%s", pkg, err, out)
-			os.Exit(1)
-		}
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	os.Exit(m.Run())
 }
 
 func freePort(t testing.TB) string {
