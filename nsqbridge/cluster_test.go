@@ -68,6 +68,9 @@ func TestClusterFailover(t *testing.T) {
 	nodes[0].start()
 	_, port, _ := net.SplitHostPort(nodes[0].TCP)
 	lookupd.waitLog("TCP:"+port+" ", 2) // registered again
+	// Rediscovered and connected before the last third, or the node left
+	// can forward all of it before the next lookupd poll finds the other.
+	waitConnectedNodes(t, p, 2)
 	publish(2*n/3, n)
 	syncPublisher(t, p)
 	if st := p.Stats(); st.Pending != 0 || st.Forwarded != int64(n) {
@@ -101,6 +104,18 @@ func TestClusterFailover(t *testing.T) {
 	c := newConsumer(t, nsqbridge.ConsumerOptions{NSQD: []string{nodes[0].TCP, nodes[1].TCP}})
 	if got := work(t, c, n-nsqdMayLose); len(got) < n-nsqdMayLose {
 		t.Fatalf("received %d distinct of %d", len(got), n)
+	}
+}
+
+// waitConnectedNodes polls p until want nodes are connected.
+func waitConnectedNodes(t *testing.T, p *nsqbridge.Publisher, want int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for p.Stats().ConnectedNodes != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d nodes connected after 30 s, want %d: %+v", p.Stats().ConnectedNodes, want, p.Stats().Nodes)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
