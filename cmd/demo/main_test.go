@@ -57,8 +57,12 @@ func parseSummary(t *testing.T, out []byte) summary {
 }
 
 func TestDemoRuns(t *testing.T) {
+	t.Parallel() // each demo test is a child process, mostly asleep
 	bin := buildDemo(t)
-	out, err := exec.Command(bin, "-duration", "1500ms", "-rate", "10000", "-mem", "500", "-work", "1ms").CombinedOutput()
+	// 2 producers at 5000/s for 400 ms against 4 consumers at 1 ms a
+	// message: the 500-message memory buffer overflows within 100 ms, and
+	// the backlog drains in about a second.
+	out, err := exec.Command(bin, "-duration", "1s", "-rate", "5000", "-mem", "500", "-work", "1ms").CombinedOutput()
 	if err != nil {
 		t.Fatalf("demo: %v\n%s", err, out)
 	}
@@ -75,6 +79,7 @@ func TestDemoRuns(t *testing.T) {
 // runs it again on the same directory: with every Put on disk before it
 // returns, nothing acknowledged may be lost.
 func TestDemoCrashAndRerun(t *testing.T) {
+	t.Parallel()
 	bin := buildDemo(t)
 	dir := filepath.Join(t.TempDir(), "q")
 	args := []string{"-dir", dir, "-mem", "0", "-sync", "always", "-rate", "3000", "-duration", "3s"}
@@ -105,6 +110,7 @@ func TestDemoGracefulStop(t *testing.T) {
 	if runtime.GOOS == "windows" {
 		t.Skip("os.Interrupt cannot be sent to a process on Windows")
 	}
+	t.Parallel()
 	bin := buildDemo(t)
 	dir := filepath.Join(t.TempDir(), "q")
 	cmd := exec.Command(bin, "-dir", dir, "-plain", "-duration", "60s")
@@ -145,7 +151,9 @@ func TestDemoGracefulStop(t *testing.T) {
 		t.Fatalf("the stopped run does not say how to deliver what waits:\n%s", out.String())
 	}
 
-	rerun, err := exec.Command(bin, "-dir", dir, "-rate", "2000", "-duration", "1s").CombinedOutput()
+	// -work 0: the rerun is there to drain the backlog, which then takes
+	// a fraction of a second rather than one and a half.
+	rerun, err := exec.Command(bin, "-dir", dir, "-rate", "2000", "-duration", "1s", "-work", "0").CombinedOutput()
 	if err != nil {
 		t.Fatalf("rerun: %v\n%s", err, rerun)
 	}
@@ -171,8 +179,10 @@ func TestDemoRejectsBadFlags(t *testing.T) {
 
 // TestDemoServesMetrics scrapes the running demo's -metrics-addr.
 func TestDemoServesMetrics(t *testing.T) {
+	t.Parallel()
 	bin := buildDemo(t)
-	cmd := exec.Command(bin, "-metrics-addr", "127.0.0.1:0", "-duration", "3s", "-rate", "2000", "-plain")
+	// Long enough to be running whenever the scrape comes; killed after it.
+	cmd := exec.Command(bin, "-metrics-addr", "127.0.0.1:0", "-duration", "60s", "-rate", "2000", "-plain")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -180,7 +190,10 @@ func TestDemoServesMetrics(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer cmd.Wait()
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	}()
 	sc := bufio.NewScanner(stdout)
 	var url string
 	for sc.Scan() {
@@ -190,20 +203,15 @@ func TestDemoServesMetrics(t *testing.T) {
 		}
 	}
 	if url == "" {
-		cmd.Process.Kill()
 		t.Fatal("the demo did not print its metrics address")
 	}
 	resp, err := http.Get(url)
 	if err != nil {
-		cmd.Process.Kill()
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if !strings.Contains(string(body), `spillq_channel_memory_capacity{queue="demo"} 10000`) {
-		cmd.Process.Kill()
 		t.Fatalf("scrape:\n%s", body)
-	}
-	for sc.Scan() { // let it finish
 	}
 }
