@@ -43,11 +43,20 @@ func openPublisherWith(t testing.TB, dir string, o nsqbridge.PublisherOptions) *
 	return p
 }
 
+// newConsumer returns a consumer of o, reading "jobs" on channel "workers"
+// by default. Its go-nsq config asks nsqd to flush what it sends within
+// 25 ms (nsqd's minimum) rather than 250 ms (go-nsq's default): nsqd holds
+// a message for up to that long while the consumer could take more, so
+// each requeue or timeout round trip of a test would wait for it.
 func newConsumer(t testing.TB, o nsqbridge.ConsumerOptions) *nsqbridge.Consumer {
 	t.Helper()
 	if o.Topic == "" {
 		o.Topic, o.Channel = "jobs", "workers"
 	}
+	if o.NSQConfig == nil {
+		o.NSQConfig = nsq.NewConfig()
+	}
+	o.NSQConfig.OutputBufferTimeout = 25 * time.Millisecond
 	c, err := nsqbridge.NewConsumer(o)
 	if err != nil {
 		t.Fatal(err)
