@@ -230,8 +230,9 @@ func TestPublisherKilled(t *testing.T) {
 // TestRequeueAndTimeoutThroughNSQD: Requeue and an unfinished message's
 // timeout are nsqd's own mechanisms, with attempts counted by nsqd.
 func TestRequeueAndTimeoutThroughNSQD(t *testing.T) {
-	t.Parallel() // waits for nsqd to scan a new channel for timeouts (every 5 s)
+	t.Parallel() // waits a second for a message to time out (nsqd's shortest MsgTimeout)
 	nsqd := startNSQD(t)
+	nsqd.scanChannel("jobs", "workers")
 	p := openPublisher(t, t.TempDir(), nsqd)
 	defer p.Close()
 	p.Publish(context.Background(), msg(1))

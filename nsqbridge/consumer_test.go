@@ -95,8 +95,9 @@ func TestConsumerMaxAttempts(t *testing.T) {
 // DeadLetter, and a late Finish of the timed-out delivery returns
 // channel.ErrNotInFlight, as on a Channel.
 func TestConsumerTimeout(t *testing.T) {
-	t.Parallel() // waits for nsqd to scan a new channel for timeouts (every 5 s)
+	t.Parallel() // waits a second for a message to time out (nsqd's shortest MsgTimeout)
 	nsqd := startNSQD(t)
+	nsqd.scanChannel("jobs", "workers")
 	p := openPublisher(t, t.TempDir(), nsqd)
 	defer p.Close()
 	p.Publish(context.Background(), msg(1))

@@ -207,6 +207,29 @@ func (s *server) stats(topic string) topicStats {
 	return topicStats{}
 }
 
+// scanChannel creates topic's channel on nsqd and restarts it, so that
+// from then on nsqd times out the channel's in-flight messages within its
+// 100 ms scan interval. nsqd scans the channels it had when it started,
+// and looks for new ones only every 5 s (its queue-scan refresh interval,
+// which no flag sets): on a channel created after the start, the first
+// timeout waits for that. A graceful stop writes the channel into nsqd's
+// metadata, and the restart loads it before it starts scanning.
+func (s *server) scanChannel(topic, channel string) {
+	s.t.Helper()
+	for _, path := range []string{"/topic/create?topic=" + topic, "/channel/create?topic=" + topic + "&channel=" + channel} {
+		resp, err := http.Post("http://"+s.HTTP+path, "", nil)
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			s.t.Fatalf("POST %s: %s", path, resp.Status)
+		}
+	}
+	s.stop()
+	s.start()
+}
+
 // stop stops the server gracefully (SIGTERM), if it runs.
 func (s *server) stop() { s.end(syscall.SIGTERM) }
 
