@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -179,11 +180,25 @@ func TestSyncWhilePublishing(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		// The noise keeps the local queue from ever emptying, so a Sync
+		// that waited for that would never return; but it tops the queue
+		// up to maxNoise at most: unbounded, it could outrun forwarding,
+		// and each Sync waited for a backlog that grew all the while
+		// (2 to 11 s a run). It yields rather than sleeps at the bound: a
+		// timer's sleep can overrun by long enough for forwarding to
+		// empty the queue, and a Sync that waited for an empty queue
+		// then passed.
+		const maxNoise = 20000
 		for i := 0; ; i++ {
 			select {
 			case <-stop:
 				return
 			default:
+			}
+			if i%100 == 0 && p.Stats().Pending > maxNoise {
+				runtime.Gosched()
+				i--
+				continue
 			}
 			if err := p.PublishTo(context.Background(), "noise", msg(i)); err != nil {
 				t.Error(err)
