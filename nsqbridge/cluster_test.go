@@ -44,6 +44,10 @@ func TestClusterFailover(t *testing.T) {
 	if st := p.Stats(); len(st.Nodes) != 2 || !st.Nodes[0].Discovered {
 		t.Fatalf("nodes after Open: %+v", st.Nodes)
 	}
+	// Both connected before the first third: a node still connecting
+	// while the other forwards all of it would never see an MPUB to wait
+	// for below.
+	waitConnectedNodes(t, p, 2)
 	n := 6000
 	if testing.Short() {
 		n = 3000
