@@ -110,10 +110,16 @@ func TestConsumerTimeout(t *testing.T) {
 	if err != nil || m.Attempts != 1 {
 		t.Fatalf("first delivery: %v", err)
 	}
+	received := time.Now()
 	d := <-dead // nsqd timed it out and delivered it again
 	if !errors.Is(d.reason, channel.ErrMaxAttempts) || d.m.Attempts != 2 {
 		t.Fatalf("dead letter attempts %d: %v", d.m.Attempts, d.reason)
 	}
+	// The consumer times a delivery from when it arrived, nsqd from when it
+	// sent it, so nsqd, scanning the channel every 100 ms, can deliver the
+	// message again a few milliseconds before the first delivery's timeout
+	// runs out here. The answers below are to come after it.
+	time.Sleep(time.Until(received.Add(time.Second)))
 	for name, answer := range map[string]func() error{"Finish": m.Finish, "Touch": m.Touch, "Requeue": func() error { return m.Requeue(0) }} {
 		if err := answer(); !errors.Is(err, channel.ErrNotInFlight) {
 			t.Fatalf("%s after the timeout: %v, want ErrNotInFlight", name, err)
