@@ -103,6 +103,7 @@ func work(t testing.TB, r channel.Receiver, want int) []int {
 }
 
 func TestEndToEnd(t *testing.T) {
+	t.Parallel()
 	nsqd := startNSQD(t)
 	p := openPublisher(t, t.TempDir(), nsqd)
 	defer p.Close()
@@ -138,6 +139,7 @@ func TestEndToEnd(t *testing.T) {
 // publishing goes on into the local queue; when nsqd is back the backlog
 // drains to zero, nothing acknowledged is lost, and order holds.
 func TestNSQDKilledMidStream(t *testing.T) {
+	t.Parallel()
 	// nsqd keeps messages only in memory by default, and persists its own
 	// disk queue's positions only every 2500 messages: a SIGKILL of nsqd
 	// would lose messages it had acknowledged, through no fault of the
@@ -205,6 +207,7 @@ func TestPublisherChild(t *testing.T) {
 // TestPublisherKilled: the publishing process dies (SIGKILL) with a local
 // backlog; a new publisher on the same directory forwards all of it.
 func TestPublisherKilled(t *testing.T) {
+	t.Parallel()
 	dead := freePort(t) // nothing listens here
 	dir := t.TempDir()
 	res := crashtest.Start(t, crashtest.Run{
@@ -271,6 +274,7 @@ func TestRequeueAndTimeoutThroughNSQD(t *testing.T) {
 
 // TestViaLookupd finds nsqd through nsqlookupd.
 func TestViaLookupd(t *testing.T) {
+	t.Parallel()
 	lookupd := startLookupd(t)
 	nsqd := startNSQD(t, "--lookupd-tcp-address="+lookupd.TCP)
 	p := openPublisher(t, t.TempDir(), nsqd)

@@ -35,6 +35,7 @@ func startCluster(t *testing.T, n int) (*server, []*server) {
 // stream until the killed node is started again and publishing goes on.
 // The backlog drains and every accepted message is in the cluster.
 func TestClusterFailover(t *testing.T) {
+	t.Parallel()
 	lookupd, nodes := startCluster(t, 2)
 	p := openPublisherWith(t, t.TempDir(), nsqbridge.PublisherOptions{
 		Lookupd: []string{lookupd.HTTP}, LookupdPollInterval: 100 * time.Millisecond, BatchSize: 20,
@@ -171,6 +172,7 @@ func waitConnectedNodes(t *testing.T, p *nsqbridge.Publisher, want int) {
 // answers; the other takes every batch and the publisher reports the dead
 // one as not connected.
 func TestStaticNodesOneDown(t *testing.T) {
+	t.Parallel()
 	live, dead := startNSQD(t), freePort(t)
 	p := openPublisherWith(t, t.TempDir(), nsqbridge.PublisherOptions{NSQD: []string{dead, live.TCP}, BatchSize: 10})
 	defer p.Close()

@@ -18,6 +18,7 @@ type deadMessage struct {
 // TestConsumerUnlimitedAttempts: MaxAttempts zero means unlimited, as for a
 // Channel; go-nsq's default would finish the message after 5 silently.
 func TestConsumerUnlimitedAttempts(t *testing.T) {
+	t.Parallel()
 	nsqd := startNSQD(t)
 	p := openPublisher(t, t.TempDir(), nsqd)
 	defer p.Close()
@@ -46,6 +47,7 @@ func TestConsumerUnlimitedAttempts(t *testing.T) {
 // to DeadLetter with channel.ErrMaxAttempts, as on a Channel, and nsqd
 // holds it no more.
 func TestConsumerMaxAttempts(t *testing.T) {
+	t.Parallel()
 	nsqd := startNSQD(t)
 	p := openPublisher(t, t.TempDir(), nsqd)
 	defer p.Close()

@@ -49,6 +49,7 @@ func syncPublisher(t testing.TB, p *nsqbridge.Publisher) {
 // arrive, the refused one reaches DeadLetter with nsqd's reason, and
 // forwarding goes on.
 func TestPoisonMessage(t *testing.T) {
+	t.Parallel()
 	nsqd := startNSQD(t, "--max-msg-size=1024")
 	var dl deadLetters
 	p := openPublisherWith(t, t.TempDir(), nsqbridge.PublisherOptions{NSQD: []string{nsqd.TCP}, DeadLetter: dl.handle})
@@ -131,6 +132,7 @@ func TestPublishChecks(t *testing.T) {
 // batches are cut by bytes too, and all of them are forwarded once nsqd is
 // up.
 func TestLargeMessagesBacklog(t *testing.T) {
+	t.Parallel()
 	nsqd := startNSQD(t)
 	nsqd.kill()
 	p := openPublisherWith(t, t.TempDir(), nsqbridge.PublisherOptions{NSQD: []string{nsqd.TCP}})
@@ -172,6 +174,7 @@ func TestLargeMessagesBacklog(t *testing.T) {
 // not for the local queue to empty, so it returns while another goroutine
 // keeps publishing; by then nsqd has every earlier message.
 func TestSyncWhilePublishing(t *testing.T) {
+	t.Parallel()
 	nsqd := startNSQD(t)
 	p := openPublisherWith(t, t.TempDir(), nsqbridge.PublisherOptions{NSQD: []string{nsqd.TCP}, Disk: diskqueue.Options{SyncEvery: diskqueue.DefaultSyncEvery}})
 	defer p.Close()
@@ -225,6 +228,7 @@ func TestSyncWhilePublishing(t *testing.T) {
 // flight) rather than draining a large backlog, reports what waits, and a
 // publisher opened again on the directory forwards the rest.
 func TestCloseWithBacklog(t *testing.T) {
+	t.Parallel()
 	nsqd := startNSQD(t)
 	dir := t.TempDir()
 	p := openPublisherWith(t, dir, nsqbridge.PublisherOptions{NSQD: []string{nsqd.TCP}, Disk: diskqueue.Options{SyncEvery: diskqueue.DefaultSyncEvery}})
@@ -271,6 +275,7 @@ func TestCloseWithBacklog(t *testing.T) {
 // one never reached nsqd), and reach nsqd as PUB/MPUB to that topic and
 // DPUB.
 func TestPublishToAndDeferred(t *testing.T) {
+	t.Parallel()
 	nsqd := startNSQD(t)
 	jobs := newConsumer(t, nsqbridge.ConsumerOptions{NSQD: []string{nsqd.TCP}})
 	other := newConsumer(t, nsqbridge.ConsumerOptions{Topic: "other", Channel: "workers", NSQD: []string{nsqd.TCP}})
@@ -308,6 +313,7 @@ func TestPublishToAndDeferred(t *testing.T) {
 // checks (MaxMsgSize lowered since), goes to DeadLetter and the messages
 // around it are forwarded.
 func TestBadLocalRecords(t *testing.T) {
+	t.Parallel()
 	nsqd := startNSQD(t)
 	dir := t.TempDir()
 	p := openPublisherWith(t, dir, nsqbridge.PublisherOptions{NSQD: []string{freePort(t)}})

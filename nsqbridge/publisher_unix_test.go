@@ -18,6 +18,7 @@ import (
 // read timeout (set here to 5 minutes, its most), and the unacknowledged messages
 // are forwarded by the next publisher once nsqd runs again.
 func TestCloseWithFrozenNSQD(t *testing.T) {
+	t.Parallel()
 	nsqd := startNSQD(t)
 	dir := t.TempDir()
 	cfg := nsq.NewConfig()
