@@ -15,28 +15,34 @@ import (
 	"testing"
 )
 
-// demoBin is the demo binary, built once per test run by TestMain: a link
-// of this size takes a second or two, too long to repeat for every test.
+// asDemo is set in the environment of the processes the tests start: the
+// test binary, run with it, is the demo. Linking a demo binary of its own
+// took a second or two of every run.
+const asDemo = "SPILLQ_DEMO_TEST_AS_DEMO"
+
+// demoBin is the test binary itself.
 var demoBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "spillq-demo-bin")
+	if os.Getenv(asDemo) == "1" {
+		main()
+		os.Exit(0)
+	}
+	exe, err := os.Executable()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	demoBin = filepath.Join(dir, "demo")
-	if out, err := exec.Command("go", "build", "-o", demoBin, ".").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	demoBin = exe
+	os.Setenv(asDemo, "1") // for every child
+	// Under -race a child would sleep a second before it exits (the race
+	// runtime's atexit_sleep_ms); GORACE options set by hand still win.
+	os.Setenv("GORACE", strings.TrimSpace("atexit_sleep_ms=0 "+os.Getenv("GORACE")))
+	os.Exit(m.Run())
 }
 
-// buildDemo returns the demo binary TestMain built.
+// buildDemo returns the demo binary: the test binary, which runs main in a
+// child whose environment has asDemo set.
 func buildDemo(t *testing.T) string {
 	t.Helper()
 	return demoBin
