@@ -43,11 +43,20 @@ func openPublisherWith(t testing.TB, dir string, o nsqbridge.PublisherOptions) *
 	return p
 }
 
+// newConsumer returns a consumer of o, reading "jobs" on channel "workers"
+// by default. Its go-nsq config asks nsqd to flush what it sends within
+// 25 ms (nsqd's minimum) rather than 250 ms (go-nsq's default): nsqd holds
+// a message for up to that long while the consumer could take more, so
+// each requeue or timeout round trip of a test would wait for it.
 func newConsumer(t testing.TB, o nsqbridge.ConsumerOptions) *nsqbridge.Consumer {
 	t.Helper()
 	if o.Topic == "" {
 		o.Topic, o.Channel = "jobs", "workers"
 	}
+	if o.NSQConfig == nil {
+		o.NSQConfig = nsq.NewConfig()
+	}
+	o.NSQConfig.OutputBufferTimeout = 25 * time.Millisecond
 	c, err := nsqbridge.NewConsumer(o)
 	if err != nil {
 		t.Fatal(err)
@@ -94,6 +103,7 @@ func work(t testing.TB, r channel.Receiver, want int) []int {
 }
 
 func TestEndToEnd(t *testing.T) {
+	t.Parallel()
 	nsqd := startNSQD(t)
 	p := openPublisher(t, t.TempDir(), nsqd)
 	defer p.Close()
@@ -129,6 +139,7 @@ func TestEndToEnd(t *testing.T) {
 // publishing goes on into the local queue; when nsqd is back the backlog
 // drains to zero, nothing acknowledged is lost, and order holds.
 func TestNSQDKilledMidStream(t *testing.T) {
+	t.Parallel()
 	// nsqd keeps messages only in memory by default, and persists its own
 	// disk queue's positions only every 2500 messages: a SIGKILL of nsqd
 	// would lose messages it had acknowledged, through no fault of the
@@ -196,6 +207,7 @@ func TestPublisherChild(t *testing.T) {
 // TestPublisherKilled: the publishing process dies (SIGKILL) with a local
 // backlog; a new publisher on the same directory forwards all of it.
 func TestPublisherKilled(t *testing.T) {
+	t.Parallel()
 	dead := freePort(t) // nothing listens here
 	dir := t.TempDir()
 	res := crashtest.Start(t, crashtest.Run{
@@ -221,8 +233,9 @@ func TestPublisherKilled(t *testing.T) {
 // TestRequeueAndTimeoutThroughNSQD: Requeue and an unfinished message's
 // timeout are nsqd's own mechanisms, with attempts counted by nsqd.
 func TestRequeueAndTimeoutThroughNSQD(t *testing.T) {
-	t.Parallel() // waits for nsqd to scan a new channel for timeouts (every 5 s)
+	t.Parallel() // waits a second for a message to time out (nsqd's shortest MsgTimeout)
 	nsqd := startNSQD(t)
+	nsqd.scanChannel("jobs", "workers")
 	p := openPublisher(t, t.TempDir(), nsqd)
 	defer p.Close()
 	p.Publish(context.Background(), msg(1))
@@ -261,6 +274,7 @@ func TestRequeueAndTimeoutThroughNSQD(t *testing.T) {
 
 // TestViaLookupd finds nsqd through nsqlookupd.
 func TestViaLookupd(t *testing.T) {
+	t.Parallel()
 	lookupd := startLookupd(t)
 	nsqd := startNSQD(t, "--lookupd-tcp-address="+lookupd.TCP)
 	p := openPublisher(t, t.TempDir(), nsqd)

@@ -18,6 +18,7 @@ type deadMessage struct {
 // TestConsumerUnlimitedAttempts: MaxAttempts zero means unlimited, as for a
 // Channel; go-nsq's default would finish the message after 5 silently.
 func TestConsumerUnlimitedAttempts(t *testing.T) {
+	t.Parallel()
 	nsqd := startNSQD(t)
 	p := openPublisher(t, t.TempDir(), nsqd)
 	defer p.Close()
@@ -46,6 +47,7 @@ func TestConsumerUnlimitedAttempts(t *testing.T) {
 // to DeadLetter with channel.ErrMaxAttempts, as on a Channel, and nsqd
 // holds it no more.
 func TestConsumerMaxAttempts(t *testing.T) {
+	t.Parallel()
 	nsqd := startNSQD(t)
 	p := openPublisher(t, t.TempDir(), nsqd)
 	defer p.Close()
@@ -95,8 +97,9 @@ func TestConsumerMaxAttempts(t *testing.T) {
 // DeadLetter, and a late Finish of the timed-out delivery returns
 // channel.ErrNotInFlight, as on a Channel.
 func TestConsumerTimeout(t *testing.T) {
-	t.Parallel() // waits for nsqd to scan a new channel for timeouts (every 5 s)
+	t.Parallel() // waits a second for a message to time out (nsqd's shortest MsgTimeout)
 	nsqd := startNSQD(t)
+	nsqd.scanChannel("jobs", "workers")
 	p := openPublisher(t, t.TempDir(), nsqd)
 	defer p.Close()
 	p.Publish(context.Background(), msg(1))
@@ -109,10 +112,16 @@ func TestConsumerTimeout(t *testing.T) {
 	if err != nil || m.Attempts != 1 {
 		t.Fatalf("first delivery: %v", err)
 	}
+	received := time.Now()
 	d := <-dead // nsqd timed it out and delivered it again
 	if !errors.Is(d.reason, channel.ErrMaxAttempts) || d.m.Attempts != 2 {
 		t.Fatalf("dead letter attempts %d: %v", d.m.Attempts, d.reason)
 	}
+	// The consumer times a delivery from when it arrived, nsqd from when it
+	// sent it, so nsqd, scanning the channel every 100 ms, can deliver the
+	// message again a few milliseconds before the first delivery's timeout
+	// runs out here. The answers below are to come after it.
+	time.Sleep(time.Until(received.Add(time.Second)))
 	for name, answer := range map[string]func() error{"Finish": m.Finish, "Touch": m.Touch, "Requeue": func() error { return m.Requeue(0) }} {
 		if err := answer(); !errors.Is(err, channel.ErrNotInFlight) {
 			t.Fatalf("%s after the timeout: %v, want ErrNotInFlight", name, err)

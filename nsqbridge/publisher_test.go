@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -48,6 +49,7 @@ func syncPublisher(t testing.TB, p *nsqbridge.Publisher) {
 // arrive, the refused one reaches DeadLetter with nsqd's reason, and
 // forwarding goes on.
 func TestPoisonMessage(t *testing.T) {
+	t.Parallel()
 	nsqd := startNSQD(t, "--max-msg-size=1024")
 	var dl deadLetters
 	p := openPublisherWith(t, t.TempDir(), nsqbridge.PublisherOptions{NSQD: []string{nsqd.TCP}, DeadLetter: dl.handle})
@@ -130,6 +132,7 @@ func TestPublishChecks(t *testing.T) {
 // batches are cut by bytes too, and all of them are forwarded once nsqd is
 // up.
 func TestLargeMessagesBacklog(t *testing.T) {
+	t.Parallel()
 	nsqd := startNSQD(t)
 	nsqd.kill()
 	p := openPublisherWith(t, t.TempDir(), nsqbridge.PublisherOptions{NSQD: []string{nsqd.TCP}})
@@ -171,6 +174,7 @@ func TestLargeMessagesBacklog(t *testing.T) {
 // not for the local queue to empty, so it returns while another goroutine
 // keeps publishing; by then nsqd has every earlier message.
 func TestSyncWhilePublishing(t *testing.T) {
+	t.Parallel()
 	nsqd := startNSQD(t)
 	p := openPublisherWith(t, t.TempDir(), nsqbridge.PublisherOptions{NSQD: []string{nsqd.TCP}, Disk: diskqueue.Options{SyncEvery: diskqueue.DefaultSyncEvery}})
 	defer p.Close()
@@ -179,11 +183,25 @@ func TestSyncWhilePublishing(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		// The noise keeps the local queue from ever emptying, so a Sync
+		// that waited for that would never return; but it tops the queue
+		// up to maxNoise at most: unbounded, it could outrun forwarding,
+		// and each Sync waited for a backlog that grew all the while
+		// (2 to 11 s a run). It yields rather than sleeps at the bound: a
+		// timer's sleep can overrun by long enough for forwarding to
+		// empty the queue, and a Sync that waited for an empty queue
+		// then passed.
+		const maxNoise = 20000
 		for i := 0; ; i++ {
 			select {
 			case <-stop:
 				return
 			default:
+			}
+			if i%100 == 0 && p.Stats().Pending > maxNoise {
+				runtime.Gosched()
+				i--
+				continue
 			}
 			if err := p.PublishTo(context.Background(), "noise", msg(i)); err != nil {
 				t.Error(err)
@@ -210,6 +228,7 @@ func TestSyncWhilePublishing(t *testing.T) {
 // flight) rather than draining a large backlog, reports what waits, and a
 // publisher opened again on the directory forwards the rest.
 func TestCloseWithBacklog(t *testing.T) {
+	t.Parallel()
 	nsqd := startNSQD(t)
 	dir := t.TempDir()
 	p := openPublisherWith(t, dir, nsqbridge.PublisherOptions{NSQD: []string{nsqd.TCP}, Disk: diskqueue.Options{SyncEvery: diskqueue.DefaultSyncEvery}})
@@ -256,6 +275,7 @@ func TestCloseWithBacklog(t *testing.T) {
 // one never reached nsqd), and reach nsqd as PUB/MPUB to that topic and
 // DPUB.
 func TestPublishToAndDeferred(t *testing.T) {
+	t.Parallel()
 	nsqd := startNSQD(t)
 	jobs := newConsumer(t, nsqbridge.ConsumerOptions{NSQD: []string{nsqd.TCP}})
 	other := newConsumer(t, nsqbridge.ConsumerOptions{Topic: "other", Channel: "workers", NSQD: []string{nsqd.TCP}})
@@ -293,6 +313,7 @@ func TestPublishToAndDeferred(t *testing.T) {
 // checks (MaxMsgSize lowered since), goes to DeadLetter and the messages
 // around it are forwarded.
 func TestBadLocalRecords(t *testing.T) {
+	t.Parallel()
 	nsqd := startNSQD(t)
 	dir := t.TempDir()
 	p := openPublisherWith(t, dir, nsqbridge.PublisherOptions{NSQD: []string{freePort(t)}})

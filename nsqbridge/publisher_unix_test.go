@@ -18,6 +18,7 @@ import (
 // read timeout (set here to 5 minutes, its most), and the unacknowledged messages
 // are forwarded by the next publisher once nsqd runs again.
 func TestCloseWithFrozenNSQD(t *testing.T) {
+	t.Parallel()
 	nsqd := startNSQD(t)
 	dir := t.TempDir()
 	cfg := nsq.NewConfig()
@@ -28,6 +29,12 @@ func TestCloseWithFrozenNSQD(t *testing.T) {
 	p.Publish(ctx, msg(0))
 	syncPublisher(t, p) // connected
 	nsqd.cmd.Process.Signal(syscall.SIGSTOP)
+	// kill(2) returns before nsqd has stopped: wait for that, or it may
+	// still acknowledge the first batch published below (1 run in 10).
+	var ws syscall.WaitStatus
+	if _, err := syscall.Wait4(nsqd.cmd.Process.Pid, &ws, syscall.WUNTRACED, nil); err != nil || !ws.Stopped() {
+		t.Fatalf("waiting for nsqd to stop: %v (status %v)", err, ws)
+	}
 	const n = 500
 	for i := 1; i < n; i++ {
 		if err := p.Publish(ctx, msg(i)); err != nil {

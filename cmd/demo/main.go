@@ -330,6 +330,12 @@ func (d *demo) consume(ctx context.Context) error {
 	// than -work says.
 	var owed time.Duration
 	for {
+		// Receive hands out a message it has ready even with ctx done, so
+		// without this check a stopped consumer would drain the backlog
+		// that a graceful stop is to leave on disk.
+		if ctx.Err() != nil {
+			return nil
+		}
 		m, err := d.q.Receive(ctx)
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, channel.ErrClosed) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -14,15 +15,37 @@ import (
 	"testing"
 )
 
-// buildDemo compiles the demo binary once per test run.
+// asDemo is set in the environment of the processes the tests start: the
+// test binary, run with it, is the demo. Linking a demo binary of its own
+// took a second or two of every run.
+const asDemo = "SPILLQ_DEMO_TEST_AS_DEMO"
+
+// demoBin is the test binary itself.
+var demoBin string
+
+func TestMain(m *testing.M) {
+	if os.Getenv(asDemo) == "1" {
+		main()
+		os.Exit(0)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	demoBin = exe
+	os.Setenv(asDemo, "1") // for every child
+	// Under -race a child would sleep a second before it exits (the race
+	// runtime's atexit_sleep_ms); GORACE options set by hand still win.
+	os.Setenv("GORACE", strings.TrimSpace("atexit_sleep_ms=0 "+os.Getenv("GORACE")))
+	os.Exit(m.Run())
+}
+
+// buildDemo returns the demo binary: the test binary, which runs main in a
+// child whose environment has asDemo set.
 func buildDemo(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "demo")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
+	return demoBin
 }
 
 var summaryRE = regexp.MustCompile(`(?m)^summary produced=(\d+) finished=(\d+) spilled=(\d+) redelivered=(\d+) duplicates=(\d+) waiting=(\d+) lost=(\d+)$`)
@@ -40,8 +63,12 @@ func parseSummary(t *testing.T, out []byte) summary {
 }
 
 func TestDemoRuns(t *testing.T) {
+	t.Parallel() // each demo test is a child process, mostly asleep
 	bin := buildDemo(t)
-	out, err := exec.Command(bin, "-duration", "1500ms", "-rate", "10000", "-mem", "500", "-work", "1ms").CombinedOutput()
+	// 2 producers at 5000/s for 400 ms against 4 consumers at 1 ms a
+	// message: the 500-message memory buffer overflows within 100 ms, and
+	// the backlog drains in about a second.
+	out, err := exec.Command(bin, "-duration", "1s", "-rate", "5000", "-mem", "500", "-work", "1ms").CombinedOutput()
 	if err != nil {
 		t.Fatalf("demo: %v\n%s", err, out)
 	}
@@ -58,6 +85,7 @@ func TestDemoRuns(t *testing.T) {
 // runs it again on the same directory: with every Put on disk before it
 // returns, nothing acknowledged may be lost.
 func TestDemoCrashAndRerun(t *testing.T) {
+	t.Parallel()
 	bin := buildDemo(t)
 	dir := filepath.Join(t.TempDir(), "q")
 	args := []string{"-dir", dir, "-mem", "0", "-sync", "always", "-rate", "3000", "-duration", "3s"}
@@ -88,6 +116,7 @@ func TestDemoGracefulStop(t *testing.T) {
 	if runtime.GOOS == "windows" {
 		t.Skip("os.Interrupt cannot be sent to a process on Windows")
 	}
+	t.Parallel()
 	bin := buildDemo(t)
 	dir := filepath.Join(t.TempDir(), "q")
 	cmd := exec.Command(bin, "-dir", dir, "-plain", "-duration", "60s")
@@ -128,7 +157,9 @@ func TestDemoGracefulStop(t *testing.T) {
 		t.Fatalf("the stopped run does not say how to deliver what waits:\n%s", out.String())
 	}
 
-	rerun, err := exec.Command(bin, "-dir", dir, "-rate", "2000", "-duration", "1s").CombinedOutput()
+	// -work 0: the rerun is there to drain the backlog, which then takes
+	// a fraction of a second rather than one and a half.
+	rerun, err := exec.Command(bin, "-dir", dir, "-rate", "2000", "-duration", "1s", "-work", "0").CombinedOutput()
 	if err != nil {
 		t.Fatalf("rerun: %v\n%s", err, rerun)
 	}
@@ -154,8 +185,10 @@ func TestDemoRejectsBadFlags(t *testing.T) {
 
 // TestDemoServesMetrics scrapes the running demo's -metrics-addr.
 func TestDemoServesMetrics(t *testing.T) {
+	t.Parallel()
 	bin := buildDemo(t)
-	cmd := exec.Command(bin, "-metrics-addr", "127.0.0.1:0", "-duration", "3s", "-rate", "2000", "-plain")
+	// Long enough to be running whenever the scrape comes; killed after it.
+	cmd := exec.Command(bin, "-metrics-addr", "127.0.0.1:0", "-duration", "60s", "-rate", "2000", "-plain")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -163,7 +196,10 @@ func TestDemoServesMetrics(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer cmd.Wait()
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	}()
 	sc := bufio.NewScanner(stdout)
 	var url string
 	for sc.Scan() {
@@ -173,20 +209,15 @@ func TestDemoServesMetrics(t *testing.T) {
 		}
 	}
 	if url == "" {
-		cmd.Process.Kill()
 		t.Fatal("the demo did not print its metrics address")
 	}
 	resp, err := http.Get(url)
 	if err != nil {
-		cmd.Process.Kill()
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if !strings.Contains(string(body), `spillq_channel_memory_capacity{queue="demo"} 10000`) {
-		cmd.Process.Kill()
 		t.Fatalf("scrape:\n%s", body)
-	}
-	for sc.Scan() { // let it finish
 	}
 }

@@ -18,21 +18,30 @@ import (
 	"github.com/spillq/spillq/diskqueue"
 )
 
+// asTool is set in the environment of the processes the tests start: the
+// test binary, run with it, is the spillq tool. Linking a tool binary of
+// its own took a second of every run.
+const asTool = "SPILLQ_TOOL_TEST_AS_TOOL"
+
+// bin is the tool: the test binary itself.
 var bin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "spillq-tool")
-	if err != nil {
-		panic(err)
+	if os.Getenv(asTool) == "1" {
+		main()
+		os.Exit(0) // main exits itself
 	}
-	bin = filepath.Join(dir, "spillq")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+	exe, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	bin = exe
+	os.Setenv(asTool, "1") // for every child
+	// Under -race a child would sleep a second before it exits (the race
+	// runtime's atexit_sleep_ms); GORACE options set by hand still win.
+	os.Setenv("GORACE", strings.TrimSpace("atexit_sleep_ms=0 "+os.Getenv("GORACE")))
+	os.Exit(m.Run())
 }
 
 // tool runs the binary and returns its stdout+stderr and exit status.

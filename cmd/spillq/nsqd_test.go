@@ -21,17 +21,17 @@ import (
 	nsq "github.com/nsqio/go-nsq"
 
 	"github.com/spillq/spillq"
+	"github.com/spillq/spillq/internal/nsqbin"
 )
 
 // buildNSQD builds nsqd v1.3.0 from the tools module beside nsqbridge
-// (nsqbridge/internal/nsqtools), as nsqbridge's tests do.
+// (nsqbridge/internal/nsqtools), as nsqbridge's tests do, through the
+// cache they share.
 func buildNSQD(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "nsqd")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/nsqio/nsq/apps/nsqd")
-	cmd.Dir = filepath.Join("..", "..", "nsqbridge", "internal", "nsqtools")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building nsqd: %v\n%s", err, out)
+	bin, _, err := nsqbin.Build(filepath.Join("..", "..", "nsqbridge", "internal", "nsqtools"))
+	if err != nil {
+		t.Fatal(err)
 	}
 	return bin
 }
