@@ -66,10 +66,14 @@
 // segments are taken from the directory listing and their files opened and
 // checked on first use, so Open costs about the same for ten million
 // records as for ten thousand. Index files are derived data, rebuilt from
-// the log when missing, short or wrong. Acknowledgements are counted from
-// the stored read cursor up to where the last run had read, no further. A
-// damaged cursor file makes Open deliver every record on disk again rather
-// than start empty. A directory lock (flock) stops a second Open, in this
+// the log when missing, short or wrong. Segments at the end with no record
+// after one with records (a power cut came after their names were durable
+// and before their contents were) are the log's torn tail: dropped, not
+// reported as damage. Spare segment files made ahead of need are removed.
+// Each cursor's acknowledgements are counted from its stored read position
+// up to where the last run had read, no further. A damaged cursor file
+// makes Open deliver every record on disk again to that cursor rather than
+// start empty. A directory lock (flock) stops a second Open, in this
 // process or another.
 //
 // # Concurrency
