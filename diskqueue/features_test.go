@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -515,6 +516,9 @@ func TestEmpty(t *testing.T) {
 // what was put and every deleted one says ErrNotFound.
 func TestPropertyRandomOps(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
+	if s, err := strconv.ParseUint(os.Getenv("SPILLQ_SEED"), 10, 64); err == nil {
+		seed = s // to run a failure's seed again
+	}
 	rng := rand.New(rand.NewPCG(seed, 1))
 	t.Logf("seed %d", seed)
 	dir := t.TempDir()
