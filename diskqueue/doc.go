@@ -80,7 +80,8 @@
 //
 // Logs, cursors and queues are safe for concurrent use. Producers append
 // under the log's mu: each copies its record and index entries straight
-// into the active segment's files, preallocated and mapped (on Linux;
+// into the active segment's files, preallocated and mapped (a record of
+// 1 KiB or more with one pwrite into the same file; on Linux;
 // elsewhere, or where the file system cannot, with its own write(2));
 // Stats.WritePath says which. One writer goroutine per log does what
 // should not hold producers up: fsyncs by the sync policy, sealing rotated
