@@ -35,9 +35,14 @@ func crashConfig() diskqueue.Options {
 
 // crashBody is the payload of producer p's record i. It is derived from
 // (p, i) alone, so the parent can tell a real payload from a made-up one.
+// One in 37 is over 1 KiB, so both ways into a mapped log are killed.
 func crashBody(p, i int) []byte {
 	head := fmt.Sprintf("%d-%d-", p, i)
-	return []byte(head + strings.Repeat(string(rune('a'+(p+i)%26)), 20+(i%50)))
+	n := 20 + i%50
+	if i%37 == 0 {
+		n = 1500 + i%3000 // big enough for the mapped path's pwrite
+	}
+	return []byte(head + strings.Repeat(string(rune('a'+(p+i)%26)), n))
 }
 
 func parseCrashBody(b []byte) (p, i int, ok bool) {
