@@ -71,7 +71,9 @@ func mapRegion(f file, size, limit, chunk int64) (region, bool, error) {
 		}
 		return region{}, false, err
 	}
-	r := region{f: f, m: m, alloc: size, chunk: chunk}
+	// Only what lies past the records written needs pre-faulting: a
+	// recovered tail's old pages would only swell the resident set.
+	r := region{f: f, m: m, alloc: size, chunk: chunk, prefaulted: size &^ (allocUnit - 1)}
 	if size%allocUnit != 0 {
 		// Preallocate to the next unit now, so the probe below tells at
 		// Open whether this file system can.
