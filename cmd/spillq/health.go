@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -40,6 +42,35 @@ type statReport struct {
 	DiskBytes  int64         `json:"disk_bytes"`
 	Segments   []fileInfo    `json:"segments"`
 	BadFiles   []badFile     `json:"bad_files"`
+	// Cursors are the log's named cursors (diskqueue.Log.Cursor), each a
+	// consumer group reading every record at its own pace; the fields
+	// above are the queue's own cursor's.
+	Cursors []cursorReport `json:"cursors,omitempty"`
+}
+
+// cursorReport is one named cursor in stat.
+type cursorReport struct {
+	Name    string `json:"name"`
+	ReadSeq uint64 `json:"read_seq"`
+	Depth   int64  `json:"depth"`
+	// Oldest and LagSeconds are as for the queue: the oldest record the
+	// cursor has not acknowledged that checks out, and its age.
+	Oldest     *oldestRecord `json:"oldest_unacknowledged,omitempty"`
+	LagSeconds float64       `json:"lag_seconds"`
+}
+
+// oldestUnacked returns the oldest record at or after from that checks
+// out, and its age at now.
+func oldestUnacked(q *diskqueue.Queue, from, to uint64, now time.Time) (*oldestRecord, float64) {
+	for rec, err := range q.Scan(from, to) {
+		if err == nil {
+			return &oldestRecord{Seq: rec.Seq, Time: rec.Time.UTC()}, max(now.Sub(rec.Time), 0).Seconds()
+		}
+		if !errors.Is(err, diskqueue.ErrCorrupt) {
+			break
+		}
+	}
+	return nil, 0
 }
 
 // position is a diskqueue.Position with the JSON names of the rest.
@@ -93,16 +124,22 @@ func cmdStat(e *env, args []string) error {
 	if st.Depth > 0 {
 		// The record at the read cursor may be damaged: the lag is that of
 		// the oldest one a consumer will get.
-		for rec, err := range q.Scan(st.ReadSeq, st.WriteSeq) {
-			if err == nil {
-				r.Oldest = &oldestRecord{Seq: rec.Seq, Time: rec.Time.UTC()}
-				r.LagSeconds = max(now.Sub(rec.Time), 0).Seconds()
-				break
-			}
-			if !errors.Is(err, diskqueue.ErrCorrupt) {
-				break
-			}
+		r.Oldest, r.LagSeconds = oldestUnacked(q, st.ReadSeq, st.WriteSeq, now)
+	}
+	for _, name := range q.Cursors() {
+		if name == "" {
+			continue // the queue's own, reported above
 		}
+		c, err := q.Cursor(name, diskqueue.FromNext()) // it exists: opened as it is
+		if err != nil {
+			return err
+		}
+		cs := c.Stats()
+		cr := cursorReport{Name: name, ReadSeq: cs.ReadSeq, Depth: cs.Depth}
+		if cs.Depth > 0 {
+			cr.Oldest, cr.LagSeconds = oldestUnacked(q, cs.ReadSeq, st.WriteSeq, now)
+		}
+		r.Cursors = append(r.Cursors, cr)
 	}
 	if logs, err := segmentLogs(dir); err == nil {
 		r.Segments = append(r.Segments, logs...)
@@ -115,6 +152,11 @@ func cmdStat(e *env, args []string) error {
 	}
 	out := e.stdout
 	fmt.Fprintf(out, "queue      %s\n", dir)
+	if _, err := os.Stat(filepath.Join(dir, "cursor")); err != nil && len(r.Cursors) > 0 {
+		// A log read only through named cursors: the depth and lag below
+		// count from the oldest record on disk.
+		fmt.Fprintf(out, "note       no cursor of its own (a log read through named cursors, below): depth and lag count from the oldest record\n")
+	}
 	fmt.Fprintf(out, "records    %s\n", describeKind(kind))
 	fmt.Fprintf(out, "depth      %d records not acknowledged\n", st.Depth)
 	switch {
@@ -140,6 +182,16 @@ func cmdStat(e *env, args []string) error {
 	fmt.Fprintf(out, "bad files  %s\n", badSummary(r.BadFiles))
 	for _, b := range r.BadFiles {
 		fmt.Fprintf(out, "  %s\n", badLine(b))
+	}
+	if len(r.Cursors) > 0 {
+		fmt.Fprintf(out, "cursors    %d named\n", len(r.Cursors))
+		for _, c := range r.Cursors {
+			lag := "0"
+			if c.Oldest != nil {
+				lag = time.Duration(c.LagSeconds * float64(time.Second)).Round(time.Millisecond).String()
+			}
+			fmt.Fprintf(out, "  %s  read seq %d  depth %d  lag %s\n", c.Name, c.ReadSeq, c.Depth, lag)
+		}
 	}
 	return nil
 }

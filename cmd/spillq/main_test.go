@@ -637,3 +637,60 @@ func TestStatCountsWhatIsOnDisk(t *testing.T) {
 		t.Fatalf("stat of %s (%d):\n%s", dir, code, out)
 	}
 }
+
+// TestStatNamedCursors: stat lists a log's named cursors with each one's
+// read position and depth, in text and JSON.
+func TestStatNamedCursors(t *testing.T) {
+	dir := t.TempDir()
+	l, err := diskqueue.OpenLog(dir, diskqueue.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	fast, err := l.Cursor("fast", diskqueue.FromOldest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Cursor("slow", diskqueue.FromOldest()); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 10; i++ {
+		if err := l.Put(ctx, []byte(fmt.Sprintf("job %d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 7; i++ {
+		rec, err := fast.Read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := fast.Ack(rec.Seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out, code := tool(t, "", "stat", dir)
+	if code != 0 || !strings.Contains(out, "fast  read seq 7  depth 3") || !strings.Contains(out, "slow  read seq 0  depth 10") || !strings.Contains(out, "no cursor of its own") {
+		t.Fatalf("stat (%d):\n%s", code, out)
+	}
+	stdout, _, code := tool3(t, "", "stat", "-format", "json", dir)
+	var st struct {
+		Cursors []struct {
+			Name    string `json:"name"`
+			ReadSeq uint64 `json:"read_seq"`
+			Depth   int64  `json:"depth"`
+			Oldest  struct {
+				Seq uint64 `json:"seq"`
+			} `json:"oldest_unacknowledged"`
+		} `json:"cursors"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &st); code != 0 || err != nil {
+		t.Fatalf("stat -format json (%d, %v):\n%s", code, err, stdout)
+	}
+	if len(st.Cursors) != 2 || st.Cursors[0].Name != "fast" || st.Cursors[0].Depth != 3 || st.Cursors[0].Oldest.Seq != 7 ||
+		st.Cursors[1].Name != "slow" || st.Cursors[1].ReadSeq != 0 || st.Cursors[1].Depth != 10 {
+		t.Fatalf("stat -format json cursors: %+v", st.Cursors)
+	}
+}
