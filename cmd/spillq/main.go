@@ -8,10 +8,11 @@
 //	spillq repair  DIR          cut a torn tail, rebuild indexes, set damage aside, acknowledge it
 //	spillq put     DIR          store each line of stdin as a record
 //	spillq drain   DIR          print records and acknowledge them
+//	spillq cursor  create|delete|reset NAME DIR   manage a log's named cursors
 //	spillq import-nsqd DIR      copy the unread messages of an nsqd or go-diskqueue queue into DIR
 //
 // stat, dump, get, verify and tail only read, and work while a service has
-// the queue open. repair, put, drain and import-nsqd change the queue and
+// the queue open. repair, put, drain, cursor and import-nsqd change the queue and
 // take its lock: stop the service first. Every command refuses a directory
 // that is not a queue; put and import-nsqd create one only with -create.
 //
@@ -68,6 +69,7 @@ func init() {
 		{"repair", "DIR", "cut a torn tail, rebuild indexes, set damage aside, acknowledge it", cmdRepair},
 		{"put", "DIR", "store each line of stdin as a record", cmdPut},
 		{"drain", "DIR", "print records and acknowledge them", cmdDrain},
+		{"cursor", "create|delete|reset NAME DIR", "manage a log's named cursors (consumer groups): create one at -from/-since, delete one, or move one", cmdCursor},
 		{"import-nsqd", "DIR", "copy the unread messages of an nsqd or go-diskqueue queue into DIR", cmdImportNSQD},
 	}
 }

@@ -694,3 +694,51 @@ func TestStatNamedCursors(t *testing.T) {
 		t.Fatalf("stat -format json cursors: %+v", st.Cursors)
 	}
 }
+
+// TestCursorCommand: cursor create, reset and delete manage a log's named
+// cursors without giving the log a cursor of its own.
+func TestCursorCommand(t *testing.T) {
+	dir := t.TempDir()
+	l, err := diskqueue.OpenLog(dir, diskqueue.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Cursor("a", diskqueue.FromOldest()); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 10; i++ {
+		if err := l.Put(context.Background(), []byte(fmt.Sprintf("job %d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"cursor", "create", "b", "-from", "4", dir}, 0, "cursor b at seq 4, 6 records to read"},
+		{[]string{"cursor", "create", "b", dir}, 1, `cursor "b" exists`},
+		{[]string{"cursor", "reset", "b", "-from", "oldest", dir}, 0, "cursor b at seq 0, 10 records to read"},
+		{[]string{"cursor", "create", "c", dir}, 0, "cursor c at seq 10, 0 records to read"},
+		{[]string{"cursor", "delete", "c", dir}, 0, "deleted cursor c"},
+		{[]string{"cursor", "delete", "c", dir}, 1, "not found"},
+		{[]string{"cursor", "create", "bad/name", dir}, 1, "bad cursor name"},
+		{[]string{"cursor", "move", "b", dir}, 2, "want create, delete or reset"},
+	} {
+		out, code := tool(t, "", c.args...)
+		if code != c.code || !strings.Contains(out, c.want) {
+			t.Errorf("%v: exit %d, output %q; want exit %d and %q", c.args, code, out, c.code, c.want)
+		}
+	}
+	l, err = diskqueue.OpenLog(dir, diskqueue.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if got := l.Cursors(); strings.Join(got, ",") != "a,b" {
+		t.Errorf("cursors after the commands: %q, want a and b (and no cursor of the log's own)", got)
+	}
+}
