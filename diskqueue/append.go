@@ -454,11 +454,8 @@ func (l *Log) adoptBitmaps(t *tail) {
 // them is reported durable.
 func (l *Log) createSegment(base uint64, maxTime int64, mapped bool) (*segment, *tail, error) {
 	seg := &segment{dir: l.dir, base: base}
-	var ackNames []string
-	for _, c := range l.cursors {
-		ackNames = append(ackNames, c.ackPath(seg))
-	}
-	f, err := l.makeSegmentFiles([3]string{seg.path(logSuffix), seg.path(indexSuffix), seg.path(timeIndexSuffix)}, ackNames, base, mapped, fileHeaderSize, true)
+	f, err := l.makeSegmentFiles([3]string{seg.path(logSuffix), seg.path(indexSuffix), seg.path(timeIndexSuffix)},
+		l.cursors, func(c *Cursor) string { return c.ackPath(seg) }, base, mapped, fileHeaderSize, true)
 	if err != nil {
 		return nil, nil, fmt.Errorf("diskqueue: create segment %d: %w", base, err)
 	}
@@ -477,13 +474,13 @@ type segmentFiles struct {
 	acks                []*ackFile
 }
 
-// makeSegmentFiles creates a segment's files under names (and the cursors'
-// bitmaps under ackNames), readied for appends with at least prealloc
+// makeSegmentFiles creates a segment's files under names (and a bitmap for
+// each of cursors, under ackName(cursor)), readied for appends with at least prealloc
 // bytes of the log preallocated (on the mapped path), and opens its read
 // handles. With headers set the files get their headers for base at once
 // (so a reader in another process meets zeros there only briefly);
 // otherwise (a spare) writeHeaders writes them when the base is known.
-func (l *Log) makeSegmentFiles(names [3]string, ackNames []string, base uint64, mapped bool, prealloc int64, headers bool) (*segmentFiles, error) {
+func (l *Log) makeSegmentFiles(names [3]string, cursors []*Cursor, ackName func(*Cursor) string, base uint64, mapped bool, prealloc int64, headers bool) (*segmentFiles, error) {
 	sf := &segmentFiles{names: names}
 	fail := func(err error) (*segmentFiles, error) {
 		sf.discard(l)
@@ -515,8 +512,8 @@ func (l *Log) makeSegmentFiles(names [3]string, ackNames []string, base uint64, 
 			return fail(err)
 		}
 	}
-	for i, name := range ackNames {
-		a, err := l.cursors[i].createAckFileAt(name, base, l.recordCapacity(), mapped, true)
+	for _, c := range cursors {
+		a, err := c.createAckFileAt(ackName(c), base, l.recordCapacity(), mapped, true)
 		if err != nil {
 			return fail(err)
 		}
@@ -663,15 +660,12 @@ func (l *Log) prepareSpare() {
 	if !need {
 		return
 	}
-	var ackNames []string
-	for _, c := range cursors {
-		ackNames = append(ackNames, filepath.Join(c.dir, spareName+ackSuffix))
-	}
 	names := [3]string{filepath.Join(l.dir, spareName+logSuffix), filepath.Join(l.dir, spareName+indexSuffix), filepath.Join(l.dir, spareName+timeIndexSuffix)}
-	// The cursors cannot change meanwhile: adding one takes l.mu, which a
-	// rotation taking this spare checks, and deleting one runs on this
-	// goroutine.
-	sf, err := l.makeSegmentFiles(names, ackNames, 0, true, min(logChunk, l.opts.MaxSegmentBytes), false)
+	// Made for the cursors of the snapshot: one added meanwhile (under
+	// l.mu) makes the spare unusable, which the check below and
+	// takeSpareLocked see; deleting one runs on this goroutine.
+	sf, err := l.makeSegmentFiles(names, cursors, func(c *Cursor) string { return filepath.Join(c.dir, spareName+ackSuffix) },
+		0, true, min(logChunk, l.opts.MaxSegmentBytes), false)
 	if err != nil {
 		return
 	}
