@@ -621,6 +621,7 @@ func (c *Cursor) forget(seg *segment) {
 	if sa := c.segs[seg]; sa != nil {
 		if sa.ack != nil {
 			sa.ack.close()
+			sa.ack = nil
 		}
 		delete(c.segs, seg)
 		if c.lastAcked == sa {
@@ -810,9 +811,12 @@ func (c *Cursor) advanceFloorLocked(hint *segment) error {
 // caller holds c.readMu.
 func (c *Cursor) markAckedLocked(sa *segAcks, seq uint64) (bool, error) {
 	seg := sa.seg
-	a, err := c.ackFor(seg)
-	if err != nil {
-		return false, err
+	a := sa.ack // Ack has the state already: no second map lookup
+	if a == nil {
+		var err error
+		if a, err = c.ackFor(seg); err != nil {
+			return false, err
+		}
 	}
 	set := false
 	if seq == c.ackFloor.Load() {
