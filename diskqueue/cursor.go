@@ -53,6 +53,9 @@ type Cursor struct {
 	// dir since syncAcks last fsynced it: until then a power cut may lose
 	// their names, and so the acknowledgements in them.
 	newFiles atomic.Bool
+	// passed are segments the floor passed while they were still being
+	// sealed, whose bitmaps retirePassed retires once they are.
+	passed []*segAcks
 	// retired are bitmap files of segments the floor has passed, waiting
 	// for the writer goroutine to fsync and close them (retirePassed).
 	retired []file
@@ -567,7 +570,11 @@ func (c *Cursor) state(seg *segment) *segAcks {
 // sealed keeps its file (the writer cuts it to size). The caller holds
 // c.readMu.
 func (c *Cursor) retire(sa *segAcks) {
-	if sa == nil || sa.ack == nil || sa.ack.mem || sa.seg.writing.Load() {
+	if sa == nil || sa.ack == nil || sa.ack.mem {
+		return
+	}
+	if sa.seg.writing.Load() {
+		c.passed = append(c.passed, sa) // for retirePassed, once sealed
 		return
 	}
 	a := sa.ack
@@ -581,15 +588,15 @@ func (c *Cursor) retire(sa *segAcks) {
 }
 
 // retirePassed retires the bitmaps of segments the floor has passed that
-// were still being sealed when it did, then fsyncs and closes every
-// retired file. The writer goroutine calls it each round.
+// were still being sealed when it did (c.passed, not a walk of every
+// segment), then fsyncs and closes every retired file. The writer
+// goroutine calls it each round.
 func (c *Cursor) retirePassed() {
 	c.readMu.Lock()
-	floor := c.ackFloor.Load()
-	for seg, sa := range c.segs {
-		if sa.ack != nil && seg.endNow() <= floor {
-			c.retire(sa)
-		}
+	passed := c.passed
+	c.passed = nil
+	for _, sa := range passed {
+		c.retire(sa) // those still being sealed go back on the list
 	}
 	retired := c.retired
 	c.retired = nil
