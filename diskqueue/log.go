@@ -271,11 +271,14 @@ func (l *Log) fullLocked(n int64) error {
 	if max == 0 {
 		return nil
 	}
-	// Besides the frame and its index entry, a rotation adds three file
-	// headers, a time entry or two and an acknowledgement file.
-	reserve := int64(3*fileHeaderSize+3*timeIndexEntrySize) + ackFileSize(l.recordCapacity())
+	// Besides the frame and its index entry, the record takes a bit in
+	// each cursor's bitmap (at worst a byte more in each), and a rotation adds three
+	// file headers, a time entry or two and each cursor's bitmap header:
+	// what diskBytes will count for them (segment.diskBytes).
+	bitmaps := int64(len(l.cursors))
+	reserve := int64(3*fileHeaderSize+3*timeIndexEntrySize) + bitmaps*ackHeaderSize
 	used := l.diskBytes.Load()
-	if used+n+indexEntrySize+reserve <= max {
+	if used+n+indexEntrySize+bitmaps+reserve <= max {
 		return nil
 	}
 	return fmt.Errorf("%w: %d bytes used, %d more would pass MaxDiskBytes %d", ErrDiskFull, used, n, max)
