@@ -33,20 +33,14 @@ func timerOptions(o diskqueue.Options) diskqueue.Options {
 		// concurrent deferrals share fsyncs (see diskTimers.Put).
 		sync = math.MaxInt
 	}
-	return diskqueue.Options{
-		MaxSegmentBytes: seg,
-		MaxRecordBytes:  o.MaxRecordBytes,
-		MinRecordBytes:  o.MinRecordBytes,
-		SyncEvery:       sync,
-		SyncInterval:    o.SyncInterval,
-		NoSync:          o.NoSync,
-		MaxDiskBytes:    o.MaxDiskBytes,
-		Compress:        o.Compress,
-		Logger:          o.Logger,
-		// No BlockWhenFull: a deferral that finds the store full stays in
-		// memory (and in the main log) rather than block a Requeue. No
-		// retention: timers are not replayed.
-	}
+	// Everything else as the main log, so an option added later is not
+	// dropped here. No BlockWhenFull: a deferral that finds the store
+	// full stays in memory (and in the main log) rather than block a
+	// Requeue. No retention: timers are not replayed.
+	t := o
+	t.MaxSegmentBytes, t.SyncEvery = seg, sync
+	t.BlockWhenFull, t.RetainBytes, t.RetainAge = false, 0, 0
+	return t
 }
 
 // DiskTimers adapts a disk queue as a [channel.TimerStore], for a channel

@@ -656,7 +656,7 @@ func (m *Message) Requeue(delay time.Duration) error {
 		f.mu.Unlock()
 		// A failure leaves the message deferred in memory: Requeue has
 		// done what it promised.
-		c.deferToTimers(context.Background(), again, time.Now().Add(delay).UnixNano())
+		c.deferToTimers(c.closeCtx, again, time.Now().Add(delay).UnixNano())
 		return nil
 	}
 	// Still holding the shard: see flightList for why.

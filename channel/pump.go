@@ -2,7 +2,6 @@ package channel
 
 import (
 	"container/heap"
-	"context"
 	"errors"
 	"time"
 )
@@ -45,7 +44,7 @@ func (c *Channel) pump() {
 				// Moved to the timer store (a queue written before it
 				// had one, or where it failed): a new record there, then
 				// this one acknowledged.
-				c.deferToTimers(context.Background(), m, m.due)
+				c.deferToTimers(c.closeCtx, m, m.due)
 				continue
 			}
 			// Deferred: its record stays in the backend until it is
