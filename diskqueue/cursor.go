@@ -180,7 +180,7 @@ func (l *Log) cursor(name string, start Start) (*Cursor, error) {
 	if l.readOnly && name != "" {
 		return nil, fmt.Errorf("%w: cursor %q does not exist", ErrNotFound, name)
 	}
-	c, err := l.createCursor(name, start)
+	c, err := l.openCursor(name, start, true)
 	if err != nil {
 		return nil, err
 	}
@@ -201,12 +201,15 @@ func (l *Log) newCursor(name string) *Cursor {
 	return c
 }
 
-// createCursor makes a cursor that has no cursor file yet (or, for a
-// Queue's own cursor, whose file is missing or damaged), stores its
-// position, and fsyncs what it created. The caller holds l.mu.
-func (l *Log) createCursor(name string, start Start) (*Cursor, error) {
+// openCursor opens the cursor name from its cursor file. With create the
+// file (and a named cursor's directory) is made if missing, and a cursor
+// with no stored position starts at start, durably when openCursor
+// returns; without (at Open) one whose file holds no valid position starts
+// at the oldest record, delivering everything again rather than nothing.
+// The caller holds l.mu, or runs in Open.
+func (l *Log) openCursor(name string, start Start, create bool) (*Cursor, error) {
 	c := l.newCursor(name)
-	if name != "" && !l.readOnly {
+	if create && name != "" && !l.readOnly {
 		if err := l.fs.MkdirAll(c.dir, 0o755); err != nil {
 			return nil, fmt.Errorf("diskqueue: create cursor %q: %w", name, err)
 		}
@@ -216,47 +219,51 @@ func (l *Log) createCursor(name string, start Start) (*Cursor, error) {
 		return nil, fmt.Errorf("diskqueue: open cursor %q: %w", name, err)
 	}
 	c.file = cur
-	if err != nil {
-		cur.close()
-		if errors.Is(err, ErrUnsupportedVersion) {
-			return nil, err
-		}
-		return nil, fmt.Errorf("diskqueue: open cursor %q: %w", name, err)
-	}
-	if have {
-		// Another cursor file appeared (a named one left by a crash between
-		// its creation and the listing): take it as it is.
-		if err := c.load(have); err != nil {
-			c.closeFiles()
-			return nil, err
-		}
-		return c, nil
-	}
-	seq, err := l.startSeq(start)
-	if err != nil {
-		cur.close()
+	switch {
+	case errors.Is(err, ErrUnsupportedVersion):
+		c.closeFiles()
 		return nil, err
+	case err != nil:
+		c.logger.Warn("diskqueue: cursor file is damaged; rebuilding it from the segments, so acknowledged records may be delivered again", "err", err)
 	}
-	if name == "" && seq < l.nextSeq.Load() && len(l.cursors) == 0 {
-		c.logger.Warn("diskqueue: no valid cursor; delivering every record on disk again", "from_seq", seq)
+	if have || !create {
+		err = c.load(have)
+	} else {
+		err = l.startCursor(c, start)
 	}
-	if err := c.initAt(seq, false); err != nil {
+	if err != nil {
 		c.closeFiles()
 		return nil, err
 	}
-	if !l.readOnly && !l.opts.NoSync {
-		dirs := []string{c.dir}
-		if name != "" {
-			dirs = append(dirs, filepath.Join(l.dir, cursorsDir), l.dir)
-		}
-		for _, d := range dirs {
-			if err := l.fs.SyncDir(d); err != nil {
-				c.closeFiles()
-				return nil, fmt.Errorf("diskqueue: create cursor %q: fsync %s: %w", name, d, err)
-			}
+	return c, nil
+}
+
+// startCursor puts a new cursor at start and makes it durable: its
+// position stored, its directory entries fsynced.
+func (l *Log) startCursor(c *Cursor, start Start) error {
+	seq, err := l.startSeq(start)
+	if err != nil {
+		return err
+	}
+	if c.name == "" && seq < l.nextSeq.Load() && len(l.cursors) == 0 {
+		c.logger.Warn("diskqueue: no valid cursor; delivering every record on disk again", "from_seq", seq)
+	}
+	if err := c.initAt(seq, false); err != nil {
+		return err
+	}
+	if l.readOnly || l.opts.NoSync {
+		return nil
+	}
+	dirs := []string{c.dir}
+	if c.name != "" {
+		dirs = append(dirs, filepath.Join(l.dir, cursorsDir), l.dir)
+	}
+	for _, d := range dirs {
+		if err := l.fs.SyncDir(d); err != nil {
+			return fmt.Errorf("diskqueue: create cursor %q: fsync %s: %w", c.name, d, err)
 		}
 	}
-	return c, nil
+	return nil
 }
 
 // startSeq turns a Start into a seq inside the log.
@@ -321,21 +328,8 @@ func (l *Log) loadCursors() error {
 		names = append(names, e.Name())
 	}
 	for _, name := range names {
-		c := l.newCursor(name)
-		cur, have, err := loadCursor(l.fs, filepath.Join(c.dir, cursorName), l.opts.NoSync, l.readOnly)
-		if cur == nil {
-			return fmt.Errorf("diskqueue: open cursor %q: %w", name, err)
-		}
-		c.file = cur
+		c, err := l.openCursor(name, Start{}, false)
 		if err != nil {
-			if errors.Is(err, ErrUnsupportedVersion) {
-				c.closeFiles()
-				return err
-			}
-			c.logger.Warn("diskqueue: cursor file is damaged; rebuilding it from the segments, so acknowledged records may be delivered again", "err", err)
-		}
-		if err := c.load(have); err != nil {
-			c.closeFiles()
 			return err
 		}
 		if name != "" && !l.readOnly {

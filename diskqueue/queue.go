@@ -25,7 +25,12 @@ type Queue struct {
 // [ErrLocked]. A directory whose cursor file is missing or damaged has
 // every record on disk delivered again.
 func Open(dir string, opts Options) (*Queue, error) {
-	l, err := OpenLog(dir, opts)
+	return withOwnCursor(OpenLog(dir, opts))
+}
+
+// withOwnCursor makes a Queue of a log just opened: its own cursor, made
+// at the oldest record when the directory has none.
+func withOwnCursor(l *Log, err error) (*Queue, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -45,16 +50,7 @@ func Open(dir string, opts Options) (*Queue, error) {
 // Empty return [ErrReadOnly]; Read and Ack work on an in-memory cursor that
 // is never stored.
 func OpenReadOnly(dir string, opts Options) (*Queue, error) {
-	l, err := openLogReadOnly(dir, opts)
-	if err != nil {
-		return nil, err
-	}
-	c, err := l.cursor("", FromOldest())
-	if err != nil {
-		l.Close()
-		return nil, err
-	}
-	return &Queue{Log: l, c: c}, nil
+	return withOwnCursor(openLogReadOnly(dir, opts))
 }
 
 // Read returns the next record in order; see [Cursor.Read].
