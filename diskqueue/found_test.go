@@ -35,6 +35,16 @@ import (
 // fileHeaderSize+3*frameSize(10) bytes holds records 3k..3k+2.
 func fixedBody(i int) []byte { return []byte(fmt.Sprintf("record-%03d", i)) }
 
+// putFixed puts fixedBody(0..n-1).
+func putFixed(t *testing.T, q *Queue, n int) {
+	t.Helper()
+	for i := range n {
+		if err := q.Put(context.Background(), fixedBody(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 const threePerSegment = fileHeaderSize + 3*recordHeaderSize + 3*10
 
 // tombstoneFixture leaves in dir segments 0 (records 0..2, 2 not
@@ -50,11 +60,7 @@ func tombstoneFixture(t *testing.T, dir string, opts Options) {
 		t.Fatal(err)
 	}
 	defer q.Close()
-	for i := range 12 {
-		if err := q.Put(ctx, fixedBody(i)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	putFixed(t, q, 12)
 	for range 12 {
 		rec, err := q.Read(done)
 		if err != nil {
@@ -202,11 +208,7 @@ func TestPowerCutLostRecordsAreNotDamage(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer q.Close()
-			for i := range 3 {
-				if err := q.Put(ctx, fixedBody(i)); err != nil {
-					t.Fatal(err)
-				}
-			}
+			putFixed(t, q, 3)
 			// Each Put appends, then waits for its fsync: put 3 rotates
 			// segment 0 out, and the round fsyncing it seals segment 0 and
 			// stops (blocked) before its directory fsync; puts 4..9 append
@@ -308,11 +310,7 @@ func TestFirstReadAfterOpenWhileDeleting(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for i := range 6 {
-				if err := q.Put(ctx, fixedBody(i)); err != nil {
-					t.Fatal(err)
-				}
-			}
+			putFixed(t, q, 6)
 			for range 4 {
 				rec, err := q.Read(done)
 				if err != nil {
@@ -499,11 +497,7 @@ func TestAckFileMadeAfterItsSegmentIsDurable(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for i := range 3 {
-				if err := q.Put(ctx, fixedBody(i)); err != nil {
-					t.Fatal(err)
-				}
-			}
+			putFixed(t, q, 3)
 			if err := q.Close(); err != nil {
 				t.Fatal(err)
 			}
