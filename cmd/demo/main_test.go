@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -13,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/spillq/spillq/internal/crashtest"
 )
 
 // asDemo is set in the environment of the processes the tests start: the
@@ -24,20 +25,7 @@ const asDemo = "SPILLQ_DEMO_TEST_AS_DEMO"
 var demoBin string
 
 func TestMain(m *testing.M) {
-	if os.Getenv(asDemo) == "1" {
-		main()
-		os.Exit(0)
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	demoBin = exe
-	os.Setenv(asDemo, "1") // for every child
-	// Under -race a child would sleep a second before it exits (the race
-	// runtime's atexit_sleep_ms); GORACE options set by hand still win.
-	os.Setenv("GORACE", strings.TrimSpace("atexit_sleep_ms=0 "+os.Getenv("GORACE")))
+	demoBin = crashtest.AsMain(asDemo, main)
 	os.Exit(m.Run())
 }
 

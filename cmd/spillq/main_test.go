@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spillq/spillq/internal/crashtest"
+
 	godiskqueue "github.com/nsqio/go-diskqueue"
 
 	"github.com/spillq/spillq"
@@ -27,20 +29,7 @@ const asTool = "SPILLQ_TOOL_TEST_AS_TOOL"
 var bin string
 
 func TestMain(m *testing.M) {
-	if os.Getenv(asTool) == "1" {
-		main()
-		os.Exit(0) // main exits itself
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	bin = exe
-	os.Setenv(asTool, "1") // for every child
-	// Under -race a child would sleep a second before it exits (the race
-	// runtime's atexit_sleep_ms); GORACE options set by hand still win.
-	os.Setenv("GORACE", strings.TrimSpace("atexit_sleep_ms=0 "+os.Getenv("GORACE")))
+	bin = crashtest.AsMain(asTool, main)
 	os.Exit(m.Run())
 }
 

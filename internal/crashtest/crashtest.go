@@ -153,3 +153,25 @@ func Start(t testing.TB, r Run) Result {
 	res.KilledSelf = !killed
 	return res
 }
+
+// AsMain lets a command's tests run the command as a child process of
+// their own test binary, with no build of their own: called first in
+// TestMain, it runs main and exits when env is "1" (a child), and
+// otherwise returns the test binary's path and sets env for every child
+// the tests start. Under -race a child would sleep a second before it
+// exits (the race runtime's atexit_sleep_ms), so GORACE turns that off;
+// GORACE options set by hand still win.
+func AsMain(env string, main func()) string {
+	if os.Getenv(env) == "1" {
+		main()
+		os.Exit(0)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Setenv(env, "1")
+	os.Setenv("GORACE", strings.TrimSpace("atexit_sleep_ms=0 "+os.Getenv("GORACE")))
+	return exe
+}
