@@ -513,6 +513,11 @@ type Position struct {
 	Offset  int64
 }
 
+// NextSeq returns the seq the next record put will get: one atomic load,
+// for callers that track how far behind the end of the log they are. A
+// record may be readable through a cursor a moment before NextSeq counts it.
+func (l *Log) NextSeq() uint64 { return l.nextSeq.Load() }
+
 // Stats returns a snapshot of the log's state. It takes no lock on the
 // write path and does no I/O. Its cursor fields (Depth, InFlight, ReadSeq, ReadPos, Acks)
 // are those of the cursor furthest behind, the one retention waits on (for
