@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -96,36 +97,17 @@ type Queue struct {
 // waits in memory instead, its record in the main log), and segments of at
 // most 4 MiB; MaxDiskBytes caps each of the two separately.
 func Open(dir string, opts Options) (*Queue, error) {
-	dopts := opts.Disk
-	if dopts.Logger == nil {
-		dopts.Logger = opts.Logger
+	if fi, err := os.Stat(filepath.Join(dir, ChannelsDir)); err == nil && fi.IsDir() {
+		return nil, fmt.Errorf("spillq: %w: %s is a topic's directory (it has %s/); open it with OpenTopic", diskqueue.ErrInvalidOptions, dir, ChannelsDir)
 	}
-	maxBody := dopts.MaxRecordBytes
-	if maxBody == 0 {
-		maxBody = diskqueue.DefaultMaxRecordBytes
-	}
-	minBody := dopts.MinRecordBytes
-	switch {
-	case maxBody < 0 || maxBody > math.MaxInt32-channel.MaxEnvelopeOverhead:
-		return nil, fmt.Errorf("spillq: %w: Disk.MaxRecordBytes %d is outside [0, %d)", diskqueue.ErrInvalidOptions, maxBody, math.MaxInt32-channel.MaxEnvelopeOverhead)
-	case minBody < 0 || minBody > maxBody:
-		return nil, fmt.Errorf("spillq: %w: Disk.MinRecordBytes %d is outside [0, MaxRecordBytes=%d]", diskqueue.ErrInvalidOptions, minBody, maxBody)
-	}
-	// The caller's limits are on the body; the log stores it in an
-	// envelope. The channel refuses bodies out of range before they reach
-	// the log (limitedDiskBackend), so the log's own limits only have to
-	// let every envelope of a body in range through.
-	dopts.MaxRecordBytes = maxBody + channel.MaxEnvelopeOverhead
-	if minBody > 0 {
-		dopts.MinRecordBytes = minBody + channel.MinEnvelopeOverhead
+	dopts, maxBody, err := logOptions(opts.Disk, opts.Logger)
+	if err != nil {
+		return nil, err
 	}
 	topts := timerOptions(dopts)
 	dq, err := diskqueue.Open(dir, dopts)
 	if err != nil {
-		if errors.Is(err, diskqueue.ErrInvalidOptions) {
-			return nil, fmt.Errorf("spillq: %w (Disk.MaxRecordBytes %d is the body limit; records on disk are up to %d bytes longer)", err, maxBody, channel.MaxEnvelopeOverhead)
-		}
-		return nil, fmt.Errorf("spillq: %w", err)
+		return nil, openErr(err, maxBody)
 	}
 	tq, err := diskqueue.Open(filepath.Join(dir, TimersDir), topts)
 	if err != nil {
@@ -148,6 +130,42 @@ func Open(dir string, opts Options) (*Queue, error) {
 		return nil, fmt.Errorf("spillq: %w", err)
 	}
 	return &Queue{Channel: ch, disk: dq, timers: tq}, nil
+}
+
+// logOptions turns the caller's disk options, whose record limits are on
+// message bodies, into the log's, whose limits are on records: bodies in
+// their envelopes. It returns the body limit too, for error messages.
+func logOptions(o diskqueue.Options, logger *slog.Logger) (diskqueue.Options, int, error) {
+	if o.Logger == nil {
+		o.Logger = logger
+	}
+	maxBody := o.MaxRecordBytes
+	if maxBody == 0 {
+		maxBody = diskqueue.DefaultMaxRecordBytes
+	}
+	minBody := o.MinRecordBytes
+	switch {
+	case maxBody < 0 || maxBody > math.MaxInt32-channel.MaxEnvelopeOverhead:
+		return o, 0, fmt.Errorf("spillq: %w: Disk.MaxRecordBytes %d is outside [0, %d)", diskqueue.ErrInvalidOptions, maxBody, math.MaxInt32-channel.MaxEnvelopeOverhead)
+	case minBody < 0 || minBody > maxBody:
+		return o, 0, fmt.Errorf("spillq: %w: Disk.MinRecordBytes %d is outside [0, MaxRecordBytes=%d]", diskqueue.ErrInvalidOptions, minBody, maxBody)
+	}
+	// The channel refuses bodies out of range before they reach the log
+	// (RecordLimiter), so the log's own limits only have to let every
+	// envelope of a body in range through.
+	o.MaxRecordBytes = maxBody + channel.MaxEnvelopeOverhead
+	if minBody > 0 {
+		o.MinRecordBytes = minBody + channel.MinEnvelopeOverhead
+	}
+	return o, maxBody, nil
+}
+
+// openErr wraps an error opening the log, explaining the record limit.
+func openErr(err error, maxBody int) error {
+	if errors.Is(err, diskqueue.ErrInvalidOptions) {
+		return fmt.Errorf("spillq: %w (Disk.MaxRecordBytes %d is the body limit; records on disk are up to %d bytes longer)", err, maxBody, channel.MaxEnvelopeOverhead)
+	}
+	return fmt.Errorf("spillq: %w", err)
 }
 
 // Disk returns the disk log, for its Stats and for lookups by sequence

@@ -2,19 +2,16 @@ package channel
 
 import "context"
 
-// Backend is the disk tier a Channel spills to. spillq's disk queue
-// satisfies it through spillq.Open; package
-// [github.com/spillq/spillq/diskqueue/godq] adapts nsqd's go-diskqueue.
+// Source is a channel's disk tier seen from the read side: records handed
+// out in order, each kept until acknowledged. A [Backend] is a Source the
+// channel also writes to; a topic's channel (see [Fanout]) reads a Source
+// only, its cursor over the topic's log, which the topic writes.
 //
-// Read hands out records in order; a record stays in the backend until
-// Ack, so one read but never acknowledged (the process crashed while it
-// was in flight) is read again after a restart.
-type Backend interface {
-	// Put stores body; it must not keep body after it returns. It may
-	// block, honouring ctx.
-	Put(ctx context.Context, body []byte) error
+// A record read but never acknowledged (the process crashed while it was
+// in flight) is read again after a restart.
+type Source interface {
 	// Read returns the next record and its sequence number, waiting until
-	// there is one, ctx ends or the backend closes.
+	// there is one, ctx ends or the source closes.
 	Read(ctx context.Context) (seq uint64, body []byte, err error)
 	// Ack removes a record returned by Read. Acks may come in any order.
 	Ack(seq uint64) error
@@ -22,8 +19,28 @@ type Backend interface {
 	Depth() int64
 	// Empty discards every record.
 	Empty() error
-	// Close flushes and releases the backend.
+	// Close flushes and releases the source.
 	Close() error
+}
+
+// Unreader is implemented by sources that outlive the channel reading
+// them, such as a topic's cursor: at Close the channel gives back, in
+// order, the records its pump had read ahead and not handed to a
+// consumer, for the next channel over the source to read first. (Other
+// sources need not: their records stay stored until acknowledged, and a
+// restart reads them again.)
+type Unreader interface {
+	Unread(seq uint64, body []byte)
+}
+
+// Backend is the disk tier a Channel spills to. spillq's disk queue
+// satisfies it through spillq.Open; package
+// [github.com/spillq/spillq/diskqueue/godq] adapts nsqd's go-diskqueue.
+type Backend interface {
+	Source
+	// Put stores body; it must not keep body after it returns. It may
+	// block, honouring ctx.
+	Put(ctx context.Context, body []byte) error
 }
 
 // RecordLimiter is implemented by backends that refuse records outside a

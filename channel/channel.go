@@ -19,8 +19,14 @@ import (
 // concurrent use by any number of producers and consumers.
 type Channel struct {
 	opts    Options
-	backend Backend // nil: memory only
-	log     *slog.Logger
+	backend Backend // nil: memory only, or a topic's channel
+	// src is where the pump reads: the backend, or a topic's channel's
+	// cursor over the topic's log. Nil: memory only.
+	src Source
+	// fan is the topic this channel belongs to (it puts, the channel only
+	// reads); nil for a channel of its own.
+	fan *Fanout
+	log *slog.Logger
 
 	memCh  chan *Message // the memory buffer; nil with a Backend and MemQueueSize 0
 	diskCh chan *Message // the pump's read-ahead of backend records; nil without a Backend
@@ -43,6 +49,14 @@ type Channel struct {
 	// sends new messages to the backend too, so they stay behind the older
 	// ones there: that is what keeps put order across the spill.
 	diskPending atomic.Int64
+	// readThrough is, for a topic's channel, the seq after the last record
+	// the pump has read and passed on: the topic's log holds
+	// NextSeq-readThrough records this channel has not read yet (see
+	// Channel.backlogged). A topic's channel leaves diskPending at zero.
+	readThrough atomic.Uint64
+	// unsent is a record the pump had read when the channel closed; Close
+	// gives it back to an Unreader source once the pump has returned.
+	unsent *Message
 	// diskDeferred counts those of diskPending that are deferred messages,
 	// for Stats.
 	diskDeferred diskDeferred
@@ -77,9 +91,13 @@ type Channel struct {
 
 	started time.Time // when New ran; message stamps count from it
 
-	// now is a coarse clock (Unix ns) the clock goroutine advances on every
-	// scan; in-flight deadlines use it, since timeouts are only found on
-	// those scans anyway. It saves a clock read per delivery.
+	// now is a coarse clock (Unix ns at New plus the monotonic time since,
+	// so it never steps back) that only moves forward: the clock goroutine
+	// advances it on every scan, Touch to the present. In-flight deadlines
+	// use it, since timeouts are only found on those scans anyway, which
+	// saves a clock read per delivery. Each deadline is now+MsgTimeout
+	// with now read under the message's shard lock, so a shard's list,
+	// appended to in lock order, stays sorted by deadline.
 	now atomic.Int64
 	// paused is written under mu (with unpausedCh) and read without it on
 	// the receive path.
@@ -121,45 +139,59 @@ type consumerCounters struct {
 // New makes a channel. With opts.Backend set, the channel takes ownership
 // of it and picks up the records already stored there (a restart).
 func New(opts Options) (*Channel, error) {
+	if opts.Backend == nil {
+		return newChannel(opts, nil, nil)
+	}
+	return newChannel(opts, opts.Backend, nil)
+}
+
+// newChannel makes a channel reading src: opts.Backend for a channel of
+// its own, a cursor over fan's log for a topic's channel.
+func newChannel(opts Options, src Source, fan *Fanout) (*Channel, error) {
 	o, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
 	}
+	if o.Timers != nil && src == nil {
+		return nil, fmt.Errorf("%w: Timers needs a Backend", ErrInvalidOptions)
+	}
 	c := &Channel{
 		opts:      o,
 		backend:   o.Backend,
+		src:       src,
+		fan:       fan,
 		log:       o.Logger,
 		closeCh:   make(chan struct{}),
 		clockWake: make(chan struct{}, 1),
-		maxBody:   math.MaxInt,
 	}
-	if l, ok := o.Backend.(RecordLimiter); ok {
-		limit := l.MaxRecordBytes()
-		if limit < MaxEnvelopeOverhead {
-			return nil, fmt.Errorf("%w: the backend's record limit of %d bytes leaves no room for a body (the envelope takes up to %d)", ErrInvalidOptions, limit, MaxEnvelopeOverhead)
-		}
-		c.maxBody = limit - MaxEnvelopeOverhead
-		c.minBody = max(l.MinRecordBytes()-MinEnvelopeOverhead, 0)
-		if c.minBody > c.maxBody {
-			return nil, fmt.Errorf("%w: the backend's record limits [%d, %d] leave no body size that fits every envelope", ErrInvalidOptions, l.MinRecordBytes(), limit)
-		}
+	if c.minBody, c.maxBody, err = bodyLimits(o.Backend); err != nil {
+		return nil, err
 	}
 	c.closeCtx, c.cancel = context.WithCancel(context.Background())
 	c.started = time.Now()
 	c.now.Store(c.started.UnixNano())
 	c.prod.firstID = uint64(time.Now().UnixNano())
 	c.prod.nextID.Store(c.prod.firstID)
-	if c.backend == nil || o.MemQueueSize > 0 {
+	if c.src == nil || o.MemQueueSize > 0 {
 		c.memCh = make(chan *Message, o.MemQueueSize)
 	}
-	if c.backend != nil {
+	if fan != nil {
+		// NextSeq first, then Depth: a record put in between is counted
+		// unread, which at worst sends a message to the log that memory
+		// could have taken, never the other way round.
+		next := fan.log.NextSeq()
+		c.readThrough.Store(next - min(uint64(max(src.Depth(), 0)), next))
+	}
+	if c.src != nil {
 		// Buffered, so the pump reads ahead while consumers work instead of
 		// waiting for a rendezvous per message. Messages in the buffer are
 		// not in flight and not acknowledged: if the channel closes, they
 		// stay in the backend; diskPending counts them until taken, which
 		// keeps put order; Empty's generation check drops stale ones.
 		c.diskCh = make(chan *Message, diskReadAhead)
-		c.diskPending.Store(c.backend.Depth())
+		if c.backend != nil {
+			c.diskPending.Store(c.backend.Depth())
+		}
 		if o.Timers != nil {
 			// Deferred messages are in the timer store, which is read
 			// instead: the backlog is not.
@@ -214,16 +246,16 @@ func (c *Channel) Put(ctx context.Context, body []byte) error {
 // [ErrTooLarge] or [ErrTooSmall] (see [RecordLimiter]), wherever it would
 // have gone first.
 func (c *Channel) PutWith(ctx context.Context, body []byte, po PutOptions) error {
+	if c.fan != nil {
+		return ErrTopicChannel
+	}
 	c.prod.putMu.RLock()
 	defer c.prod.putMu.RUnlock()
 	if c.isClosed.Load() {
 		return ErrClosed // before an ID is taken, so not counted
 	}
-	if len(body) > c.maxBody {
-		return fmt.Errorf("%w: body of %d bytes, limit %d", ErrTooLarge, len(body), c.maxBody)
-	}
-	if len(body) < c.minBody {
-		return fmt.Errorf("%w: body of %d bytes, minimum %d", ErrTooSmall, len(body), c.minBody)
+	if err := checkBody(body, c.minBody, c.maxBody); err != nil {
+		return err
 	}
 	if po.Delay <= 0 && c.memCh != nil && c.diskPending.Load() == 0 {
 		// The common case, a message for the memory buffer, is allocated
@@ -361,18 +393,55 @@ func (c *Channel) stamp() time.Time {
 func (c *Channel) delivered() { decrementToZero(&c.diskPending) }
 
 // bound returns a context that also ends when the channel closes, and the
+// function that releases it, which must be called.
+func (c *Channel) bound(ctx context.Context) (context.Context, func()) {
+	return bound(ctx, c.closeCtx)
+}
+
+// bound returns a context that ends with ctx or with closing, and the
 // function that releases it, which must be called. Most callers pass
 // context.Background, which costs nothing to replace.
-func (c *Channel) bound(ctx context.Context) (context.Context, func()) {
+func bound(ctx, closing context.Context) (context.Context, func()) {
 	if ctx.Done() == nil {
-		return c.closeCtx, func() {}
+		return closing, func() {}
 	}
 	merged, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(c.closeCtx, cancel)
+	stop := context.AfterFunc(closing, cancel)
 	return merged, func() {
 		stop()
 		cancel()
 	}
+}
+
+// bodyLimits returns the shortest and longest body that makes a record b
+// accepts once in its envelope: 0 and math.MaxInt unless b is a
+// [RecordLimiter].
+func bodyLimits(b any) (minBody, maxBody int, err error) {
+	l, ok := b.(RecordLimiter)
+	if !ok {
+		return 0, math.MaxInt, nil
+	}
+	limit := l.MaxRecordBytes()
+	if limit < MaxEnvelopeOverhead {
+		return 0, 0, fmt.Errorf("%w: the backend's record limit of %d bytes leaves no room for a body (the envelope takes up to %d)", ErrInvalidOptions, limit, MaxEnvelopeOverhead)
+	}
+	maxBody = limit - MaxEnvelopeOverhead
+	minBody = max(l.MinRecordBytes()-MinEnvelopeOverhead, 0)
+	if minBody > maxBody {
+		return 0, 0, fmt.Errorf("%w: the backend's record limits [%d, %d] leave no body size that fits every envelope", ErrInvalidOptions, l.MinRecordBytes(), limit)
+	}
+	return minBody, maxBody, nil
+}
+
+// checkBody refuses a body outside [minBody, maxBody].
+func checkBody(body []byte, minBody, maxBody int) error {
+	if len(body) > maxBody {
+		return fmt.Errorf("%w: body of %d bytes, limit %d", ErrTooLarge, len(body), maxBody)
+	}
+	if len(body) < minBody {
+		return fmt.Errorf("%w: body of %d bytes, minimum %d", ErrTooSmall, len(body), minBody)
+	}
+	return nil
 }
 
 // Receive returns the next message, waiting until there is one, ctx ends
@@ -474,7 +543,6 @@ func (c *Channel) deliver(m *Message) (*Message, bool) {
 	if m.gen != c.gen.Load() {
 		return nil, false
 	}
-	now := c.now.Load()
 	if m.expires != 0 && time.Now().UnixNano() > m.expires {
 		c.cons.expired.Add(1)
 		c.deadLetter(m, ErrExpired)
@@ -483,7 +551,7 @@ func (c *Channel) deliver(m *Message) (*Message, bool) {
 	f := c.flightFor(m)
 	f.mu.Lock()
 	m.Attempts++
-	m.deadline = now + int64(c.opts.MsgTimeout)
+	m.deadline = c.now.Load() + int64(c.opts.MsgTimeout)
 	m.state = stateInFlight
 	f.link(m)
 	f.mu.Unlock()
@@ -691,7 +759,8 @@ func (m *Message) Touch() error {
 		return c.notInFlight(m)
 	}
 	f.unlink(m)
-	m.deadline = time.Now().UnixNano() + int64(c.opts.MsgTimeout)
+	storeMax(&c.now, c.monotonic())
+	m.deadline = c.now.Load() + int64(c.opts.MsgTimeout)
 	f.link(m)
 	return nil
 }
@@ -800,12 +869,15 @@ func (c *Channel) Empty() error {
 	}
 	c.mu.Unlock()
 	c.unlockFlights()
-	if c.backend != nil {
-		if err := c.backend.Empty(); err != nil {
+	if c.src != nil {
+		if err := c.src.Empty(); err != nil {
 			return fmt.Errorf("channel: empty backend: %w", err)
 		}
 		c.diskPending.Store(0)
 		c.diskDeferred.empty()
+		if c.fan != nil {
+			storeMax(&c.readThrough, c.fan.log.NextSeq())
+		}
 	}
 	if c.timers != nil {
 		if err := c.timers.store.Empty(); err != nil {
@@ -822,9 +894,38 @@ func (c *Channel) Depth() int64 {
 	return int64(len(c.memCh)) + c.diskDepth() + c.readyN.Load()
 }
 
-// diskDepth is the messages in the backend waiting for delivery.
+// diskDepth is the messages in the backend waiting for delivery: for a
+// topic's channel, the records of the topic's log it has not read yet and
+// those the pump has ready.
 func (c *Channel) diskDepth() int64 {
+	if c.fan != nil {
+		next, read := c.fan.log.NextSeq(), c.readThrough.Load()
+		// A record may be read a moment before NextSeq counts it.
+		return int64(next-min(read, next)) + int64(len(c.diskCh))
+	}
 	return max(c.diskPending.Load()-c.diskDeferred.n.Load(), 0)
+}
+
+// monotonic is the time now on the channel's clock: Unix ns at New plus
+// the monotonic time since, immune to the wall clock stepping.
+func (c *Channel) monotonic() int64 {
+	return c.started.UnixNano() + int64(time.Since(c.started))
+}
+
+// atomicNumber is an atomic.Int64 or atomic.Uint64.
+type atomicNumber[V int64 | uint64] interface {
+	Load() V
+	CompareAndSwap(old, new V) bool
+}
+
+// storeMax raises v to x if x is higher.
+func storeMax[V int64 | uint64, A atomicNumber[V]](v A, x V) {
+	for {
+		old := v.Load()
+		if old >= x || v.CompareAndSwap(old, x) {
+			return
+		}
+	}
 }
 
 // Stats is a snapshot of a channel's state and counters.
@@ -891,8 +992,8 @@ func (c *Channel) Stats() Stats {
 	st.MemoryDepth = len(c.memCh)
 	st.MemoryBound = c.opts.MemQueueSize
 	st.DiskDepth = c.diskDepth()
-	if c.backend != nil {
-		st.BackendDepth = c.backend.Depth()
+	if c.src != nil {
+		st.BackendDepth = c.src.Depth()
 	}
 	st.Puts = int64(c.prod.nextID.Load()-c.prod.firstID) - c.prod.putFailures.Load()
 	st.Spills, st.Requeues = c.prod.spills.Load(), c.cons.requeues.Load()
@@ -962,6 +1063,10 @@ func (c *Channel) Close() error {
 	if !c.isClosed.CompareAndSwap(false, true) {
 		return ErrClosed
 	}
+	if c.fan != nil {
+		// First, so the topic hands it nothing more through memory.
+		c.fan.leave(c)
+	}
 	close(c.closeCh)
 	c.cancel()
 	// Wait for Puts that were handing a message over: taking the write
@@ -976,6 +1081,23 @@ func (c *Channel) Close() error {
 	for len(c.memCh) > 0 {
 		held = append(held, <-c.memCh)
 	}
+	if u, ok := c.src.(Unreader); ok {
+		// The source outlives the channel (a topic's cursor stays open
+		// with the log), its read position past what the pump read ahead:
+		// given back, in order, for the channel opened next in its place.
+		var back []*Message
+		for len(c.diskCh) > 0 {
+			back = append(back, <-c.diskCh)
+		}
+		if c.unsent != nil {
+			back = append(back, c.unsent)
+		}
+		for _, m := range back {
+			if m.gen == c.gen.Load() {
+				u.Unread(m.seq, appendEnvelope(nil, m))
+			}
+		}
+	}
 	c.lockFlights()
 	c.mu.Lock()
 	held = append(held, c.ready...)
@@ -986,7 +1108,7 @@ func (c *Channel) Close() error {
 	c.mu.Unlock()
 	c.unlockFlights()
 
-	if c.backend == nil {
+	if c.src == nil {
 		if len(held) > 0 {
 			c.cons.dropped.Add(int64(len(held)))
 			return fmt.Errorf("channel: closed with %d messages in memory and no backend to keep them", len(held))
@@ -994,18 +1116,33 @@ func (c *Channel) Close() error {
 		return nil
 	}
 	var errs []error
+	closing := time.Now().UnixNano()
 	for _, m := range held {
 		if m.gen != c.gen.Load() {
 			continue
 		}
 		// The record (if any) is replaced by one carrying the current
 		// attempts and due time: in the timer store for a deferred
-		// message, if there is one, else in the backend.
+		// message, if there is one, else in the backend. A topic's
+		// channel writes to no log of its own: everything it holds goes
+		// to its timer store, due when it was closed if not deferred, so
+		// the next run delivers it first.
+		toTimers := c.timers != nil && (m.due != 0 || c.backend == nil)
+		if toTimers && m.due == 0 {
+			m.due = closing
+		}
 		env := appendEnvelope(nil, m)
 		stored := false
-		if m.due != 0 && c.timers != nil {
+		if toTimers {
 			_, err := c.timers.store.Put(context.Background(), env)
 			stored = err == nil
+			if err != nil && c.backend == nil {
+				if m.src != srcMemory {
+					continue // its record stays: delivered again after a restart
+				}
+				errs = append(errs, fmt.Errorf("channel: close: keep message %s: %w", m.ID, err))
+				continue
+			}
 		}
 		if !stored {
 			if err := c.backend.Put(context.Background(), env); err != nil {
@@ -1022,7 +1159,7 @@ func (c *Channel) Close() error {
 			errs = append(errs, fmt.Errorf("channel: close timer store: %w", err))
 		}
 	}
-	if err := c.backend.Close(); err != nil {
+	if err := c.src.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("channel: close backend: %w", err))
 	}
 	return errors.Join(errs...)

@@ -47,6 +47,11 @@ var (
 	// no records for replay.
 	ErrNoReplay = errors.New("channel: backend cannot replay")
 
+	// ErrTopicChannel is returned by [Channel.Put] and [Channel.PutWith]
+	// on a topic's channel (see [Fanout]): its messages are those put to
+	// the topic, which every channel of it receives.
+	ErrTopicChannel = errors.New("channel: a topic's channel takes messages from its topic; put to the topic")
+
 	// ErrInvalidOptions is returned by [New] for an out-of-range option.
 	ErrInvalidOptions = errors.New("channel: invalid options")
 )

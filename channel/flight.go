@@ -27,8 +27,9 @@ func (c *Channel) flightFor(m *Message) *flightList {
 	return &c.flights[uint64(m.ID)%flightShards]
 }
 
-// link appends m. Deadlines are now plus one fixed timeout, so appending
-// keeps the list sorted.
+// link appends m. Deadlines are Channel.now, read under f.mu, plus one
+// fixed timeout, and Channel.now never goes back, so appending keeps the
+// list sorted.
 func (f *flightList) link(m *Message) {
 	m.prev, m.next = f.tail, nil
 	if f.tail != nil {

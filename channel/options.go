@@ -81,9 +81,6 @@ func (o Options) withDefaults() (Options, error) {
 	if o.MaxDeferredInMemory == 0 {
 		o.MaxDeferredInMemory = DefaultMaxDeferredInMemory
 	}
-	if o.Timers != nil && o.Backend == nil {
-		return o, fmt.Errorf("%w: Timers needs a Backend", ErrInvalidOptions)
-	}
 	if o.MsgTimeout == 0 {
 		o.MsgTimeout = DefaultMsgTimeout
 	}

@@ -12,7 +12,7 @@ import (
 func (c *Channel) pump() {
 	defer c.wg.Done()
 	for {
-		seq, body, err := c.backend.Read(c.closeCtx)
+		seq, body, err := c.src.Read(c.closeCtx)
 		if err != nil {
 			if c.isClosed.Load() || errors.Is(err, ErrClosed) {
 				return
@@ -25,41 +25,58 @@ func (c *Channel) pump() {
 				return
 			}
 		}
-		// By the same test as the scan's, so a record it counted is
-		// uncounted here even if it turns out not to decode.
-		c.diskDeferred.read(seq, envelopeHasDue(body))
-		gen := c.gen.Load()
-		m, err := decodeEnvelope(body)
-		if err != nil {
-			c.cons.badRecords.Add(1)
-			c.delivered()
-			c.log.Warn("channel: dropping a backend record that is not a message", "seq", seq, "err", err)
-			c.backend.Ack(seq)
-			continue
+		ok := c.dispatch(seq, body)
+		if c.fan != nil {
+			// After m is in diskCh: Channel.backlogged counts it there or
+			// unread, never in neither.
+			storeMax(&c.readThrough, seq+1)
 		}
-		m.ch, m.seq, m.src, m.gen = c, seq, srcBackend, gen
-		if m.due != 0 && m.due > time.Now().UnixNano() {
-			c.delivered()
-			if c.timers != nil {
-				// Moved to the timer store (a queue written before it
-				// had one, or where it failed): a new record there, then
-				// this one acknowledged.
-				c.deferToTimers(c.closeCtx, m, m.due)
-				continue
-			}
-			// Deferred: its record stays in the backend until it is
-			// finished, so the due time survives a crash too.
-			c.deferInMemory(m)
-			continue
-		}
-		m.due = 0
-		// The receiver lowers diskPending as it takes m (see take), so
-		// Depth is exact the moment Receive returns.
-		select {
-		case c.diskCh <- m:
-		case <-c.closeCh:
+		if !ok {
 			return
 		}
+	}
+}
+
+// dispatch passes on a record the pump read: to diskCh, to the deferred
+// messages, or (not a message) acknowledged and dropped. It returns false
+// when the channel closed first.
+func (c *Channel) dispatch(seq uint64, body []byte) bool {
+	// By the same test as the scan's, so a record it counted is uncounted
+	// here even if it turns out not to decode.
+	c.diskDeferred.read(seq, envelopeHasDue(body))
+	gen := c.gen.Load()
+	m, err := decodeEnvelope(body)
+	if err != nil {
+		c.cons.badRecords.Add(1)
+		c.delivered()
+		c.log.Warn("channel: dropping a backend record that is not a message", "seq", seq, "err", err)
+		c.src.Ack(seq)
+		return true
+	}
+	m.ch, m.seq, m.src, m.gen = c, seq, srcBackend, gen
+	if m.due != 0 && m.due > time.Now().UnixNano() {
+		c.delivered()
+		if c.timers != nil {
+			// Moved to the timer store (a queue written before it had
+			// one, where it failed, or a topic's deferred message): a new
+			// record there, then this one acknowledged.
+			c.deferToTimers(c.closeCtx, m, m.due)
+			return true
+		}
+		// Deferred: its record stays in the backend until it is
+		// finished, so the due time survives a crash too.
+		c.deferInMemory(m)
+		return true
+	}
+	m.due = 0
+	// The receiver lowers diskPending as it takes m (see take), so Depth
+	// is exact the moment Receive returns.
+	select {
+	case c.diskCh <- m:
+		return true
+	case <-c.closeCh:
+		c.unsent = m // see Close
+		return false
 	}
 }
 
@@ -92,7 +109,7 @@ func (c *Channel) clock() {
 		}
 		select {
 		case <-ticker.C:
-			c.now.Store(time.Now().UnixNano())
+			storeMax(&c.now, c.monotonic())
 			c.expireInFlight()
 		case <-due.C:
 			c.releaseDue()
@@ -106,7 +123,7 @@ func (c *Channel) clock() {
 // expireInFlight moves messages past their deadline to the ready list, or
 // to the dead-letter handler when they are out of attempts.
 func (c *Channel) expireInFlight() {
-	now := time.Now().UnixNano()
+	now := c.monotonic()
 	var dead []*Message
 	readied := false
 	for i := range c.flights {

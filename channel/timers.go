@@ -368,7 +368,7 @@ func (c *Channel) ackRecord(m *Message, why string) {
 func (c *Channel) ack(m *Message) error {
 	switch m.src {
 	case srcBackend:
-		return c.backend.Ack(m.seq)
+		return c.src.Ack(m.seq)
 	case srcTimers:
 		if err := c.timers.store.Ack(m.seq); err != nil {
 			return err
