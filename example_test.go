@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/spillq/spillq"
+	"github.com/spillq/spillq/channel"
 	"github.com/spillq/spillq/diskqueue"
 )
 
@@ -56,4 +57,55 @@ func ExampleOpen() {
 	// Output:
 	// worked: resize image 1
 	// after the restart: resize image 2
+}
+
+// Two channels read one topic: each message is written to the log once
+// and delivered to both. A channel created later starts where it is told,
+// here at the oldest message still on disk.
+func ExampleOpenTopic() {
+	dir, err := os.MkdirTemp("", "spillq-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+
+	t, err := spillq.OpenTopic(dir, spillq.TopicOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer t.Close()
+	billing, err := t.Channel("billing", spillq.ChannelOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, order := range []string{"order 1", "order 2"} {
+		if err := t.Put(ctx, []byte(order)); err != nil {
+			log.Fatal(err)
+		}
+	}
+	analytics, err := t.Channel("analytics", spillq.ChannelOptions{Start: diskqueue.FromOldest()})
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, ch := range []struct {
+		name string
+		c    channel.Receiver
+	}{{"billing", billing}, {"analytics", analytics}} {
+		for range 2 {
+			m, err := ch.c.Receive(ctx)
+			if err != nil {
+				log.Fatal(err)
+			}
+			fmt.Println(ch.name+":", string(m.Body))
+			m.Finish()
+		}
+	}
+	fmt.Println("records in the log:", t.Log().Stats().WriteSeq)
+	// Output:
+	// billing: order 1
+	// billing: order 2
+	// analytics: order 1
+	// analytics: order 2
+	// records in the log: 2
 }

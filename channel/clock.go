@@ -1,0 +1,120 @@
+package channel
+
+import (
+	"container/heap"
+	"time"
+)
+
+// clock owns time: it times out in-flight messages and releases deferred
+// messages when due, onto the ready list receivers take from.
+func (c *Channel) clock() {
+	defer c.wg.Done()
+	// Timeouts are found by a periodic scan, as nsqd's queueScanLoop does,
+	// so the receive path never has to wake this goroutine.
+	scan := min(max(c.opts.MsgTimeout/20, time.Millisecond), time.Second)
+	ticker := time.NewTicker(scan)
+	defer ticker.Stop()
+	due := time.NewTimer(time.Hour)
+	defer due.Stop()
+	for {
+		c.mu.Lock()
+		next := int64(0)
+		if len(c.deferred) > 0 {
+			next = c.deferred[0].due
+		}
+		if c.timers != nil {
+			if t := c.timers.next(); t != 0 && (next == 0 || t < next) {
+				next = t
+			}
+			c.startRefillLocked()
+		}
+		c.mu.Unlock()
+		if next != 0 {
+			due.Reset(time.Until(time.Unix(0, next)))
+		}
+		select {
+		case <-ticker.C:
+			storeMax(&c.now, c.monotonic())
+			c.expireInFlight()
+		case <-due.C:
+			c.releaseDue()
+		case <-c.clockWake:
+		case <-c.closeCh:
+			return
+		}
+	}
+}
+
+// expireInFlight moves messages past their deadline to the ready list, or
+// to the dead-letter handler when they are out of attempts.
+func (c *Channel) expireInFlight() {
+	now := c.monotonic()
+	var dead []*Message
+	readied := false
+	for i := range c.flights {
+		f := &c.flights[i]
+		f.mu.Lock()
+		if f.head == nil || f.head.deadline > now {
+			f.mu.Unlock()
+			continue
+		}
+		// Still holding the shard while they go to the ready list: see
+		// flightList.
+		c.mu.Lock()
+		for m := f.head; m != nil && m.deadline <= now; m = f.head {
+			f.land(m)
+			c.cons.timeouts.Add(1)
+			if c.exhausted(m) {
+				dead = append(dead, m)
+				continue
+			}
+			c.addReadyLocked(m.redelivery())
+			readied = true
+		}
+		c.mu.Unlock()
+		f.mu.Unlock()
+	}
+	if readied {
+		c.readyBell.Notify()
+	}
+	for _, m := range dead {
+		c.deadLetter(m, ErrMaxAttempts)
+	}
+}
+
+// releaseDue moves deferred messages whose time has come to the ready list.
+func (c *Channel) releaseDue() {
+	now := time.Now().UnixNano()
+	readied := false
+	c.mu.Lock()
+	for len(c.deferred) > 0 && c.deferred[0].due <= now {
+		m := c.deferred.pop()
+		m.due = 0
+		c.addReadyLocked(m)
+		readied = true
+	}
+	c.mu.Unlock()
+	if c.timers != nil && c.releaseTimers(now) {
+		readied = true
+	}
+	if readied {
+		c.readyBell.Notify()
+	}
+}
+
+// deferHeap orders deferred messages by due time.
+type deferHeap []*Message
+
+func (h deferHeap) Len() int           { return len(h) }
+func (h deferHeap) Less(i, j int) bool { return h[i].due < h[j].due }
+func (h deferHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *deferHeap) Push(x any)        { *h = append(*h, x.(*Message)) }
+func (h *deferHeap) Pop() any {
+	old := *h
+	m := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return m
+}
+func (h *deferHeap) push(m *Message) { heap.Push(h, m) }
+func (h *deferHeap) pop() *Message   { return heap.Pop(h).(*Message) }

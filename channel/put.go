@@ -1,0 +1,243 @@
+package channel
+
+// The source side of a channel: Put and the spill rule (memory buffer
+// first, the backend once it is full or holds anything), as fanout.go is
+// for a topic's channels and pump.go for reading the backend back. What
+// happens to a message once a consumer can take it (in flight, requeue,
+// timeouts, deferral) is channel.go, flight.go and clock.go.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+)
+
+// PutOptions are the per-message settings of [Channel.PutWith].
+type PutOptions struct {
+	// Delay defers delivery: the message is delivered no earlier than Delay
+	// after Put. The due time is stored with the message, so it survives
+	// Close and a restart.
+	Delay time.Duration
+	// Expires, if not zero, is when an undelivered message stops being
+	// worth delivering: it goes to the dead-letter handler instead.
+	Expires time.Time
+}
+
+// Put queues body for delivery. The channel takes ownership of body: do not
+// change it after Put returns.
+//
+// While the memory buffer has room and nothing is waiting in the backend,
+// the message goes to memory; otherwise it goes to the backend, so that
+// consumers see messages in put order. Put blocks, honouring ctx, only when
+// there is no room anywhere: the memory buffer is full with no backend
+// (unless FailWhenFull), or the backend blocks.
+func (c *Channel) Put(ctx context.Context, body []byte) error {
+	return c.PutWith(ctx, body, PutOptions{})
+}
+
+// PutWith is Put with a delay or an expiry.
+//
+// A body larger or smaller than the backend can store is refused with
+// [ErrTooLarge] or [ErrTooSmall] (see [RecordLimiter]), wherever it would
+// have gone first.
+func (c *Channel) PutWith(ctx context.Context, body []byte, po PutOptions) error {
+	if c.fan != nil {
+		return ErrTopicChannel
+	}
+	c.prod.putMu.RLock()
+	defer c.prod.putMu.RUnlock()
+	if c.isClosed.Load() {
+		return ErrClosed // before an ID is taken, so not counted
+	}
+	if err := checkBody(body, c.minBody, c.maxBody); err != nil {
+		return err
+	}
+	if po.Delay <= 0 && c.memCh != nil && c.diskPending.Load() == 0 {
+		// The common case, a message for the memory buffer, is allocated
+		// where it will live.
+		m := new(Message)
+		c.fill(m, body, po)
+		select {
+		case c.memCh <- m:
+			return nil
+		default:
+		}
+		return c.putFull(ctx, m)
+	}
+	// A value, not a pointer: a message bound for the backend is only
+	// encoded, so it need not be allocated; kept() copies it to the heap
+	// for the paths that hold on to it.
+	var m Message
+	c.fill(&m, body, po)
+	if m.due != 0 {
+		return c.putDeferred(ctx, &m)
+	}
+	return c.putFull(ctx, &m)
+}
+
+// fill makes m a new message: the next ID, stamped now.
+func (c *Channel) fill(m *Message, body []byte, po PutOptions) {
+	*m = Message{ID: ID(c.prod.nextID.Add(1)), Body: body, Timestamp: c.stamp(), ch: c, gen: c.gen.Load()}
+	if po.Delay > 0 {
+		m.due = m.Timestamp.Add(po.Delay).UnixNano()
+	}
+	if !po.Expires.IsZero() {
+		m.expires = po.Expires.UnixNano()
+	}
+}
+
+// putFull places a message that found no room in the memory buffer, or
+// must go behind messages in the backend: the backend if there is one,
+// else it waits for room (or fails, with FailWhenFull).
+func (c *Channel) putFull(ctx context.Context, m *Message) error {
+	if c.backend != nil {
+		return c.putBackend(ctx, m)
+	}
+	if c.opts.FailWhenFull {
+		c.prod.putFailures.Add(1)
+		return ErrFull
+	}
+	select {
+	case c.memCh <- m.kept():
+		return nil
+	case <-ctx.Done():
+		c.prod.putFailures.Add(1)
+		return ctx.Err()
+	case <-c.closeCh:
+		c.prod.putFailures.Add(1)
+		return ErrClosed
+	}
+}
+
+// putDeferred stores a delayed message in the timer store or the backend
+// when there is one, so its due time is durable, and in the memory heap
+// otherwise. If the timer store fails, the message goes to the backend, as
+// without one.
+func (c *Channel) putDeferred(ctx context.Context, m *Message) error {
+	if c.timers != nil {
+		bctx, release := c.bound(ctx)
+		err := c.putTimer(bctx, m)
+		release()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil || c.isClosed.Load() {
+			c.prod.putFailures.Add(1)
+			if c.isClosed.Load() {
+				return ErrClosed
+			}
+			return ctx.Err()
+		}
+		c.log.Warn("channel: cannot store a deferred message in the timer store; putting it in the backend", "err", err)
+	}
+	if c.backend != nil {
+		return c.putBackend(ctx, m)
+	}
+	c.mu.Lock()
+	c.deferred.push(m.kept())
+	c.mu.Unlock()
+	c.wakeClock()
+	return nil
+}
+
+// kept returns a heap copy of m, for a message the channel holds on to.
+func (m Message) kept() *Message { return &m }
+
+// envelopes recycles the buffers messages are encoded into for the backend:
+// Backend.Put does not keep its argument.
+var envelopes = sync.Pool{New: func() any { return new([]byte) }}
+
+func (c *Channel) putBackend(ctx context.Context, m *Message) error {
+	c.diskPending.Add(1)
+	if m.due != 0 {
+		// Before the Put: the pump may read the record back at once.
+		c.diskDeferred.put()
+	}
+	buf := envelopes.Get().(*[]byte)
+	*buf = appendEnvelope((*buf)[:0], m)
+	bctx, release := c.bound(ctx)
+	err := c.backend.Put(bctx, *buf)
+	release()
+	if cap(*buf) <= 64<<10 {
+		envelopes.Put(buf)
+	}
+	if err != nil {
+		c.delivered()
+		if m.due != 0 {
+			c.diskDeferred.unput()
+		}
+		c.prod.putFailures.Add(1)
+		if c.isClosed.Load() && errors.Is(err, context.Canceled) {
+			return ErrClosed
+		}
+		return fmt.Errorf("channel: put to backend: %w", err)
+	}
+	c.prod.spills.Add(1)
+	return nil
+}
+
+// stamp returns the time now as the channel's start time plus the
+// monotonic time since: one clock read where time.Now takes two, and
+// immune to the wall clock stepping while the channel runs.
+func (c *Channel) stamp() time.Time {
+	return c.started.Add(time.Since(c.started))
+}
+
+// delivered lowers diskPending by one, never below zero: an Empty racing a
+// Put can leave a record the count no longer includes.
+func (c *Channel) delivered() { decrementToZero(&c.diskPending) }
+
+// bound returns a context that also ends when the channel closes, and the
+// function that releases it, which must be called.
+func (c *Channel) bound(ctx context.Context) (context.Context, func()) {
+	return bound(ctx, c.closeCtx)
+}
+
+// bound returns a context that ends with ctx or with closing, and the
+// function that releases it, which must be called. Most callers pass
+// context.Background, which costs nothing to replace.
+func bound(ctx, closing context.Context) (context.Context, func()) {
+	if ctx.Done() == nil {
+		return closing, func() {}
+	}
+	merged, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(closing, cancel)
+	return merged, func() {
+		stop()
+		cancel()
+	}
+}
+
+// bodyLimits returns the shortest and longest body that makes a record b
+// accepts once in its envelope: 0 and math.MaxInt unless b is a
+// [RecordLimiter].
+func bodyLimits(b any) (minBody, maxBody int, err error) {
+	l, ok := b.(RecordLimiter)
+	if !ok {
+		return 0, math.MaxInt, nil
+	}
+	limit := l.MaxRecordBytes()
+	if limit < MaxEnvelopeOverhead {
+		return 0, 0, fmt.Errorf("%w: the backend's record limit of %d bytes leaves no room for a body (the envelope takes up to %d)", ErrInvalidOptions, limit, MaxEnvelopeOverhead)
+	}
+	maxBody = limit - MaxEnvelopeOverhead
+	minBody = max(l.MinRecordBytes()-MinEnvelopeOverhead, 0)
+	if minBody > maxBody {
+		return 0, 0, fmt.Errorf("%w: the backend's record limits [%d, %d] leave no body size that fits every envelope", ErrInvalidOptions, l.MinRecordBytes(), limit)
+	}
+	return minBody, maxBody, nil
+}
+
+// checkBody refuses a body outside [minBody, maxBody].
+func checkBody(body []byte, minBody, maxBody int) error {
+	if len(body) > maxBody {
+		return fmt.Errorf("%w: body of %d bytes, limit %d", ErrTooLarge, len(body), maxBody)
+	}
+	if len(body) < minBody {
+		return fmt.Errorf("%w: body of %d bytes, minimum %d", ErrTooSmall, len(body), minBody)
+	}
+	return nil
+}
