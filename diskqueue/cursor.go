@@ -1164,18 +1164,26 @@ func (c *Cursor) acknowledged(seq uint64) bool {
 // crash, never whether data is lost, so it does not stop writes. Only the
 // writer goroutine calls it.
 func (c *Cursor) persist() {
-	floor := c.ackFloor.Load()
-	if floor == c.persisted || c.file == nil || c.file.f == nil {
-		return
-	}
-	c.log.crashPoint("cursor-persist")
-	if err := c.file.store(floor); err != nil {
+	if err := c.store(); err != nil {
 		c.logger.Warn("diskqueue: cannot persist read cursor; acknowledged records may be delivered again after a crash", "err", err)
 		if c.persistErr == nil {
 			c.persistErr = err
 		}
-		return
+	}
+}
+
+// store writes the floor to the cursor file if it moved, fsynced unless
+// NoSync (cursorFile.store). Only the writer goroutine calls it.
+func (c *Cursor) store() error {
+	floor := c.ackFloor.Load()
+	if floor == c.persisted || c.file == nil || c.file.f == nil {
+		return nil
+	}
+	c.log.crashPoint("cursor-persist")
+	if err := c.file.store(floor); err != nil {
+		return err
 	}
 	c.persisted = floor
 	c.persistedAt = time.Now()
+	return nil
 }
