@@ -398,14 +398,23 @@ func (s *cursorSource) Unread(seq uint64, body []byte) {
 	s.back = append(s.back, diskqueue.Record{Seq: seq, Body: body})
 }
 
-func (s *cursorSource) Ack(seq uint64) error { return s.c.Ack(seq) }
+// Ack acknowledges seq for the channel. The channel acknowledges each
+// record it delivered once, so the cursor finds one not in flight only
+// when Cursor.Empty discarded it while the channel's reader had it in
+// hand: done already, not an error to the consumer's Finish.
+func (s *cursorSource) Ack(seq uint64) error {
+	if err := s.c.Ack(seq); err != nil && !errors.Is(err, diskqueue.ErrNotInFlight) {
+		return err
+	}
+	return nil
+}
 func (s *cursorSource) Depth() int64         { return s.c.Depth() }
 
 func (s *cursorSource) Empty() error {
 	s.mu.Lock()
 	s.back = nil
 	s.mu.Unlock()
-	return errors.New("TEMP")
+	return s.c.Empty()
 }
 
 func (s *cursorSource) Close() error {

@@ -307,3 +307,46 @@ func TestTopicDirKinds(t *testing.T) {
 		t.Errorf("OpenTopic of a queue's directory: %v", err)
 	}
 }
+
+// TestTopicChannelEmpty: Empty of one channel discards its backlog (and
+// its deferred messages) and nothing of the others'; it holds no segment
+// after, and a restart does not bring the backlog back.
+func TestTopicChannelEmpty(t *testing.T) {
+	dir := t.TempDir()
+	tp := openTopic(t, dir, spillq.TopicOptions{Disk: diskqueue.Options{MaxSegmentBytes: 2 << 10}})
+	a := topicChannel(t, tp, "a", spillq.ChannelOptions{})
+	b := topicChannel(t, tp, "b", spillq.ChannelOptions{})
+	putRange(t, tp, 0, 300)
+	if err := tp.PutWith(context.Background(), body(999), channel.PutOptions{Delay: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	take(t, a, 5)
+	if err := a.Empty(); err != nil {
+		t.Fatalf("Empty: %v", err)
+	}
+	if st := a.Stats(); st.BackendDepth != 0 {
+		t.Errorf("after Empty: BackendDepth %d, want 0", st.BackendDepth)
+	}
+	putRange(t, tp, 300, 310)
+	if got := take(t, a, 10); !slices.Equal(got, span(300, 310)) {
+		t.Errorf("a after Empty got %v, want 300..309", got)
+	}
+	nothingMore(t, a)
+	if got := take(t, b, 310); !slices.Equal(got, span(0, 310)) {
+		t.Errorf("b got %d messages, want 0..309 in order", len(got))
+	}
+	if err := tp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	tp = openTopic(t, dir, spillq.TopicOptions{})
+	defer tp.Close()
+	a = topicChannel(t, tp, "a", spillq.ChannelOptions{})
+	nothingMore(t, a)
+	if st := a.Stats(); st.Deferred != 0 {
+		t.Errorf("a after restart: %d deferred, want the emptied one gone", st.Deferred)
+	}
+	b = topicChannel(t, tp, "b", spillq.ChannelOptions{})
+	if st := b.Stats(); st.Deferred != 1 {
+		t.Errorf("b after restart: %d deferred, want 1", st.Deferred)
+	}
+}

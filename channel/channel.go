@@ -54,6 +54,10 @@ type Channel struct {
 	// NextSeq-readThrough records this channel has not read yet (see
 	// Channel.backlogged). A topic's channel leaves diskPending at zero.
 	readThrough atomic.Uint64
+	// emptiedBelow is, for a topic's channel, the end of the log when
+	// Empty last ran: the pump drops records below it (Empty discarded
+	// them from the cursor) that it had read ahead.
+	emptiedBelow atomic.Uint64
 	// unsent is a record the pump had read when the channel closed; Close
 	// gives it back to an Unreader source once the pump has returned.
 	unsent *Message
@@ -619,10 +623,16 @@ func (c *Channel) waitUnpaused(ctx context.Context) error {
 // Empty discards every message: in memory, in the backend, deferred,
 // requeued and in flight (Finish on those returns ErrNotInFlight).
 //
-// Messages put while Empty runs may or may not be discarded.
+// Messages put while Empty runs may or may not be discarded (and on a
+// topic's channel, one its reader had in hand may still be delivered once).
 func (c *Channel) Empty() error {
 	if c.isClosed.Load() {
 		return ErrClosed
+	}
+	if c.fan != nil {
+		// Before the gen: a pump that reads the new gen then sees this
+		// mark too, and drops what it read from before the Empty.
+		storeMax(&c.emptiedBelow, c.fan.log.NextSeq())
 	}
 	c.gen.Add(1)
 	for len(c.memCh) > 0 {
@@ -650,6 +660,12 @@ func (c *Channel) Empty() error {
 		c.diskDeferred.empty()
 		if c.fan != nil {
 			storeMax(&c.readThrough, c.fan.log.NextSeq())
+			for len(c.diskCh) > 0 {
+				select {
+				case <-c.diskCh:
+				default:
+				}
+			}
 		}
 	}
 	if c.timers != nil {
