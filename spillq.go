@@ -12,6 +12,10 @@
 // requeue, deferral; see package channel) over a [diskqueue.Queue] (the
 // durable log; see package diskqueue). Use the two packages directly to
 // pair the channel with another backend or the log with another consumer.
+//
+// [OpenTopic] returns a [Topic]: one log read by any number of named,
+// durable channels, each message written once and delivered to every
+// channel (nsqd's topic, without a copy per channel).
 package spillq
 
 import (

@@ -318,18 +318,14 @@ func (t *Topic) Stats() TopicStats {
 	t.openMu.Lock()
 	open := maps.Clone(t.open)
 	t.openMu.Unlock()
-	for _, name := range t.log.Cursors() {
-		cur, err := t.log.Cursor(name, diskqueue.FromNext())
-		if err != nil {
-			continue // deleted meanwhile, or the topic closed
-		}
-		cs := ChannelStats{Name: name, Cursor: cur.Stats()}
+	for _, cur := range t.log.CursorStats() {
+		cs := ChannelStats{Name: cur.Name, Cursor: cur}
 		if cs.Cursor.Depth > 0 {
 			if rec, err := t.log.ReadAt(cs.Cursor.ReadSeq); err == nil {
 				cs.Lag = max(time.Since(rec.Time), 0)
 			}
 		}
-		if ch := open[name]; ch != nil {
+		if ch := open[cur.Name]; ch != nil {
 			cs.Open, cs.Channel = true, ch.Stats()
 		}
 		st.Channels = append(st.Channels, cs)
