@@ -16,6 +16,10 @@
 // take its lock: stop the service first. Every command refuses a directory
 // that is not a queue; put and import-nsqd create one only with -create.
 //
+// A topic's directory (spillq.OpenTopic; it has a channels/ subdirectory)
+// is one log read by named channels: stat shows each channel's depth, lag
+// and deferred messages.
+//
 // Records a channel wrote (what spillq.Open stores) are recognised and
 // decoded; -raw shows the stored bytes instead. Flags may come before or
 // after the positional arguments. 'spillq COMMAND -h' lists a command's

@@ -731,3 +731,114 @@ func TestCursorCommand(t *testing.T) {
 		t.Errorf("cursors after the commands: %q, want a and b (and no cursor of the log's own)", got)
 	}
 }
+
+// topicFixture makes a topic of 10 messages read by two channels: billing
+// finished 7; analytics deferred the first for an hour and held the
+// second in flight when the topic closed (its Close moves that one to the
+// timer store too), so its cursor is at seq 2 with 2 messages deferred.
+func topicFixture(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	tp, err := spillq.OpenTopic(dir, spillq.TopicOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	billing, err := tp.Channel("billing", spillq.ChannelOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	analytics, err := tp.Channel("analytics", spillq.ChannelOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := 0; i < 10; i++ {
+		if err := tp.Put(ctx, []byte(fmt.Sprintf("job %d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 7; i++ {
+		m, err := billing.Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Finish(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := analytics.Receive(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Requeue(time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := analytics.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := tp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestStatTopic: stat shows each channel of a topic with its depth, in
+// flight, lag and deferred messages, in text and JSON.
+func TestStatTopic(t *testing.T) {
+	dir := topicFixture(t)
+	out, code := tool(t, "", "stat", dir)
+	for _, want := range []string{
+		"topic      " + dir,
+		"records    channel messages",
+		"channels   2\n",
+		"  analytics  read seq 2  depth 8  lag ",
+		"  billing  read seq 7  depth 3  lag ",
+		"  in flight 0  deferred 2\n",
+		"  in flight 0  deferred 0\n",
+		"deferred: messages in its timer store",
+	} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Fatalf("stat of a topic (%d) lacks %q:\n%s", code, want, out)
+		}
+	}
+	if strings.Contains(out, "cursors ") {
+		t.Fatalf("stat of a topic lists its channels as cursors too:\n%s", out)
+	}
+	before := time.Now()
+	stdout, _, code := tool3(t, "", "stat", "-format", "json", dir)
+	var st struct {
+		Topic    bool  `json:"topic"`
+		Cursors  []any `json:"cursors"`
+		Channels []struct {
+			Name     string `json:"name"`
+			ReadSeq  uint64 `json:"read_seq"`
+			Depth    int64  `json:"depth"`
+			InFlight int64  `json:"in_flight"`
+			Deferred int64  `json:"deferred"`
+			Oldest   struct {
+				Seq  uint64    `json:"seq"`
+				Time time.Time `json:"time"`
+			} `json:"oldest_unacknowledged"`
+			Lag float64 `json:"lag_seconds"`
+		} `json:"channels"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &st); code != 0 || err != nil {
+		t.Fatalf("stat -format json (%d, %v):\n%s", code, err, stdout)
+	}
+	if !st.Topic || st.Cursors != nil || len(st.Channels) != 2 {
+		t.Fatalf("stat -format json of a topic: %+v\n%s", st, stdout)
+	}
+	a, b := st.Channels[0], st.Channels[1]
+	if a.Name != "analytics" || a.ReadSeq != 2 || a.Depth != 8 || a.InFlight != 0 || a.Deferred != 2 || a.Oldest.Seq != 2 ||
+		a.Lag < before.Sub(a.Oldest.Time).Seconds() || a.Lag <= 0 {
+		t.Errorf("analytics: %+v", a)
+	}
+	if b.Name != "billing" || b.ReadSeq != 7 || b.Depth != 3 || b.Deferred != 0 || b.Oldest.Seq != 7 {
+		t.Errorf("billing: %+v", b)
+	}
+	// A queue's directory is no topic, and says so.
+	stdout, _, _ = tool3(t, "", "stat", "-format", "json", fixture(t, 1))
+	if strings.Contains(stdout, `"channels"`) || !strings.Contains(stdout, `"topic": false`) {
+		t.Fatalf("stat -format json of a queue:\n%s", stdout)
+	}
+}

@@ -6,8 +6,10 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"regexp"
 
+	"github.com/spillq/spillq"
 	"github.com/spillq/spillq/diskqueue"
 )
 
@@ -91,6 +93,15 @@ func openWrite(dir string, create bool, logger *slog.Logger) (*diskqueue.Queue, 
 		return nil, fmt.Errorf("%s is locked (%w): a service or another spillq command has the queue open; stop it first", dir, diskqueue.ErrLocked)
 	}
 	return q, err
+}
+
+// isTopic reports whether dir is a topic's (spillq.OpenTopic): it has a
+// channels/ subdirectory, as spillq.Open checks to refuse one. A topic's
+// named cursors are its channels, each with a timer store in
+// channels/NAME.
+func isTopic(dir string) bool {
+	info, err := os.Stat(filepath.Join(dir, spillq.ChannelsDir))
+	return err == nil && info.IsDir()
 }
 
 // willCreate reports whether openWrite(dir, true, …) would make a new
