@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -840,5 +841,76 @@ func TestStatTopic(t *testing.T) {
 	stdout, _, _ = tool3(t, "", "stat", "-format", "json", fixture(t, 1))
 	if strings.Contains(stdout, `"channels"`) || !strings.Contains(stdout, `"topic": false`) {
 		t.Fatalf("stat -format json of a queue:\n%s", stdout)
+	}
+}
+
+// TestChannelCommand: channel create, reset and delete manage a topic's
+// channels; delete takes the timer store too, reset keeps it; cursor and
+// channel each refuse the other's kind of directory.
+func TestChannelCommand(t *testing.T) {
+	dir := topicFixture(t)
+	queue := fixture(t, 3)
+	timers := func(name string) string { return filepath.Join(dir, spillq.ChannelsDir, name) }
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"channel", "create", "audit", "-from", "oldest", dir}, 0, "channel audit at seq 0, 10 records to read"},
+		{[]string{"channel", "create", "audit", dir}, 1, `channel "audit" exists`},
+		{[]string{"channel", "reset", "analytics", "-from", "9", dir}, 0, "channel analytics at seq 9, 1 records to read\nits timer store (channels/analytics) is kept"},
+		{[]string{"channel", "delete", "billing", dir}, 0, "deleted channel billing"},
+		{[]string{"channel", "delete", "billing", dir}, 1, "not found"},
+		{[]string{"channel", "create", "bad/name", dir}, 1, "bad cursor name"},
+		{[]string{"channel", "move", "audit", dir}, 2, "want create, delete or reset"},
+		{[]string{"channel", "create", "x", queue}, 1, "is not a topic's directory"},
+		{[]string{"cursor", "create", "x", dir}, 1, "is a topic's directory"},
+	} {
+		out, code := tool(t, "", c.args...)
+		if code != c.code || !strings.Contains(out, c.want) {
+			t.Errorf("%v: exit %d, output %q; want exit %d and %q", c.args, code, out, c.code, c.want)
+		}
+	}
+	if _, err := os.Stat(timers("billing")); !os.IsNotExist(err) {
+		t.Errorf("billing's timer store after channel delete: %v", err)
+	}
+	if _, err := os.Stat(timers("analytics")); err != nil {
+		t.Errorf("analytics's timer store after channel reset: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "cursor")); !os.IsNotExist(err) {
+		t.Errorf("the commands gave the topic a cursor of its own: %v", err)
+	}
+	tp, err := spillq.OpenTopic(dir, spillq.TopicOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tp.Close()
+	if got := strings.Join(tp.Channels(), ","); got != "analytics,audit" {
+		t.Errorf("channels after the commands: %q, want analytics and audit", got)
+	}
+	// The channel the topic is running refuses, naming the lock.
+	if out, code := tool(t, "", "channel", "create", "y", dir); code != 1 || !strings.Contains(out, "stop it first") {
+		t.Errorf("channel create on an open topic (%d): %s", code, out)
+	}
+	// analytics reads from seq 9 now, and gets what it held in flight at
+	// its last Close too, kept in its timer store through the reset (in
+	// no set order: the timer store is read in the background).
+	analytics, err := tp.Channel("analytics", spillq.ChannelOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var got []string
+	for range 2 {
+		m, err := analytics.Receive(ctx)
+		if err != nil {
+			t.Fatalf("analytics after the reset, having got %q: %v", got, err)
+		}
+		got = append(got, string(m.Body))
+		m.Finish()
+	}
+	if slices.Sort(got); strings.Join(got, ",") != "job 1,job 9" {
+		t.Errorf("analytics after the reset got %q, want the message kept in its timer store, then job 9", got)
 	}
 }

@@ -89,10 +89,16 @@ func openWrite(dir string, create bool, logger *slog.Logger) (*diskqueue.Queue, 
 		return nil, fmt.Errorf("%s %w; it holds other files, so no queue is made there", dir, errNotQueue)
 	}
 	q, err := diskqueue.Open(dir, diskqueue.Options{Logger: logger})
+	return q, explainLocked(dir, err)
+}
+
+// explainLocked tells the operator what to do about diskqueue.ErrLocked
+// from opening dir for writing; other errors come back as they are.
+func explainLocked(dir string, err error) error {
 	if errors.Is(err, diskqueue.ErrLocked) {
-		return nil, fmt.Errorf("%s is locked (%w): a service or another spillq command has the queue open; stop it first", dir, diskqueue.ErrLocked)
+		return fmt.Errorf("%s is locked (%w): a service or another spillq command has the queue open; stop it first", dir, diskqueue.ErrLocked)
 	}
-	return q, err
+	return err
 }
 
 // isTopic reports whether dir is a topic's (spillq.OpenTopic): it has a
