@@ -398,7 +398,7 @@ func cmdRepair(e *env, args []string) error {
 	dir, out := pos[0], e.stdout
 	// Open repairs what it finds and logs each action: show those lines.
 	logger := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelWarn, ReplaceAttr: dropTime}))
-	q, err := openWrite(dir, false, logger)
+	q, err := openRepair(dir, logger)
 	if err != nil {
 		return err
 	}

@@ -21,6 +21,9 @@
 // A topic's directory (spillq.OpenTopic; it has a channels/ subdirectory)
 // is one log read by named channels: stat shows each channel's depth, lag
 // and deferred messages, and channel creates, deletes and moves them.
+// put, drain and import-nsqd, which work through a queue's own cursor,
+// refuse one. verify and repair check the topic's log; each channel's
+// timer store is a queue of its own, DIR/channels/NAME.
 //
 // Records a channel wrote (what spillq.Open stores) are recognised and
 // decoded; -raw shows the stored bytes instead. Flags may come before or

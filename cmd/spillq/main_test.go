@@ -914,3 +914,35 @@ func TestChannelCommand(t *testing.T) {
 		t.Errorf("analytics after the reset got %q, want the message kept in its timer store, then job 9", got)
 	}
 }
+
+// TestTopicNotOpenedAsQueue: the commands that open a directory as a
+// queue refuse a topic's, which a cursor of the log's own would make one
+// spillq.OpenTopic refuses; repair opens its log alone.
+func TestTopicNotOpenedAsQueue(t *testing.T) {
+	dir := topicFixture(t)
+	src := t.TempDir()
+	dq := godiskqueue.New("orders", src, 256, 0, 1<<10, 2500, time.Second, func(godiskqueue.LogLevel, string, ...interface{}) {})
+	if err := dq.Put([]byte("order 0")); err != nil {
+		t.Fatal(err)
+	}
+	if err := dq.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"put", "-channel", dir}, {"drain", dir}, {"import-nsqd", "-name", "orders", "-from", src, "-source", "raw", dir}} {
+		out, code := tool(t, "x\n", args...)
+		if code != 1 || !strings.Contains(out, "is a topic's directory") {
+			t.Errorf("%v: exit %d, output %q; want exit 1 and a refusal", args, code, out)
+		}
+	}
+	if out, code := tool(t, "", "repair", dir); code != 0 || !strings.Contains(out, "repaired: 10 records") {
+		t.Fatalf("repair of a topic (%d):\n%s", code, out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "cursor")); !os.IsNotExist(err) {
+		t.Fatalf("the commands gave the topic a cursor of its own: %v", err)
+	}
+	tp, err := spillq.OpenTopic(dir, spillq.TopicOptions{})
+	if err != nil {
+		t.Fatalf("OpenTopic after the commands: %v", err)
+	}
+	tp.Close()
+}
