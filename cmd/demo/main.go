@@ -17,18 +17,14 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -37,7 +33,6 @@ import (
 	"golang.org/x/term"
 
 	"github.com/spillq/spillq"
-	"github.com/spillq/spillq/channel"
 	"github.com/spillq/spillq/diskqueue"
 )
 
@@ -134,8 +129,6 @@ type demo struct {
 	mu          sync.Mutex
 	doneSet     map[int64]bool // message numbers finished, this run and before
 	producedSet map[int64]bool // message numbers whose Put returned nil, this run
-	firstNumber int64
-	nextNumber  atomic.Int64
 }
 
 // runSpan is how many message numbers each run may use.
@@ -177,8 +170,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	d := &demo{cfg: cfg, q: q, ledger: led, doneSet: past.finished, producedSet: map[int64]bool{}}
 	// Each run numbers its messages from its own billion, so numbers put by
 	// a killed run that its ledger never recorded cannot collide.
-	d.firstNumber = (past.maxProduced/runSpan + 1) * runSpan
-	d.nextNumber.Store(d.firstNumber)
+	first := (past.maxProduced/runSpan + 1) * runSpan
 	// Deferred ones (requeued with a delay) wait on disk too, in the
 	// timer store.
 	d.recovered = q.Depth() + int64(q.Stats().Deferred)
@@ -211,7 +203,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		})
 	}
 
-	runErr := d.produceAndDrain(ctx, v, start, produceFor)
+	runErr := drive(ctx, cfg, d, first, v.draw, v.interval(), produceFor)
 	if crash != nil {
 		// The kill is for the run; one that fired now would land in the
 		// middle of a graceful stop's Close.
@@ -228,149 +220,48 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	return d.summary(out, past, dir, cfg.dir == "")
 }
 
-func (d *demo) produceAndDrain(ctx context.Context, v *view, start time.Time, produceFor time.Duration) error {
-	cfg := d.cfg
-	prodCtx, stopProducing := context.WithTimeout(ctx, produceFor)
-	defer stopProducing()
-	consCtx, stopConsuming := context.WithCancel(ctx)
-	defer stopConsuming()
-
-	errs := make(chan error, cfg.producers+cfg.consumers)
-	var producers, consumers sync.WaitGroup
-	for p := 0; p < cfg.producers; p++ {
-		producers.Add(1)
-		go func() { defer producers.Done(); errs <- d.produce(prodCtx) }()
+// put, and the methods below, make the demo a workload for drive.
+func (d *demo) put(ctx context.Context, n int64, b []byte) error {
+	if err := d.q.Put(ctx, b); err != nil {
+		return err
 	}
-	for i := 0; i < cfg.consumers; i++ {
-		consumers.Add(1)
-		go func() { defer consumers.Done(); errs <- d.consume(consCtx) }()
-	}
-	ticker := time.NewTicker(v.interval())
-	defer ticker.Stop()
-	producersDone := make(chan struct{})
-	go func() { producers.Wait(); close(producersDone) }()
-	// Draining takes as long as the backlog needs; only a stall is an error.
-	const stallLimit = 10 * time.Second
-	lastProgress, lastFinished := time.Now(), int64(-1)
-	var err error
-loop:
-	for {
-		select {
-		case <-ticker.C:
-			v.draw(false)
-			if f := d.finished.Load(); f != lastFinished {
-				lastProgress, lastFinished = time.Now(), f
-			} else if time.Since(lastProgress) > stallLimit {
-				err = fmt.Errorf("no message finished for %v with %d waiting", stallLimit, d.q.Depth())
-				break loop
-			}
-		case e := <-errs:
-			if e != nil && err == nil {
-				err = e
-				break loop
-			}
-		case <-producersDone:
-			producersDone = nil
-		case <-ctx.Done():
-			d.stopped.Store(true)
-			v.draw(false)
-			break loop
-		}
-		if producersDone == nil && d.q.Depth() == 0 && d.q.Stats().InFlight == 0 && d.q.Stats().Deferred == 0 {
-			break
-		}
-	}
-	stopProducing()
-	stopConsuming()
-	producers.Wait()
-	consumers.Wait()
-	v.draw(true)
-	return err
+	d.produced.Add(1)
+	d.mu.Lock()
+	d.producedSet[n] = true
+	d.mu.Unlock()
+	d.ledger.record('p', n)
+	return nil
 }
 
-func (d *demo) produce(ctx context.Context) error {
-	// Readable filler, so records look like something in `spillq dump`.
-	body := bytes.Repeat([]byte("spillq demo payload "), d.cfg.size/20+1)[:d.cfg.size]
-	perTick := max(d.cfg.rate/1000, 1)
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for {
-		if d.cfg.rate > 0 {
-			select {
-			case <-tick.C:
-			case <-ctx.Done():
-				return nil
-			}
-		}
-		for i := 0; i < perTick || d.cfg.rate == 0 && i < 100; i++ {
-			n := d.nextNumber.Add(1) - 1
-			b := append(strconv.AppendInt(make([]byte, 0, len(body)+20), n, 10), ' ')
-			b = append(b, body[:max(0, d.cfg.size-len(b))]...)
-			if err := d.q.Put(ctx, b); err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return fmt.Errorf("put: %w", err)
-			}
-			d.produced.Add(1)
-			d.mu.Lock()
-			d.producedSet[n] = true
-			d.mu.Unlock()
-			d.ledger.record('p', n)
-		}
-		if ctx.Err() != nil {
-			return nil
-		}
-	}
-}
-
-func (d *demo) consume(ctx context.Context) error {
-	// Simulated work is slept in blocks of 2 ms or more: short sleeps
-	// overshoot by a timer tick, which would make consumers far slower
-	// than -work says.
-	var owed time.Duration
-	for {
-		// Receive hands out a message it has ready even with ctx done, so
-		// without this check a stopped consumer would drain the backlog
-		// that a graceful stop is to leave on disk.
-		if ctx.Err() != nil {
-			return nil
-		}
-		m, err := d.q.Receive(ctx)
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, channel.ErrClosed) {
-				return nil
-			}
-			return fmt.Errorf("receive: %w", err)
-		}
-		if m.Attempts > 1 {
-			d.redelivered.Add(1)
-		}
-		if owed += d.cfg.work; owed >= 2*time.Millisecond {
-			start := time.Now()
-			time.Sleep(owed)
-			owed -= time.Since(start)
-		}
-		if d.cfg.fail > 0 && rand.Float64() < d.cfg.fail {
-			d.requeued.Add(1)
-			m.Requeue(10 * time.Millisecond)
-			continue
-		}
-		n, _ := strconv.ParseInt(string(m.Body[:max(0, strings.IndexByte(string(m.Body), ' '))]), 10, 64)
+func (d *demo) consumers() []consumer {
+	c := consumer{ch: d.q.Channel, work: d.cfg.work, fail: d.cfg.fail, requeued: &d.requeued, redelivered: &d.redelivered,
 		// Into the ledger before Finish: a crash between the two then
 		// shows as a message delivered again, never as one lost.
-		d.ledger.record('f', n)
-		if err := m.Finish(); err != nil {
-			continue // timed out meanwhile: it will come again
-		}
-		d.mu.Lock()
-		if d.doneSet[n] {
-			d.duplicates.Add(1)
-		}
-		d.doneSet[n] = true
-		d.mu.Unlock()
-		d.finished.Add(1)
+		finishing: func(n int64) { d.ledger.record('f', n) },
+		finished: func(n int64) {
+			d.mu.Lock()
+			if d.doneSet[n] {
+				d.duplicates.Add(1)
+			}
+			d.doneSet[n] = true
+			d.mu.Unlock()
+			d.finished.Add(1)
+		},
 	}
+	cons := make([]consumer, d.cfg.consumers)
+	for i := range cons {
+		cons[i] = c
+	}
+	return cons
+}
+
+func (d *demo) progress() int64 { return d.finished.Load() }
+func (d *demo) backlog() int64  { return d.q.Depth() }
+func (d *demo) stop()           { d.stopped.Store(true) }
+
+func (d *demo) drained() bool {
+	st := d.q.Stats()
+	return d.q.Depth() == 0 && st.InFlight == 0 && st.Deferred == 0
 }
 
 // summary prints the summary line and notes. dir is the run's directory;
