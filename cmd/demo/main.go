@@ -6,6 +6,7 @@
 //	go run ./cmd/demo                      # about 10 seconds, in a temp dir
 //	go run ./cmd/demo -dir /tmp/q -crash-after 3s   # killed with SIGKILL...
 //	go run ./cmd/demo -dir /tmp/q          # ...and what the rerun recovers
+//	go run ./cmd/demo -topic               # one topic, two channels at their own speeds
 //
 // Ctrl-C (SIGINT) or SIGTERM stops it gracefully: producers and consumers
 // stop, Close writes what is still in memory or in flight to disk, and a
@@ -14,6 +15,15 @@
 // It ends with a summary line a script can parse:
 //
 //	summary produced=N finished=N spilled=N redelivered=N duplicates=N waiting=N lost=N
+//
+// With -topic the producers put to a topic (spillq.OpenTopic) that two
+// channels read, each with -consumers consumers: billing at -work a
+// message, analytics at twice that. The view shows, per channel, its
+// depth (records of the log it has not finished) and lag (the age of the
+// oldest of them): billing keeps up, analytics falls behind and catches up
+// once the producers stop. It ends with
+//
+//	summary topic produced=N billing=N analytics=N duplicates=N waiting=N lost=N
 package main
 
 import (
@@ -34,6 +44,7 @@ import (
 
 	"github.com/spillq/spillq"
 	"github.com/spillq/spillq/diskqueue"
+	"github.com/spillq/spillq/metrics"
 )
 
 type config struct {
@@ -51,6 +62,7 @@ type config struct {
 	crashAfter time.Duration
 	plain      bool
 	metrics    string
+	topic      bool
 }
 
 func main() {
@@ -69,6 +81,7 @@ func main() {
 	flag.DurationVar(&c.crashAfter, "crash-after", 0, "kill this process with SIGKILL after this long; run again with the same -dir to see the recovery")
 	flag.BoolVar(&c.plain, "plain", false, "print one plain line a second even on a terminal")
 	flag.StringVar(&c.metrics, "metrics-addr", "", "serve Prometheus metrics on this address (such as 127.0.0.1:9090) at /metrics")
+	flag.BoolVar(&c.topic, "topic", false, "put to a topic read by two channels, billing and analytics (twice as slow), instead of a queue")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -105,6 +118,8 @@ func (c config) validate() error {
 		return errors.New("-duration must be positive")
 	case c.fail < 0 || c.fail >= 1:
 		return errors.New("-fail must be in [0, 1)")
+	case c.topic && c.crashAfter > 0:
+		return errors.New("-crash-after is for the queue demo, whose ledger tells what a crash lost; not with -topic")
 	}
 	switch c.sync {
 	case "always", "batch", "none":
@@ -158,6 +173,9 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	case "none":
 		disk.NoSync = true
 	}
+	if cfg.topic {
+		return runTopic(ctx, cfg, dir, disk, out)
+	}
 	led, past, err := openLedger(filepath.Join(dir, "demo-ledger"))
 	if err != nil {
 		return err
@@ -175,7 +193,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	// timer store.
 	d.recovered = q.Depth() + int64(q.Stats().Deferred)
 	if cfg.metrics != "" {
-		stopMetrics, err := serveMetrics(cfg.metrics, q, out)
+		stopMetrics, err := serveMetrics(cfg.metrics, metrics.NewCollector("demo", q.Channel, q.Disk()), out)
 		if err != nil {
 			q.Close()
 			return err
