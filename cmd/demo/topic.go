@@ -173,8 +173,8 @@ func (t *topicDemo) draw(final bool) {
 	elapsed := now.Sub(v.start)
 	lines := []string{
 		fmt.Sprintf("spillq demo -topic  %4.1fs  %s", elapsed.Seconds(), v.phase(final, t.stopped.Load(), elapsed)),
-		fmt.Sprintf("  put        %6.0f/s  total %d  log %s in %d segment(s)  (requeued %d, redelivered %d)",
-			float64(put-v.lastPut)/secs, put, bytesString(st.Log.DiskBytes), st.Log.Segments, t.requeued.Load(), t.redelivered.Load()),
+		fmt.Sprintf("  put        %d (%.0f/s)  log %s in %d segment(s)  requeued %d, redelivered %d",
+			put, float64(put-v.lastPut)/secs, bytesString(st.Log.DiskBytes), st.Log.Segments, t.requeued.Load(), t.redelivered.Load()),
 	}
 	for _, g := range t.groups {
 		var cs spillq.ChannelStats
@@ -184,9 +184,11 @@ func (t *topicDemo) draw(final bool) {
 			}
 		}
 		fin := g.finished.Load()
-		lines = append(lines, fmt.Sprintf("  %-10s %6.0f/s  finished %d  depth %d  lag %v  memory %d  in flight %d  deferred %d",
-			g.name, float64(fin-g.lastFinished)/secs, fin, cs.Cursor.Depth, cs.Lag.Round(10*time.Millisecond),
-			cs.Channel.MemoryDepth, cs.Channel.InFlight, cs.Channel.Deferred))
+		// Depth and lag first: on a narrow terminal the end of the line
+		// is what is cut.
+		lines = append(lines, fmt.Sprintf("  %-10s depth %d  lag %v  finished %d (%.0f/s)  in flight %d  deferred %d  memory %d",
+			g.name, cs.Cursor.Depth, cs.Lag.Round(10*time.Millisecond), fin, float64(fin-g.lastFinished)/secs,
+			cs.Channel.InFlight, cs.Channel.Deferred, cs.Channel.MemoryDepth))
 		g.lastFinished = fin
 	}
 	v.lastAt, v.lastPut = now, put
