@@ -16,6 +16,11 @@
 // Names follow Prometheus conventions: spillq_channel_* and spillq_disk_*,
 // counters end in _total, durations are in seconds, sizes in bytes.
 //
+// A topic (spillq.OpenTopic) has a collector of its own,
+// [NewTopicCollector]: the same channel metrics, once per channel with a
+// "channel" label beside "queue", each channel's lag, and the log's disk
+// metrics once.
+//
 // The two latency histograms have a fixed layout, the same at every scrape
 // and on every instance, so rate() over their buckets, histogram_quantile
 // and sums across queues and instances work: an upper bound (le) at every
@@ -32,23 +37,31 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/spillq/spillq"
 	"github.com/spillq/spillq/channel"
 	"github.com/spillq/spillq/diskqueue"
 )
 
-// Collector is a prometheus.Collector over a channel and its disk queue.
-// Either may be nil. It reads their Stats at each scrape; it is safe for
-// concurrent use.
+// Collector is a prometheus.Collector over a channel and its disk queue
+// ([NewCollector]), or over a topic and its channels
+// ([NewTopicCollector]). It reads their Stats at each scrape; it is safe
+// for concurrent use.
 type Collector struct {
-	ch *channel.Channel
-	dq *diskqueue.Queue
+	// One of the two: a queue's parts (either may be nil), or a topic.
+	ch    *channel.Channel
+	dq    *diskqueue.Queue
+	topic *spillq.Topic
 	// The descriptions carry the queue's name as a constant label, which is
 	// what lets collectors of several queues share a registry: the
-	// registry tells collectors apart by name and constant labels.
-	chMetrics    []metric // channelMetrics[i] for this queue
-	dqMetrics    []metric // diskMetrics[i] for this queue
+	// registry tells collectors apart by name and constant labels. A
+	// topic's per-channel ones have a variable "channel" label too.
+	chMetrics    []metric // channelMetrics[i] for this queue, or per channel of this topic
+	dqMetrics    []metric // diskMetrics[i] for this queue or topic
 	latency      *prometheus.Desc
 	fsyncLatency *prometheus.Desc
+	// A topic's only.
+	cursorMetrics []metric // cursorMetrics[i] per channel
+	putMetrics    []metric // topicMetrics[i]
 }
 
 // NewCollector returns a collector for the queue called name; name becomes
@@ -64,8 +77,51 @@ func NewCollector(name string, ch *channel.Channel, dq *diskqueue.Queue) *Collec
 		c.dqMetrics = append(c.dqMetrics, d.metric(labels))
 	}
 	c.latency = prometheus.NewDesc("spillq_channel_latency_seconds", "End-to-end latency from Put to Finish; under a backlog one finish in 8 is timed and stands for the others.", nil, labels)
-	c.fsyncLatency = prometheus.NewDesc("spillq_disk_fsync_duration_seconds", "Duration of fsyncs of the log.", nil, labels)
+	c.fsyncLatency = fsyncLatencyDesc(labels)
 	return c
+}
+
+// NewTopicCollector returns a collector for the topic called name, which
+// becomes the "queue" label of every metric it exports, as for
+// [NewCollector]. Each channel's series carry a "channel" label too: the
+// channel metrics of NewCollector for each channel open in this process
+// (a channel that is not has no such series), and for every channel, open
+// or not, its lag in records and in seconds (spillq_channel_lag_records,
+// spillq_channel_lag_seconds) and spillq_channel_open. The log's
+// spillq_disk_* metrics come once, with the queue label only; their
+// cursor figures (depth, in flight, read seq) are the channel furthest
+// behind's. spillq_topic_* count the topic's Puts (a topic's channel
+// counts none of its own: its spillq_channel_puts_total and
+// spillq_channel_spills_total stay 0).
+//
+// The channels' latency histogram is not exported: [spillq.TopicStats]
+// has each channel's percentiles, not its histogram.
+//
+// A registry holds series of one name with one set of labels, so a topic's
+// collector cannot share a registry with a queue's, whose channel series
+// have no channel label: register them on two and serve both with
+// prometheus.Gatherers.
+func NewTopicCollector(name string, t *spillq.Topic) *Collector {
+	labels := prometheus.Labels{"queue": name}
+	c := &Collector{topic: t}
+	for _, d := range channelMetrics {
+		c.chMetrics = append(c.chMetrics, d.metric(labels, "channel"))
+	}
+	for _, d := range cursorMetrics {
+		c.cursorMetrics = append(c.cursorMetrics, d.metric(labels, "channel"))
+	}
+	for _, d := range topicMetrics {
+		c.putMetrics = append(c.putMetrics, d.metric(labels))
+	}
+	for _, d := range diskMetrics {
+		c.dqMetrics = append(c.dqMetrics, d.metric(labels))
+	}
+	c.fsyncLatency = fsyncLatencyDesc(labels)
+	return c
+}
+
+func fsyncLatencyDesc(labels prometheus.Labels) *prometheus.Desc {
+	return prometheus.NewDesc("spillq_disk_fsync_duration_seconds", "Duration of fsyncs of the log.", nil, labels)
 }
 
 // def is a metric's name, help and type, before it has a queue's label.
@@ -79,8 +135,15 @@ type metric struct {
 	kind prometheus.ValueType
 }
 
-func (d def) metric(labels prometheus.Labels) metric {
-	return metric{prometheus.NewDesc(d.name, d.help, nil, labels), d.kind}
+// metric makes d's description with the constant labels, and the variable
+// ones named (whose values each sample then gives).
+func (d def) metric(labels prometheus.Labels, variable ...string) metric {
+	return metric{prometheus.NewDesc(d.name, d.help, variable, labels), d.kind}
+}
+
+// sample is one value of m, with its variable labels' values.
+func (m metric) sample(v float64, labelValues ...string) prometheus.Metric {
+	return prometheus.MustNewConstMetric(m.desc, m.kind, v, labelValues...)
 }
 
 const (
@@ -131,8 +194,45 @@ var diskMetrics = []struct {
 	{def{"spillq_disk_retried_writes_total", "Batches written again after the disk was full.", counter}, func(s diskqueue.Stats) float64 { return float64(s.RetriedWrites) }},
 }
 
+// cursorMetrics are a topic's, per channel: its place in the log.
+var cursorMetrics = []struct {
+	def
+	value func(spillq.ChannelStats) float64
+}{
+	{def{"spillq_channel_lag_records", "Records of the topic's log the channel has not finished, in flight ones included.", gauge}, func(s spillq.ChannelStats) float64 { return float64(s.Cursor.Depth) }},
+	{def{"spillq_channel_lag_seconds", "Age of the oldest record of the topic's log the channel has not finished; 0 when none.", gauge}, func(s spillq.ChannelStats) float64 { return s.Lag.Seconds() }},
+	{def{"spillq_channel_open", "1 if the channel is open in this process, 0 if it only keeps its place in the log.", gauge}, func(s spillq.ChannelStats) float64 { return bool01(s.Open) }},
+}
+
+// topicMetrics are a topic's, once: its Puts.
+var topicMetrics = []struct {
+	def
+	value func(spillq.TopicStats) float64
+}{
+	{def{"spillq_topic_puts_total", "Messages accepted by the topic's Put, each for every channel.", counter}, func(s spillq.TopicStats) float64 { return float64(s.Puts) }},
+	{def{"spillq_topic_memory_puts_total", "Of those, handed to the channels' memory buffers and not written to the log.", counter}, func(s spillq.TopicStats) float64 { return float64(s.ToMemory) }},
+	{def{"spillq_topic_log_puts_total", "Of those, written to the log.", counter}, func(s spillq.TopicStats) float64 { return float64(s.ToLog) }},
+	{def{"spillq_topic_put_failures_total", "Messages the log refused.", counter}, func(s spillq.TopicStats) float64 { return float64(s.PutFailures) }},
+}
+
+func bool01(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // Describe sends every metric's description.
 func (c *Collector) Describe(out chan<- *prometheus.Desc) {
+	if c.topic != nil {
+		for _, ms := range [][]metric{c.putMetrics, c.chMetrics, c.cursorMetrics, c.dqMetrics} {
+			for _, m := range ms {
+				out <- m.desc
+			}
+		}
+		out <- c.fsyncLatency
+		return
+	}
 	if c.ch != nil {
 		for _, m := range c.chMetrics {
 			out <- m.desc
@@ -147,24 +247,55 @@ func (c *Collector) Describe(out chan<- *prometheus.Desc) {
 	}
 }
 
-// Collect reads the queue's Stats and sends them.
+// Collect reads the queue's or topic's Stats and sends them.
 func (c *Collector) Collect(out chan<- prometheus.Metric) {
+	if c.topic != nil {
+		c.collectTopic(out)
+		return
+	}
 	if c.ch != nil {
-		st := c.ch.Stats()
-		for i, m := range c.chMetrics {
-			out <- prometheus.MustNewConstMetric(m.desc, m.kind, channelMetrics[i].value(st))
-		}
+		c.collectChannel(out, c.ch.Stats())
 		upper, counts := c.ch.LatencyBuckets()
 		out <- constHistogram(c.latency, upper, counts, c.ch.LatencySumSeconds())
 	}
 	if c.dq != nil {
-		st := c.dq.Stats()
-		for i, m := range c.dqMetrics {
-			out <- prometheus.MustNewConstMetric(m.desc, m.kind, diskMetrics[i].value(st))
-		}
-		upper, counts := c.dq.SyncLatencyBuckets()
-		out <- constHistogram(c.fsyncLatency, upper, counts, c.dq.SyncLatencySumSeconds())
+		c.collectDisk(out, c.dq.Stats(), c.dq.Log)
 	}
+}
+
+// collectTopic sends one snapshot of the topic: its Puts, each channel's
+// series, and its log's.
+func (c *Collector) collectTopic(out chan<- prometheus.Metric) {
+	st := c.topic.Stats()
+	for i, m := range c.putMetrics {
+		out <- m.sample(topicMetrics[i].value(st))
+	}
+	for _, cs := range st.Channels {
+		for i, m := range c.cursorMetrics {
+			out <- m.sample(cursorMetrics[i].value(cs), cs.Name)
+		}
+		if cs.Open {
+			c.collectChannel(out, cs.Channel, cs.Name)
+		}
+	}
+	c.collectDisk(out, st.Log, c.topic.Log())
+}
+
+// collectChannel sends a channel's series; name is its "channel" label
+// for a topic's, none for a queue's.
+func (c *Collector) collectChannel(out chan<- prometheus.Metric, st channel.Stats, name ...string) {
+	for i, m := range c.chMetrics {
+		out <- m.sample(channelMetrics[i].value(st), name...)
+	}
+}
+
+// collectDisk sends a log's series: st, and l's fsync histogram.
+func (c *Collector) collectDisk(out chan<- prometheus.Metric, st diskqueue.Stats, l *diskqueue.Log) {
+	for i, m := range c.dqMetrics {
+		out <- m.sample(diskMetrics[i].value(st))
+	}
+	upper, counts := l.SyncLatencyBuckets()
+	out <- constHistogram(c.fsyncLatency, upper, counts, l.SyncLatencySumSeconds())
 }
 
 // bounds are the exported histograms' upper bounds: every power of two

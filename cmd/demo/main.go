@@ -6,6 +6,7 @@
 //	go run ./cmd/demo                      # about 10 seconds, in a temp dir
 //	go run ./cmd/demo -dir /tmp/q -crash-after 3s   # killed with SIGKILL...
 //	go run ./cmd/demo -dir /tmp/q          # ...and what the rerun recovers
+//	go run ./cmd/demo -topic               # one topic, two channels at their own speeds
 //
 // Ctrl-C (SIGINT) or SIGTERM stops it gracefully: producers and consumers
 // stop, Close writes what is still in memory or in flight to disk, and a
@@ -14,21 +15,26 @@
 // It ends with a summary line a script can parse:
 //
 //	summary produced=N finished=N spilled=N redelivered=N duplicates=N waiting=N lost=N
+//
+// With -topic the producers put to a topic (spillq.OpenTopic) that two
+// channels read, each with -consumers consumers: billing at -work a
+// message, analytics at twice that. The view shows, per channel, its
+// depth (records of the log it has not finished) and lag (the age of the
+// oldest of them): billing keeps up, analytics falls behind and catches up
+// once the producers stop. It ends with
+//
+//	summary topic produced=N billing=N analytics=N duplicates=N waiting=N lost=N
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -37,8 +43,8 @@ import (
 	"golang.org/x/term"
 
 	"github.com/spillq/spillq"
-	"github.com/spillq/spillq/channel"
 	"github.com/spillq/spillq/diskqueue"
+	"github.com/spillq/spillq/metrics"
 )
 
 type config struct {
@@ -56,6 +62,7 @@ type config struct {
 	crashAfter time.Duration
 	plain      bool
 	metrics    string
+	topic      bool
 }
 
 func main() {
@@ -74,6 +81,7 @@ func main() {
 	flag.DurationVar(&c.crashAfter, "crash-after", 0, "kill this process with SIGKILL after this long; run again with the same -dir to see the recovery")
 	flag.BoolVar(&c.plain, "plain", false, "print one plain line a second even on a terminal")
 	flag.StringVar(&c.metrics, "metrics-addr", "", "serve Prometheus metrics on this address (such as 127.0.0.1:9090) at /metrics")
+	flag.BoolVar(&c.topic, "topic", false, "put to a topic read by two channels, billing and analytics (twice as slow), instead of a queue")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -110,6 +118,8 @@ func (c config) validate() error {
 		return errors.New("-duration must be positive")
 	case c.fail < 0 || c.fail >= 1:
 		return errors.New("-fail must be in [0, 1)")
+	case c.topic && c.crashAfter > 0:
+		return errors.New("-crash-after is for the queue demo, whose ledger tells what a crash lost; not with -topic")
 	}
 	switch c.sync {
 	case "always", "batch", "none":
@@ -134,8 +144,6 @@ type demo struct {
 	mu          sync.Mutex
 	doneSet     map[int64]bool // message numbers finished, this run and before
 	producedSet map[int64]bool // message numbers whose Put returned nil, this run
-	firstNumber int64
-	nextNumber  atomic.Int64
 }
 
 // runSpan is how many message numbers each run may use.
@@ -165,6 +173,9 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	case "none":
 		disk.NoSync = true
 	}
+	if cfg.topic {
+		return runTopic(ctx, cfg, dir, disk, out)
+	}
 	led, past, err := openLedger(filepath.Join(dir, "demo-ledger"))
 	if err != nil {
 		return err
@@ -177,13 +188,12 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	d := &demo{cfg: cfg, q: q, ledger: led, doneSet: past.finished, producedSet: map[int64]bool{}}
 	// Each run numbers its messages from its own billion, so numbers put by
 	// a killed run that its ledger never recorded cannot collide.
-	d.firstNumber = (past.maxProduced/runSpan + 1) * runSpan
-	d.nextNumber.Store(d.firstNumber)
+	first := (past.maxProduced/runSpan + 1) * runSpan
 	// Deferred ones (requeued with a delay) wait on disk too, in the
 	// timer store.
 	d.recovered = q.Depth() + int64(q.Stats().Deferred)
 	if cfg.metrics != "" {
-		stopMetrics, err := serveMetrics(cfg.metrics, q, out)
+		stopMetrics, err := serveMetrics(cfg.metrics, metrics.NewCollector("demo", q.Channel, q.Disk()), out)
 		if err != nil {
 			q.Close()
 			return err
@@ -211,7 +221,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 		})
 	}
 
-	runErr := d.produceAndDrain(ctx, v, start, produceFor)
+	runErr := drive(ctx, cfg, d, first, v.draw, v.interval(), produceFor)
 	if crash != nil {
 		// The kill is for the run; one that fired now would land in the
 		// middle of a graceful stop's Close.
@@ -228,149 +238,48 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	return d.summary(out, past, dir, cfg.dir == "")
 }
 
-func (d *demo) produceAndDrain(ctx context.Context, v *view, start time.Time, produceFor time.Duration) error {
-	cfg := d.cfg
-	prodCtx, stopProducing := context.WithTimeout(ctx, produceFor)
-	defer stopProducing()
-	consCtx, stopConsuming := context.WithCancel(ctx)
-	defer stopConsuming()
-
-	errs := make(chan error, cfg.producers+cfg.consumers)
-	var producers, consumers sync.WaitGroup
-	for p := 0; p < cfg.producers; p++ {
-		producers.Add(1)
-		go func() { defer producers.Done(); errs <- d.produce(prodCtx) }()
+// put, and the methods below, make the demo a workload for drive.
+func (d *demo) put(ctx context.Context, n int64, b []byte) error {
+	if err := d.q.Put(ctx, b); err != nil {
+		return err
 	}
-	for i := 0; i < cfg.consumers; i++ {
-		consumers.Add(1)
-		go func() { defer consumers.Done(); errs <- d.consume(consCtx) }()
-	}
-	ticker := time.NewTicker(v.interval())
-	defer ticker.Stop()
-	producersDone := make(chan struct{})
-	go func() { producers.Wait(); close(producersDone) }()
-	// Draining takes as long as the backlog needs; only a stall is an error.
-	const stallLimit = 10 * time.Second
-	lastProgress, lastFinished := time.Now(), int64(-1)
-	var err error
-loop:
-	for {
-		select {
-		case <-ticker.C:
-			v.draw(false)
-			if f := d.finished.Load(); f != lastFinished {
-				lastProgress, lastFinished = time.Now(), f
-			} else if time.Since(lastProgress) > stallLimit {
-				err = fmt.Errorf("no message finished for %v with %d waiting", stallLimit, d.q.Depth())
-				break loop
-			}
-		case e := <-errs:
-			if e != nil && err == nil {
-				err = e
-				break loop
-			}
-		case <-producersDone:
-			producersDone = nil
-		case <-ctx.Done():
-			d.stopped.Store(true)
-			v.draw(false)
-			break loop
-		}
-		if producersDone == nil && d.q.Depth() == 0 && d.q.Stats().InFlight == 0 && d.q.Stats().Deferred == 0 {
-			break
-		}
-	}
-	stopProducing()
-	stopConsuming()
-	producers.Wait()
-	consumers.Wait()
-	v.draw(true)
-	return err
+	d.produced.Add(1)
+	d.mu.Lock()
+	d.producedSet[n] = true
+	d.mu.Unlock()
+	d.ledger.record('p', n)
+	return nil
 }
 
-func (d *demo) produce(ctx context.Context) error {
-	// Readable filler, so records look like something in `spillq dump`.
-	body := bytes.Repeat([]byte("spillq demo payload "), d.cfg.size/20+1)[:d.cfg.size]
-	perTick := max(d.cfg.rate/1000, 1)
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for {
-		if d.cfg.rate > 0 {
-			select {
-			case <-tick.C:
-			case <-ctx.Done():
-				return nil
-			}
-		}
-		for i := 0; i < perTick || d.cfg.rate == 0 && i < 100; i++ {
-			n := d.nextNumber.Add(1) - 1
-			b := append(strconv.AppendInt(make([]byte, 0, len(body)+20), n, 10), ' ')
-			b = append(b, body[:max(0, d.cfg.size-len(b))]...)
-			if err := d.q.Put(ctx, b); err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return fmt.Errorf("put: %w", err)
-			}
-			d.produced.Add(1)
-			d.mu.Lock()
-			d.producedSet[n] = true
-			d.mu.Unlock()
-			d.ledger.record('p', n)
-		}
-		if ctx.Err() != nil {
-			return nil
-		}
-	}
-}
-
-func (d *demo) consume(ctx context.Context) error {
-	// Simulated work is slept in blocks of 2 ms or more: short sleeps
-	// overshoot by a timer tick, which would make consumers far slower
-	// than -work says.
-	var owed time.Duration
-	for {
-		// Receive hands out a message it has ready even with ctx done, so
-		// without this check a stopped consumer would drain the backlog
-		// that a graceful stop is to leave on disk.
-		if ctx.Err() != nil {
-			return nil
-		}
-		m, err := d.q.Receive(ctx)
-		if err != nil {
-			if ctx.Err() != nil || errors.Is(err, channel.ErrClosed) {
-				return nil
-			}
-			return fmt.Errorf("receive: %w", err)
-		}
-		if m.Attempts > 1 {
-			d.redelivered.Add(1)
-		}
-		if owed += d.cfg.work; owed >= 2*time.Millisecond {
-			start := time.Now()
-			time.Sleep(owed)
-			owed -= time.Since(start)
-		}
-		if d.cfg.fail > 0 && rand.Float64() < d.cfg.fail {
-			d.requeued.Add(1)
-			m.Requeue(10 * time.Millisecond)
-			continue
-		}
-		n, _ := strconv.ParseInt(string(m.Body[:max(0, strings.IndexByte(string(m.Body), ' '))]), 10, 64)
+func (d *demo) consumers() []consumer {
+	c := consumer{ch: d.q.Channel, work: d.cfg.work, fail: d.cfg.fail, requeued: &d.requeued, redelivered: &d.redelivered,
 		// Into the ledger before Finish: a crash between the two then
 		// shows as a message delivered again, never as one lost.
-		d.ledger.record('f', n)
-		if err := m.Finish(); err != nil {
-			continue // timed out meanwhile: it will come again
-		}
-		d.mu.Lock()
-		if d.doneSet[n] {
-			d.duplicates.Add(1)
-		}
-		d.doneSet[n] = true
-		d.mu.Unlock()
-		d.finished.Add(1)
+		finishing: func(n int64) { d.ledger.record('f', n) },
+		finished: func(n int64) {
+			d.mu.Lock()
+			if d.doneSet[n] {
+				d.duplicates.Add(1)
+			}
+			d.doneSet[n] = true
+			d.mu.Unlock()
+			d.finished.Add(1)
+		},
 	}
+	cons := make([]consumer, d.cfg.consumers)
+	for i := range cons {
+		cons[i] = c
+	}
+	return cons
+}
+
+func (d *demo) progress() int64 { return d.finished.Load() }
+func (d *demo) backlog() int64  { return d.q.Depth() }
+func (d *demo) stop()           { d.stopped.Store(true) }
+
+func (d *demo) drained() bool {
+	st := d.q.Stats()
+	return d.q.Depth() == 0 && st.InFlight == 0 && st.Deferred == 0
 }
 
 // summary prints the summary line and notes. dir is the run's directory;

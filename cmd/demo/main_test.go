@@ -163,7 +163,7 @@ func TestDemoGracefulStop(t *testing.T) {
 
 func TestDemoRejectsBadFlags(t *testing.T) {
 	bin := buildDemo(t)
-	for _, args := range [][]string{{"-sync", "sometimes"}, {"-producers", "0"}, {"-fail", "1.5"}} {
+	for _, args := range [][]string{{"-sync", "sometimes"}, {"-producers", "0"}, {"-fail", "1.5"}, {"-topic", "-crash-after", "1s"}} {
 		out, err := exec.Command(bin, args...).CombinedOutput()
 		if err == nil {
 			t.Fatalf("%v accepted:\n%s", args, out)
@@ -174,9 +174,18 @@ func TestDemoRejectsBadFlags(t *testing.T) {
 // TestDemoServesMetrics scrapes the running demo's -metrics-addr.
 func TestDemoServesMetrics(t *testing.T) {
 	t.Parallel()
+	if body := scrapeDemo(t); !strings.Contains(body, `spillq_channel_memory_capacity{queue="demo"} 10000`) {
+		t.Fatalf("scrape:\n%s", body)
+	}
+}
+
+// scrapeDemo starts the demo with -metrics-addr and args, scrapes it once
+// and kills it.
+func scrapeDemo(t *testing.T, args ...string) string {
+	t.Helper()
 	bin := buildDemo(t)
 	// Long enough to be running whenever the scrape comes; killed after it.
-	cmd := exec.Command(bin, "-metrics-addr", "127.0.0.1:0", "-duration", "60s", "-rate", "2000", "-plain")
+	cmd := exec.Command(bin, append([]string{"-metrics-addr", "127.0.0.1:0", "-duration", "60s", "-rate", "2000", "-plain"}, args...)...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -205,7 +214,51 @@ func TestDemoServesMetrics(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if !strings.Contains(string(body), `spillq_channel_memory_capacity{queue="demo"} 10000`) {
-		t.Fatalf("scrape:\n%s", body)
+	return string(body)
+}
+
+var topicSummaryRE = regexp.MustCompile(`(?m)^summary topic produced=(\d+) billing=(\d+) analytics=(\d+) duplicates=(\d+) waiting=(\d+) lost=(\d+)$`)
+
+// TestDemoTopic runs the -topic mode: both channels finish every message,
+// and the view shows analytics, the slower, behind in depth and lag while
+// billing keeps up.
+func TestDemoTopic(t *testing.T) {
+	t.Parallel()
+	bin := buildDemo(t)
+	// 2 producers at 2000/s for 800 ms: 3200 messages. Billing's 4
+	// consumers take 2 ms a message, 2000/s, and drain in about 1.6 s;
+	// analytics's, at 1000/s, in about 3.2 s, so the view drawn at 1 s
+	// shows it behind even if a loaded machine slows the producers down
+	// to half their rate.
+	out, err := exec.Command(bin, "-topic", "-duration", "2s", "-rate", "2000", "-mem", "500", "-work", "2ms").CombinedOutput()
+	if err != nil {
+		t.Fatalf("demo -topic: %v\n%s", err, out)
+	}
+	m := topicSummaryRE.FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("no topic summary line in:\n%s", out)
+	}
+	n := func(i int) int { v, _ := strconv.Atoi(string(m[i])); return v }
+	if produced := n(1); produced == 0 || n(2) != produced || n(3) != produced || n(4) != 0 || n(5) != 0 || n(6) != 0 {
+		t.Fatalf("summary %q: want both channels to finish every message once", m[0])
+	}
+	behind := regexp.MustCompile(`(?m)^  analytics +depth [1-9]\d*  lag [1-9]`)
+	if !behind.Match(out) {
+		t.Fatalf("the view never shows analytics behind:\n%s", out)
+	}
+	if !regexp.MustCompile(`(?m)^  billing +depth \d+  lag \S+  finished \d+ `).Match(out) {
+		t.Fatalf("the view does not show billing's depth and lag:\n%s", out)
+	}
+}
+
+// TestDemoTopicServesMetrics scrapes the -topic mode's -metrics-addr: its
+// channels' series carry their names.
+func TestDemoTopicServesMetrics(t *testing.T) {
+	t.Parallel()
+	body := scrapeDemo(t, "-topic")
+	for _, want := range []string{`spillq_channel_lag_records{channel="analytics",queue="demo"}`, `spillq_channel_memory_capacity{channel="billing",queue="demo"} 10000`} {
+		if !strings.Contains(body, want) {
+			t.Fatalf("scrape lacks %s:\n%s", want, body)
+		}
 	}
 }

@@ -10,17 +10,15 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/spillq/spillq"
-	"github.com/spillq/spillq/metrics"
 )
 
-// serveMetrics serves the queue's metrics at http://addr/metrics until the
-// returned function is called. It prints the address it listens on, which
-// matters when addr asks for any free port (":0").
-func serveMetrics(addr string, q *spillq.Queue, out io.Writer) (func(), error) {
+// serveMetrics serves c's metrics (the queue's or the topic's) at
+// http://addr/metrics until the returned function is called. It prints the
+// address it listens on, which matters when addr asks for any free port
+// (":0").
+func serveMetrics(addr string, c prometheus.Collector, out io.Writer) (func(), error) {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(metrics.NewCollector("demo", q.Channel, q.Disk()))
+	reg.MustRegister(c)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	ln, err := net.Listen("tcp", addr)

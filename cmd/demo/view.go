@@ -103,18 +103,7 @@ func (v *view) draw(final bool) {
 	f.disk, f.peakDisk, f.spilled = st.DiskDepth, v.peakDisk, st.Spills
 	f.inFlight, f.deferred, f.segments, f.diskBytes = st.InFlight, st.Deferred, ds.Segments, ds.DiskBytes
 	f.p50, f.p99 = st.LatencyP50, st.LatencyP99
-	switch {
-	case final && v.d.stopped.Load():
-		f.phase = "stopped"
-	case final:
-		f.phase = "done"
-	case v.d.stopped.Load():
-		f.phase = "stopping (Close writes what is left to disk)"
-	case f.elapsed >= v.produceFor:
-		f.phase = "draining"
-	default:
-		f.phase = "producing faster than consumers"
-	}
+	f.phase = v.phase(final, v.d.stopped.Load(), f.elapsed)
 	if !v.tty {
 		if !final {
 			fmt.Fprintf(v.out, "t=%4.1fs %-8s put=%d (%.0f/s) finished=%d (%.0f/s) memory=%d/%d disk=%d inflight=%d disk_bytes=%d\n",
@@ -122,6 +111,28 @@ func (v *view) draw(final bool) {
 		}
 		return
 	}
+	v.paintLocked(render(f, v.width()), final)
+}
+
+// phase names the part of the run a frame drawn elapsed into it shows.
+func (v *view) phase(final, stopped bool, elapsed time.Duration) string {
+	switch {
+	case final && stopped:
+		return "stopped"
+	case final:
+		return "done"
+	case stopped:
+		return "stopping (Close writes what is left to disk)"
+	case elapsed >= v.produceFor:
+		return "draining"
+	}
+	return "producing faster than consumers"
+}
+
+// paintLocked draws lines, each shorter than the terminal is wide, over
+// the ones drawn last, and shows the cursor again if final. The caller
+// holds v.mu.
+func (v *view) paintLocked(lines []string, final bool) {
 	var b strings.Builder
 	if !v.hidden {
 		b.WriteString(hideCursor) // no cursor flickering over the redraw
@@ -133,7 +144,6 @@ func (v *view) draw(final bool) {
 	if v.lines > 0 {
 		fmt.Fprintf(&b, "\x1b[%dA", v.lines)
 	}
-	lines := render(f, v.width())
 	for _, l := range lines {
 		b.WriteString(clearLine + l + "\n")
 	}
@@ -169,13 +179,7 @@ const barWidth = 30
 // does not fit is cut.
 func render(f frame, width int) []string {
 	limit := max(width-1, 1)
-	fit := func(s string) string {
-		if utf8.RuneCountInString(s) <= limit {
-			return s
-		}
-		r := []rune(s)
-		return string(r[:limit])
-	}
+	fit := func(s string) string { return fitWidth(s, width) }
 	// gauge puts a bar of n out of full into format's %s, as wide as the
 	// line allows.
 	gauge := func(n, full int64, format string, a ...any) string {
@@ -199,6 +203,15 @@ func render(f frame, width int) []string {
 		lines[i] = fit(l)
 	}
 	return lines
+}
+
+// fitWidth cuts s to fewer columns than width (see render).
+func fitWidth(s string, width int) string {
+	limit := max(width-1, 1)
+	if utf8.RuneCountInString(s) <= limit {
+		return s
+	}
+	return string([]rune(s)[:limit])
 }
 
 // bar draws n of full as a gauge of width cells between brackets.

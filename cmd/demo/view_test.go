@@ -129,3 +129,37 @@ func TestCursorHiddenWhileRedrawing(t *testing.T) {
 		t.Fatalf("restore with the cursor shown wrote %q", out.String())
 	}
 }
+
+// TestTopicViewRedraws: the -topic view redraws its four lines in place,
+// each cut to the terminal's width, like the queue's.
+func TestTopicViewRedraws(t *testing.T) {
+	tp, err := spillq.OpenTopic(t.TempDir(), spillq.TopicOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tp.Close()
+	td := &topicDemo{topic: tp}
+	for _, name := range []string{"billing", "analytics"} {
+		ch, err := tp.Channel(name, spillq.ChannelOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		td.groups = append(td.groups, &consumerGroup{name: name, ch: ch})
+	}
+	var out bytes.Buffer
+	td.view = &view{out: &out, start: time.Now(), produceFor: time.Second, tty: true, fd: -1}
+	td.draw(false)
+	td.draw(true)
+	if !strings.Contains(out.String(), "\x1b[4A") || !strings.HasSuffix(out.String(), showCursor) {
+		t.Fatalf("the topic view does not redraw in place: %q", out.String())
+	}
+	for _, l := range strings.Split(out.String(), clearLine)[1:] {
+		l = strings.TrimSuffix(strings.SplitN(l, "\n", 2)[0], "\n")
+		if n := utf8.RuneCountInString(l); n >= 80 {
+			t.Errorf("line of %d columns on an 80-column terminal: %q", n, l)
+		}
+	}
+	if !strings.Contains(out.String(), "  analytics ") || !strings.Contains(out.String(), "depth 0  lag 0s") {
+		t.Errorf("the topic view lacks a channel's depth and lag: %q", out.String())
+	}
+}

@@ -18,9 +18,9 @@ import (
 // startSeq resolves -from / -since against q.
 func startSeq(q *diskqueue.Queue, from int64, since string) (uint64, error) {
 	if since != "" {
-		t, err := time.Parse(time.RFC3339Nano, since)
+		t, err := parseSince(since)
 		if err != nil {
-			return 0, usageErr("-since %q: want an RFC 3339 time such as 2026-11-29T15:04:05Z", since)
+			return 0, err
 		}
 		return q.SeekTime(t)
 	}

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/spillq/spillq"
 	"github.com/spillq/spillq/diskqueue"
 )
 
@@ -46,17 +49,58 @@ type statReport struct {
 	// consumer group reading every record at its own pace; the fields
 	// above are the queue's own cursor's.
 	Cursors []cursorReport `json:"cursors,omitempty"`
+	// Topic says the directory is a topic's (spillq.OpenTopic): its named
+	// cursors are its channels, listed in Channels rather than Cursors,
+	// and the fields above count from the oldest record retained.
+	Topic    bool            `json:"topic"`
+	Channels []channelReport `json:"channels,omitempty"`
 }
 
 // cursorReport is one named cursor in stat.
 type cursorReport struct {
 	Name    string `json:"name"`
 	ReadSeq uint64 `json:"read_seq"`
-	Depth   int64  `json:"depth"`
+	// Depth is the records not acknowledged: a channel's lag in records.
+	Depth int64 `json:"depth"`
+	// InFlight is the records handed out and not acknowledged as this
+	// read-only view sees them, which is none: which records a consumer
+	// holds is in its memory only. A running service's deliveries count
+	// in Depth (a crash delivers them again); a topic's channel that
+	// closed cleanly moved them to its timer store (Deferred).
+	InFlight int64 `json:"in_flight"`
 	// Oldest and LagSeconds are as for the queue: the oldest record the
 	// cursor has not acknowledged that checks out, and its age.
 	Oldest     *oldestRecord `json:"oldest_unacknowledged,omitempty"`
 	LagSeconds float64       `json:"lag_seconds"`
+}
+
+// channelReport is one channel of a topic in stat: its cursor, and its
+// timer store (channels/NAME).
+type channelReport struct {
+	cursorReport
+	// Deferred is the messages in the timer store: put or requeued with a
+	// delay and not yet due or finished, and what the channel held in
+	// memory when it last closed (delivered first when it opens again).
+	// Zero for a channel never opened, which has no timer store yet.
+	Deferred int64 `json:"deferred"`
+	// DeferredError says why the timer store could not be read; Deferred
+	// is then 0.
+	DeferredError string `json:"deferred_error,omitempty"`
+}
+
+// timerDepth returns the depth of the timer store of the channel name in
+// the topic's directory dir, opened read-only.
+func timerDepth(dir, name string) (int64, error) {
+	timers := filepath.Join(dir, spillq.ChannelsDir, name)
+	if _, err := os.Stat(timers); errors.Is(err, fs.ErrNotExist) {
+		return 0, nil // made when the service first opens the channel
+	}
+	t, err := openRead(timers)
+	if err != nil {
+		return 0, err
+	}
+	defer t.Close()
+	return t.Depth(), nil
 }
 
 // oldestUnacked returns the oldest record at or after from that checks
@@ -126,6 +170,7 @@ func cmdStat(e *env, args []string) error {
 		// the oldest one a consumer will get.
 		r.Oldest, r.LagSeconds = oldestUnacked(q, st.ReadSeq, st.WriteSeq, now)
 	}
+	r.Topic = isTopic(dir)
 	for _, name := range q.Cursors() {
 		if name == "" {
 			continue // the queue's own, reported above
@@ -135,11 +180,19 @@ func cmdStat(e *env, args []string) error {
 			return err
 		}
 		cs := c.Stats()
-		cr := cursorReport{Name: name, ReadSeq: cs.ReadSeq, Depth: cs.Depth}
+		cr := cursorReport{Name: name, ReadSeq: cs.ReadSeq, Depth: cs.Depth, InFlight: cs.InFlight}
 		if cs.Depth > 0 {
 			cr.Oldest, cr.LagSeconds = oldestUnacked(q, cs.ReadSeq, st.WriteSeq, now)
 		}
-		r.Cursors = append(r.Cursors, cr)
+		if !r.Topic {
+			r.Cursors = append(r.Cursors, cr)
+			continue
+		}
+		ch := channelReport{cursorReport: cr}
+		if ch.Deferred, err = timerDepth(dir, name); err != nil {
+			ch.DeferredError = describe(err)
+		}
+		r.Channels = append(r.Channels, ch)
 	}
 	if logs, err := segmentLogs(dir); err == nil {
 		r.Segments = append(r.Segments, logs...)
@@ -151,11 +204,18 @@ func cmdStat(e *env, args []string) error {
 		return writeJSON(e.stdout, r)
 	}
 	out := e.stdout
-	fmt.Fprintf(out, "queue      %s\n", dir)
-	if _, err := os.Stat(filepath.Join(dir, "cursor")); err != nil && len(r.Cursors) > 0 {
+	_, err = os.Stat(filepath.Join(dir, "cursor"))
+	switch {
+	case r.Topic:
+		fmt.Fprintf(out, "topic      %s\n", dir)
+		fmt.Fprintf(out, "note       a topic's directory: one log read by the channels below; depth and lag here count from the oldest record\n")
+	case err != nil && len(r.Cursors) > 0:
 		// A log read only through named cursors: the depth and lag below
 		// count from the oldest record on disk.
+		fmt.Fprintf(out, "queue      %s\n", dir)
 		fmt.Fprintf(out, "note       no cursor of its own (a log read through named cursors, below): depth and lag count from the oldest record\n")
+	default:
+		fmt.Fprintf(out, "queue      %s\n", dir)
 	}
 	fmt.Fprintf(out, "records    %s\n", describeKind(kind))
 	fmt.Fprintf(out, "depth      %d records not acknowledged\n", st.Depth)
@@ -186,14 +246,37 @@ func cmdStat(e *env, args []string) error {
 	if len(r.Cursors) > 0 {
 		fmt.Fprintf(out, "cursors    %d named\n", len(r.Cursors))
 		for _, c := range r.Cursors {
-			lag := "0"
-			if c.Oldest != nil {
-				lag = time.Duration(c.LagSeconds * float64(time.Second)).Round(time.Millisecond).String()
+			fmt.Fprintf(out, "  %s\n", c.line())
+		}
+	}
+	if r.Topic {
+		fmt.Fprintf(out, "channels   %d\n", len(r.Channels))
+		for _, c := range r.Channels {
+			deferred := strconv.FormatInt(c.Deferred, 10)
+			if c.DeferredError != "" {
+				deferred = "unknown (" + c.DeferredError + ")"
 			}
-			fmt.Fprintf(out, "  %s  read seq %d  depth %d  lag %s\n", c.Name, c.ReadSeq, c.Depth, lag)
+			fmt.Fprintf(out, "  %s  in flight %d  deferred %s\n", c.line(), c.InFlight, deferred)
+		}
+		if len(r.Channels) > 0 {
+			fmt.Fprint(out, `  depth: records not finished, the channel's lag in records; lag: the age of the oldest of them
+  in flight: handed out and not acknowledged, as this read-only view sees it: none (a running
+    service's deliveries count in depth; a channel that closed cleanly moved them to deferred)
+  deferred: messages in its timer store (channels/NAME): delayed or requeued with a delay, and
+    what it held in memory when it last closed
+`)
 		}
 	}
 	return nil
+}
+
+// line is a named cursor's line in stat's text.
+func (c cursorReport) line() string {
+	lag := "0"
+	if c.Oldest != nil {
+		lag = time.Duration(c.LagSeconds * float64(time.Second)).Round(time.Millisecond).String()
+	}
+	return fmt.Sprintf("%s  read seq %d  depth %d  lag %s", c.Name, c.ReadSeq, c.Depth, lag)
 }
 
 // verifyReport is verify's answer; its JSON form is verify -format json.
@@ -315,7 +398,7 @@ func cmdRepair(e *env, args []string) error {
 	dir, out := pos[0], e.stdout
 	// Open repairs what it finds and logs each action: show those lines.
 	logger := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelWarn, ReplaceAttr: dropTime}))
-	q, err := openWrite(dir, false, logger)
+	q, err := openRepair(dir, logger)
 	if err != nil {
 		return err
 	}

@@ -9,12 +9,21 @@
 //	spillq put     DIR          store each line of stdin as a record
 //	spillq drain   DIR          print records and acknowledge them
 //	spillq cursor  create|delete|reset NAME DIR   manage a log's named cursors
+//	spillq channel create|delete|reset NAME DIR   manage a topic's channels
 //	spillq import-nsqd DIR      copy the unread messages of an nsqd or go-diskqueue queue into DIR
 //
 // stat, dump, get, verify and tail only read, and work while a service has
-// the queue open. repair, put, drain, cursor and import-nsqd change the queue and
-// take its lock: stop the service first. Every command refuses a directory
-// that is not a queue; put and import-nsqd create one only with -create.
+// the queue open. repair, put, drain, cursor, channel and import-nsqd
+// change the queue and take its lock: stop the service first. Every command
+// refuses a directory that is not a queue; put and import-nsqd create one
+// only with -create.
+//
+// A topic's directory (spillq.OpenTopic; it has a channels/ subdirectory)
+// is one log read by named channels: stat shows each channel's depth, lag
+// and deferred messages, and channel creates, deletes and moves them.
+// put, drain and import-nsqd, which work through a queue's own cursor,
+// refuse one. verify and repair check the topic's log; each channel's
+// timer store is a queue of its own, DIR/channels/NAME.
 //
 // Records a channel wrote (what spillq.Open stores) are recognised and
 // decoded; -raw shows the stored bytes instead. Flags may come before or
@@ -70,6 +79,7 @@ func init() {
 		{"put", "DIR", "store each line of stdin as a record", cmdPut},
 		{"drain", "DIR", "print records and acknowledge them", cmdDrain},
 		{"cursor", "create|delete|reset NAME DIR", "manage a log's named cursors (consumer groups): create one at -from/-since, delete one, or move one", cmdCursor},
+		{"channel", "create|delete|reset NAME DIR", "manage a topic's channels as cursor does; delete also removes the timer store, reset keeps it", cmdChannel},
 		{"import-nsqd", "DIR", "copy the unread messages of an nsqd or go-diskqueue queue into DIR", cmdImportNSQD},
 	}
 }

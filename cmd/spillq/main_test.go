@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -730,4 +731,218 @@ func TestCursorCommand(t *testing.T) {
 	if got := l.Cursors(); strings.Join(got, ",") != "a,b" {
 		t.Errorf("cursors after the commands: %q, want a and b (and no cursor of the log's own)", got)
 	}
+}
+
+// topicFixture makes a topic of 10 messages read by two channels: billing
+// finished 7; analytics deferred the first for an hour and held the
+// second in flight when the topic closed (its Close moves that one to the
+// timer store too), so its cursor is at seq 2 with 2 messages deferred.
+func topicFixture(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	tp, err := spillq.OpenTopic(dir, spillq.TopicOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	billing, err := tp.Channel("billing", spillq.ChannelOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	analytics, err := tp.Channel("analytics", spillq.ChannelOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := 0; i < 10; i++ {
+		if err := tp.Put(ctx, []byte(fmt.Sprintf("job %d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 7; i++ {
+		m, err := billing.Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Finish(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := analytics.Receive(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Requeue(time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := analytics.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := tp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestStatTopic: stat shows each channel of a topic with its depth, in
+// flight, lag and deferred messages, in text and JSON.
+func TestStatTopic(t *testing.T) {
+	dir := topicFixture(t)
+	out, code := tool(t, "", "stat", dir)
+	for _, want := range []string{
+		"topic      " + dir,
+		"records    channel messages",
+		"channels   2\n",
+		"  analytics  read seq 2  depth 8  lag ",
+		"  billing  read seq 7  depth 3  lag ",
+		"  in flight 0  deferred 2\n",
+		"  in flight 0  deferred 0\n",
+		"deferred: messages in its timer store",
+	} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Fatalf("stat of a topic (%d) lacks %q:\n%s", code, want, out)
+		}
+	}
+	if strings.Contains(out, "cursors ") {
+		t.Fatalf("stat of a topic lists its channels as cursors too:\n%s", out)
+	}
+	before := time.Now()
+	stdout, _, code := tool3(t, "", "stat", "-format", "json", dir)
+	var st struct {
+		Topic    bool  `json:"topic"`
+		Cursors  []any `json:"cursors"`
+		Channels []struct {
+			Name     string `json:"name"`
+			ReadSeq  uint64 `json:"read_seq"`
+			Depth    int64  `json:"depth"`
+			InFlight int64  `json:"in_flight"`
+			Deferred int64  `json:"deferred"`
+			Oldest   struct {
+				Seq  uint64    `json:"seq"`
+				Time time.Time `json:"time"`
+			} `json:"oldest_unacknowledged"`
+			Lag float64 `json:"lag_seconds"`
+		} `json:"channels"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &st); code != 0 || err != nil {
+		t.Fatalf("stat -format json (%d, %v):\n%s", code, err, stdout)
+	}
+	if !st.Topic || st.Cursors != nil || len(st.Channels) != 2 {
+		t.Fatalf("stat -format json of a topic: %+v\n%s", st, stdout)
+	}
+	a, b := st.Channels[0], st.Channels[1]
+	if a.Name != "analytics" || a.ReadSeq != 2 || a.Depth != 8 || a.InFlight != 0 || a.Deferred != 2 || a.Oldest.Seq != 2 ||
+		a.Lag < before.Sub(a.Oldest.Time).Seconds() || a.Lag <= 0 {
+		t.Errorf("analytics: %+v", a)
+	}
+	if b.Name != "billing" || b.ReadSeq != 7 || b.Depth != 3 || b.Deferred != 0 || b.Oldest.Seq != 7 {
+		t.Errorf("billing: %+v", b)
+	}
+	// A queue's directory is no topic, and says so.
+	stdout, _, _ = tool3(t, "", "stat", "-format", "json", fixture(t, 1))
+	if strings.Contains(stdout, `"channels"`) || !strings.Contains(stdout, `"topic": false`) {
+		t.Fatalf("stat -format json of a queue:\n%s", stdout)
+	}
+}
+
+// TestChannelCommand: channel create, reset and delete manage a topic's
+// channels; delete takes the timer store too, reset keeps it; cursor and
+// channel each refuse the other's kind of directory.
+func TestChannelCommand(t *testing.T) {
+	dir := topicFixture(t)
+	queue := fixture(t, 3)
+	timers := func(name string) string { return filepath.Join(dir, spillq.ChannelsDir, name) }
+	for _, c := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"channel", "create", "audit", "-from", "oldest", dir}, 0, "channel audit at seq 0, 10 records to read"},
+		{[]string{"channel", "create", "audit", dir}, 1, `channel "audit" exists`},
+		{[]string{"channel", "reset", "analytics", "-from", "9", dir}, 0, "channel analytics at seq 9, 1 records to read\nits timer store (channels/analytics) is kept"},
+		{[]string{"channel", "delete", "billing", dir}, 0, "deleted channel billing"},
+		{[]string{"channel", "delete", "billing", dir}, 1, "not found"},
+		{[]string{"channel", "create", "bad/name", dir}, 1, "bad cursor name"},
+		{[]string{"channel", "move", "audit", dir}, 2, "want create, delete or reset"},
+		{[]string{"channel", "create", "x", queue}, 1, "is not a topic's directory"},
+		{[]string{"cursor", "create", "x", dir}, 1, "is a topic's directory"},
+	} {
+		out, code := tool(t, "", c.args...)
+		if code != c.code || !strings.Contains(out, c.want) {
+			t.Errorf("%v: exit %d, output %q; want exit %d and %q", c.args, code, out, c.code, c.want)
+		}
+	}
+	if _, err := os.Stat(timers("billing")); !os.IsNotExist(err) {
+		t.Errorf("billing's timer store after channel delete: %v", err)
+	}
+	if _, err := os.Stat(timers("analytics")); err != nil {
+		t.Errorf("analytics's timer store after channel reset: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "cursor")); !os.IsNotExist(err) {
+		t.Errorf("the commands gave the topic a cursor of its own: %v", err)
+	}
+	tp, err := spillq.OpenTopic(dir, spillq.TopicOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tp.Close()
+	if got := strings.Join(tp.Channels(), ","); got != "analytics,audit" {
+		t.Errorf("channels after the commands: %q, want analytics and audit", got)
+	}
+	// The channel the topic is running refuses, naming the lock.
+	if out, code := tool(t, "", "channel", "create", "y", dir); code != 1 || !strings.Contains(out, "stop it first") {
+		t.Errorf("channel create on an open topic (%d): %s", code, out)
+	}
+	// analytics reads from seq 9 now, and gets what it held in flight at
+	// its last Close too, kept in its timer store through the reset (in
+	// no set order: the timer store is read in the background).
+	analytics, err := tp.Channel("analytics", spillq.ChannelOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var got []string
+	for range 2 {
+		m, err := analytics.Receive(ctx)
+		if err != nil {
+			t.Fatalf("analytics after the reset, having got %q: %v", got, err)
+		}
+		got = append(got, string(m.Body))
+		m.Finish()
+	}
+	if slices.Sort(got); strings.Join(got, ",") != "job 1,job 9" {
+		t.Errorf("analytics after the reset got %q, want the message kept in its timer store, then job 9", got)
+	}
+}
+
+// TestTopicNotOpenedAsQueue: the commands that open a directory as a
+// queue refuse a topic's, which a cursor of the log's own would make one
+// spillq.OpenTopic refuses; repair opens its log alone.
+func TestTopicNotOpenedAsQueue(t *testing.T) {
+	dir := topicFixture(t)
+	src := t.TempDir()
+	dq := godiskqueue.New("orders", src, 256, 0, 1<<10, 2500, time.Second, func(godiskqueue.LogLevel, string, ...interface{}) {})
+	if err := dq.Put([]byte("order 0")); err != nil {
+		t.Fatal(err)
+	}
+	if err := dq.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"put", "-channel", dir}, {"drain", dir}, {"import-nsqd", "-name", "orders", "-from", src, "-source", "raw", dir}} {
+		out, code := tool(t, "x\n", args...)
+		if code != 1 || !strings.Contains(out, "is a topic's directory") {
+			t.Errorf("%v: exit %d, output %q; want exit 1 and a refusal", args, code, out)
+		}
+	}
+	if out, code := tool(t, "", "repair", dir); code != 0 || !strings.Contains(out, "repaired: 10 records") {
+		t.Fatalf("repair of a topic (%d):\n%s", code, out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "cursor")); !os.IsNotExist(err) {
+		t.Fatalf("the commands gave the topic a cursor of its own: %v", err)
+	}
+	tp, err := spillq.OpenTopic(dir, spillq.TopicOptions{})
+	if err != nil {
+		t.Fatalf("OpenTopic after the commands: %v", err)
+	}
+	tp.Close()
 }

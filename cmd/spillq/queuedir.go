@@ -3,11 +3,14 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"regexp"
 
+	"github.com/spillq/spillq"
 	"github.com/spillq/spillq/diskqueue"
 )
 
@@ -70,10 +73,14 @@ func openRead(dir string) (*diskqueue.Queue, error) {
 // openWrite opens the queue in dir for writing, taking its lock. With
 // create, a missing or empty directory becomes a new queue; a directory
 // holding anything else is refused either way, so a typo never scatters a
-// queue's files among someone else's.
+// queue's files among someone else's. A topic's directory is refused too:
+// opened as a queue, its log would get a cursor of its own, and
+// spillq.OpenTopic refuses a directory that has one.
 func openWrite(dir string, create bool, logger *slog.Logger) (*diskqueue.Queue, error) {
 	isQueue, empty, err := queueFiles(dir)
 	switch {
+	case err == nil && isTopic(dir):
+		return nil, fmt.Errorf("%s is a topic's directory: this command works on a queue, through a cursor of its own, which would make spillq.OpenTopic refuse the directory ('spillq channel' manages a topic's channels)", dir)
 	case errors.Is(err, fs.ErrNotExist) && create:
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, fmt.Errorf("%s: no such directory (pass -create to make a new queue there)", dir)
@@ -87,10 +94,46 @@ func openWrite(dir string, create bool, logger *slog.Logger) (*diskqueue.Queue, 
 		return nil, fmt.Errorf("%s %w; it holds other files, so no queue is made there", dir, errNotQueue)
 	}
 	q, err := diskqueue.Open(dir, diskqueue.Options{Logger: logger})
-	if errors.Is(err, diskqueue.ErrLocked) {
-		return nil, fmt.Errorf("%s is locked (%w): a service or another spillq command has the queue open; stop it first", dir, diskqueue.ErrLocked)
+	return q, explainLocked(dir, err)
+}
+
+// openRepair opens dir for repair, taking its lock: a queue as openWrite
+// does, a topic's log as itself, with no cursor of its own. Open repairs
+// what it finds and logs each action to logger.
+func openRepair(dir string, logger *slog.Logger) (io.Closer, error) {
+	if !isTopic(dir) {
+		q, err := openWrite(dir, false, logger)
+		if err != nil {
+			return nil, err
+		}
+		return q, nil
 	}
-	return q, err
+	if err := checkQueue(dir); err != nil {
+		return nil, err
+	}
+	l, err := diskqueue.OpenLog(dir, diskqueue.Options{Logger: logger})
+	if err != nil {
+		return nil, explainLocked(dir, err)
+	}
+	return l, nil
+}
+
+// explainLocked tells the operator what to do about diskqueue.ErrLocked
+// from opening dir for writing; other errors come back as they are.
+func explainLocked(dir string, err error) error {
+	if errors.Is(err, diskqueue.ErrLocked) {
+		return fmt.Errorf("%s is locked (%w): a service or another spillq command has the queue open; stop it first", dir, diskqueue.ErrLocked)
+	}
+	return err
+}
+
+// isTopic reports whether dir is a topic's (spillq.OpenTopic): it has a
+// channels/ subdirectory, as spillq.Open checks to refuse one. A topic's
+// named cursors are its channels, each with a timer store in
+// channels/NAME.
+func isTopic(dir string) bool {
+	info, err := os.Stat(filepath.Join(dir, spillq.ChannelsDir))
+	return err == nil && info.IsDir()
 }
 
 // willCreate reports whether openWrite(dir, true, …) would make a new

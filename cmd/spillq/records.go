@@ -41,7 +41,7 @@ func describeKind(k recordKind) string {
 	case kindRaw:
 		return "raw bodies"
 	case kindChannel:
-		return "channel messages (what spillq.Open stores)"
+		return "channel messages (what spillq.Open and OpenTopic store)"
 	}
 	return "no records yet to tell what they hold"
 }
