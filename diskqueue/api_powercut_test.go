@@ -58,3 +58,40 @@ func TestCursorEmptySurvivesPowerCut(t *testing.T) {
 		})
 	}
 }
+
+// PutBatch under SyncEvery 1 returns only once every record it stored is
+// on stable storage: a power cut right after keeps them all.
+func TestPutBatchSurvivesPowerCut(t *testing.T) {
+	for _, kind := range memFSKinds() {
+		t.Run(kind.name, func(t *testing.T) {
+			mfs := kind.new(t)
+			opts := Options{SyncEvery: 1, MaxSegmentBytes: 1024, fsForTesting: mfs}
+			l, err := OpenLog("/q", opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			var batch [][]byte
+			for i := 0; i < 100; i++ {
+				batch = append(batch, []byte(fmt.Sprintf("record-%d", i)))
+			}
+			if n, err := l.PutBatch(context.Background(), batch); n != len(batch) || err != nil {
+				t.Fatalf("PutBatch: %d, %v", n, err)
+			}
+			cut := mfs.crashClone()
+			defer cut.release()
+			opts.fsForTesting = cut
+			l2, err := OpenLog("/q", opts)
+			if err != nil {
+				t.Fatalf("open after a power cut: %v", err)
+			}
+			defer l2.Close()
+			for i, want := range batch {
+				rec, err := l2.ReadAt(uint64(i))
+				if err != nil || string(rec.Body) != string(want) {
+					t.Fatalf("after a power cut record %d is %q, %v; want %q", i, rec.Body, err, want)
+				}
+			}
+		})
+	}
+}
