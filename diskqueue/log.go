@@ -110,6 +110,7 @@ type Log struct {
 	readErrors     atomic.Int64
 	syncs          atomic.Int64
 	retriedWrites  atomic.Int64
+	droppedRecords atomic.Int64        // given up by drop-when-full cursors (discard.go)
 	sparesUsed     atomic.Int64        // rotations that renamed a spare into place
 	syncLatency    histogram.Histogram // duration of each fsync of the log
 }
@@ -279,15 +280,18 @@ func (l *Log) putRecords(ctx context.Context, flags []byte, stored [][]byte) (in
 	n := 0
 	var last uint64 // seq of the last record stored
 	var err error
-	for waited := false; ; waited = true {
+	waited := false
+	for {
 		l.mu.Lock()
 		if err = l.acceptingLocked(); err != nil {
 			l.mu.Unlock()
 			break
 		}
 		from := n
+		budget := false // the disk budget (not the file system) is spent
 		for n < len(stored) {
 			if err = l.fullLocked(int64(frameSize(len(stored[n])))); err != nil {
+				budget = true
 				break
 			}
 			var f byte
@@ -304,8 +308,10 @@ func (l *Log) putRecords(ctx context.Context, flags []byte, stored [][]byte) (in
 		over := l.unsynced >= l.opts.SyncEvery
 		full := err != nil && errors.Is(err, ErrDiskFull)
 		var wait <-chan struct{}
+		drop := false
 		if full {
 			l.requestRollLocked()
+			drop = budget && l.droppingLocked()
 			wait = l.freed.Wait()
 		}
 		l.mu.Unlock()
@@ -321,12 +327,19 @@ func (l *Log) putRecords(ctx context.Context, flags []byte, stored [][]byte) (in
 			}
 			break
 		}
-		if !full || !l.opts.BlockWhenFull {
+		if !full {
+			break
+		}
+		if drop && l.dropForRoom(int64(frameSize(len(stored[n])))) {
+			continue // drop-when-full cursors gave up segments (discard.go)
+		}
+		if !l.opts.BlockWhenFull {
 			break
 		}
 		if err = l.waitForSpace(ctx, wait); err != nil {
 			break
 		}
+		waited = true
 	}
 	if n == 0 || !l.syncAlways || l.opts.NoSync {
 		return n, err
@@ -357,17 +370,22 @@ func (l *Log) fullLocked(n int64) error {
 	if max == 0 {
 		return nil
 	}
-	// Besides the frame and its index entry, the record takes a bit in
-	// each cursor's bitmap (at worst a byte more in each), and a rotation adds three
-	// file headers, a time entry or two and each cursor's bitmap header:
-	// what diskBytes will count for them (segment.diskBytes).
-	bitmaps := int64(len(l.cursors))
-	reserve := int64(3*fileHeaderSize+3*timeIndexEntrySize) + bitmaps*ackHeaderSize
 	used := l.diskBytes.Load()
-	if used+n+indexEntrySize+bitmaps+reserve <= max {
+	if used+l.budgetLocked(n) <= max {
 		return nil
 	}
 	return fmt.Errorf("%w: %d bytes used, %d more would pass MaxDiskBytes %d", ErrDiskFull, used, n, max)
+}
+
+// budgetLocked is what a frame of n bytes needs of the disk budget, beyond
+// what the log holds. Besides the frame and its index entry, the record
+// takes a bit in each cursor's bitmap (at worst a byte more in each), and a
+// rotation adds three file headers, a time entry or two and each cursor's
+// bitmap header: what diskBytes will count for them (segment.diskBytes).
+func (l *Log) budgetLocked(n int64) int64 {
+	bitmaps := int64(len(l.cursors))
+	reserve := int64(3*fileHeaderSize+3*timeIndexEntrySize) + bitmaps*ackHeaderSize
+	return n + indexEntrySize + bitmaps + reserve
 }
 
 // requestRollLocked asks the writer to roll the active segment when every
@@ -575,6 +593,11 @@ type Stats struct {
 	// RetriedWrites counts Puts that found the disk full, waited
 	// (BlockWhenFull) and then went through.
 	RetriedWrites int64
+	// DroppedRecords counts the records cursors set to drop when full
+	// ([Cursor.SetDropWhenFull]) gave up unacknowledged at MaxDiskBytes
+	// since Open, summed over those cursors; [CursorStats].Dropped has each
+	// one's.
+	DroppedRecords int64
 	// WritePath is how Put reaches the kernel, chosen at Open: "mmap"
 	// (records copied into preallocated, mapped segment files: no system
 	// call per Put) or "write" (the producer's own write(2), where the OS
@@ -631,6 +654,7 @@ func (l *Log) stats(c *Cursor) Stats {
 		IndexRebuilds:  l.indexRebuilds.Load(),
 		ReadErrors:     l.readErrors.Load(),
 		RetriedWrites:  l.retriedWrites.Load(),
+		DroppedRecords: l.droppedRecords.Load(),
 	}
 	st.ReadSeq = st.WriteSeq
 	if c != nil {
