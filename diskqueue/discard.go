@@ -123,29 +123,30 @@ func (l *Log) droppingLocked() bool {
 }
 
 // dropForRoom asks the writer goroutine to make room for a frame of n
-// bytes by the drop-when-full policy, and reports whether it deleted
-// anything. Put calls it only once it has found the budget spent.
+// bytes by the drop-when-full policy, and reports whether there is room
+// now. Put calls it only once it has found the budget spent.
 func (l *Log) dropForRoom(n int64) bool {
-	freed := false
+	room := false
 	err := l.request(func() error {
-		freed = l.makeRoom(n)
+		room = l.makeRoom(n)
 		return nil
 	})
-	return err == nil && freed
+	return err == nil && room
 }
 
 // makeRoom deletes segments by the drop-when-full policy, oldest first,
 // until a frame of n bytes fits the disk budget or nothing more may go:
 // first those every cursor has acknowledged (retention keeps them, and the
 // budget outranks it), then those only drop-when-full cursors still hold.
-// It reports whether it deleted any. Only the writer goroutine calls it.
+// It reports whether the frame fits now (housekeeping since the Put looked
+// may have made room already). Only the writer goroutine calls it.
 func (l *Log) makeRoom(n int64) bool {
 	if l.opts.MaxDiskBytes == 0 {
 		return false
 	}
 	// Segments rotated out must be sealed before they can go.
 	l.sealPending()
-	freed, rolled := false, false
+	rolled := false
 	for {
 		l.mu.Lock()
 		full := l.fullLocked(n) != nil
@@ -155,20 +156,19 @@ func (l *Log) makeRoom(n int64) bool {
 		fits := empty+l.budgetLocked(n) <= l.opts.MaxDiskBytes
 		l.mu.Unlock()
 		if !full || !fits {
-			return freed
+			return !full
 		}
 		segs, i := l.nextToGiveUp()
 		if i < 0 {
 			if rolled || !l.rollForDrop() {
-				return freed
+				return false
 			}
 			rolled = true
 			continue
 		}
 		if !l.giveUpSegment(segs, i) {
-			return freed
+			return false
 		}
-		freed = true
 	}
 }
 

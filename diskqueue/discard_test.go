@@ -402,3 +402,25 @@ func TestDropWhenFullConcurrent(t *testing.T) {
 		t.Errorf("holding cursor: Acks %d, Dropped %d", hs.Acks, hs.Dropped)
 	}
 }
+
+// With retention keeping consumed segments, a full log deletes those
+// first: the dropping cursor, which keeps up, loses nothing.
+func TestDropWhenFullRetainedFirst(t *testing.T) {
+	opts := dropOpts
+	opts.RetainBytes = 1 << 30
+	l := openLog(t, t.TempDir(), opts)
+	defer l.Close()
+	a := openCursor(t, l, "a", diskqueue.FromOldest())
+	b := openCursor(t, l, "b", diskqueue.FromOldest())
+	b.SetDropWhenFull(true)
+	for i := 0; i < 1000; i++ {
+		if err := l.Put(context.Background(), body(i)); err != nil {
+			t.Fatalf("Put %d: %v", i, err)
+		}
+		readN(t, a, i, 1, true)
+		readN(t, b, i, 1, true)
+	}
+	if d := b.Stats().Dropped; d != 0 {
+		t.Errorf("Dropped = %d by a cursor that kept up", d)
+	}
+}

@@ -331,7 +331,7 @@ func (l *Log) putRecords(ctx context.Context, flags []byte, stored [][]byte) (in
 			break
 		}
 		if drop && l.dropForRoom(int64(frameSize(len(stored[n])))) {
-			continue // drop-when-full cursors gave up segments (discard.go)
+			continue // there is room now, made by the drop-when-full policy or not (discard.go)
 		}
 		if !l.opts.BlockWhenFull {
 			break
