@@ -309,6 +309,48 @@ func (a *ackFile) set(i uint64) (err error) {
 	return nil
 }
 
+// setRange acknowledges records [from, to) and returns how many of them
+// were not acknowledged before.
+func (a *ackFile) setRange(from, to uint64) (n int64, err error) {
+	if from >= to {
+		return 0, nil
+	}
+	if to > a.cap {
+		return 0, fmt.Errorf("%w: %s has room for %d records, not record %d", ErrCorrupt, a.name, a.cap, to-1)
+	}
+	lo, hi := int64(from/8), int64((to+7)/8)
+	set := func(b []byte) {
+		for k := range b {
+			i := uint64(lo+int64(k)) * 8 // the record of bit 0 of b[k]
+			mask := byte(0xff)
+			if i < from {
+				mask &= 0xff << (from - i)
+			}
+			if i+8 > to {
+				mask &= 0xff >> (i + 8 - to)
+			}
+			n += int64(bits.OnesCount8(mask &^ b[k]))
+			b[k] |= mask
+		}
+	}
+	a.dirty = true
+	if a.m != nil {
+		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+		defer guardFault(&err, a.name)
+		set(a.m[ackHeaderSize+lo : ackHeaderSize+hi])
+		return n, nil
+	}
+	b := make([]byte, hi-lo)
+	if _, err := a.f.ReadAt(b, ackHeaderSize+lo); err != nil && err != io.EOF {
+		return 0, fmt.Errorf("diskqueue: read %s: %w", a.name, err)
+	}
+	set(b)
+	if _, err := a.f.WriteAt(b, ackHeaderSize+lo); err != nil {
+		return 0, fmt.Errorf("diskqueue: write %s: %w", a.name, err)
+	}
+	return n, nil
+}
+
 // testAndSet acknowledges record i and reports whether it already was.
 func (a *ackFile) testAndSet(i uint64) (was bool, err error) {
 	if i >= a.cap {

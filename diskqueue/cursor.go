@@ -68,6 +68,12 @@ type Cursor struct {
 	ackedAbove atomic.Int64
 	inFlight   atomic.Int64 // handed out by Read, not yet acknowledged
 	acks       atomic.Int64 // acknowledged since Open
+	dropped    atomic.Int64 // given up by the drop-when-full policy since Open
+
+	// dropWhenFull is the cursor's policy at MaxDiskBytes
+	// (SetDropWhenFull); read by producers on the full path and by the
+	// writer goroutine.
+	dropWhenFull atomic.Bool
 
 	// The cursor file, touched only by the writer goroutine once the
 	// cursor is registered with the log (and before that by whoever
@@ -688,6 +694,10 @@ type CursorStats struct {
 	ReadSeq uint64
 	// Acks counts the records acknowledged since Open.
 	Acks int64
+	// Dropped counts the records given up unacknowledged since Open
+	// because the cursor was set to drop when full
+	// ([Cursor.SetDropWhenFull]) and the log reached MaxDiskBytes.
+	Dropped int64
 }
 
 // Stats returns a snapshot of the cursor. It takes no lock and does no I/O.
@@ -698,6 +708,7 @@ func (c *Cursor) Stats() CursorStats {
 		InFlight: c.inFlight.Load(),
 		ReadSeq:  c.ackFloor.Load(),
 		Acks:     c.acks.Load(),
+		Dropped:  c.dropped.Load(),
 	}
 }
 

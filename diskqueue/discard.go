@@ -1,14 +1,16 @@
 package diskqueue
 
 import (
+	"errors"
 	"fmt"
 	"time"
 )
 
 // Giving up one cursor's records without touching the others':
-// [Cursor.Empty] drops its whole backlog. Both run on the writer
-// goroutine (Log.request), so they never race a seal, a deletion or a
-// store of the cursor.
+// [Cursor.Empty] drops its whole backlog, and the drop-when-full policy
+// ([Cursor.SetDropWhenFull]) drops its oldest segments when the log
+// reaches MaxDiskBytes. Both run on the writer goroutine (Log.request), so
+// they never race a seal, a deletion or a store of the cursor.
 
 // Empty acknowledges, for this cursor alone, every record put before the
 // call, and moves its read position to the end of the log: its backlog is
@@ -81,4 +83,243 @@ func (c *Cursor) moveToEndLocked(t *tail) {
 			c.retire(sa) // the floor has passed it
 		}
 	}
+}
+
+// SetDropWhenFull sets what the cursor does when a Put finds the log at
+// Options.MaxDiskBytes. With drop false (the default) the cursor holds its
+// records: Put returns [ErrDiskFull], or waits with BlockWhenFull, until
+// consumers free space. With drop true the cursor gives records up
+// instead, so one abandoned cursor cannot stop the log.
+//
+// The policy is not stored: whoever opens the cursor sets it each time.
+//
+// When a Put finds the budget spent and some cursor drops when full, the
+// writer goroutine deletes, oldest first, sealed segments that every
+// cursor holding records back is set to drop (every cursor that holds its
+// records has acknowledged all of it), until the record fits. For each
+// such cursor, the records of the segment it had not acknowledged are
+// acknowledged on its behalf, counted in [CursorStats].Dropped and
+// [Stats].DroppedRecords, and logged once per segment at Warn; its floor
+// and read position move past the segment, and its records of the segment
+// in flight are no longer: acknowledging one returns [ErrNotInFlight]. The
+// cursors are stored before the segment's files are removed. The active
+// segment is rolled first when it is the only one left that the dropping
+// cursors hold. Then the Put retries. If nothing can be given up (a cursor
+// that holds its records still needs the oldest segment, or the record
+// would not fit an empty log), Put fails or waits as it would without the
+// policy. A file system that is full (ENOSPC) is not a reason to drop:
+// only the budget is.
+func (c *Cursor) SetDropWhenFull(drop bool) { c.dropWhenFull.Store(drop) }
+
+// droppingLocked reports whether a cursor is set to drop when full. The
+// caller holds l.mu.
+func (l *Log) droppingLocked() bool {
+	for _, c := range l.cursors {
+		if c.dropWhenFull.Load() {
+			return true
+		}
+	}
+	return false
+}
+
+// dropForRoom asks the writer goroutine to make room for a frame of n
+// bytes by the drop-when-full policy, and reports whether there is room
+// now. Put calls it only once it has found the budget spent.
+func (l *Log) dropForRoom(n int64) bool {
+	room := false
+	err := l.request(func() error {
+		room = l.makeRoom(n)
+		return nil
+	})
+	return err == nil && room
+}
+
+// makeRoom deletes segments by the drop-when-full policy, oldest first,
+// until a frame of n bytes fits the disk budget or nothing more may go:
+// first those every cursor has acknowledged (retention keeps them, and the
+// budget outranks it), then those only drop-when-full cursors still hold.
+// It reports whether the frame fits now (housekeeping since the Put looked
+// may have made room already). Only the writer goroutine calls it.
+func (l *Log) makeRoom(n int64) bool {
+	if l.opts.MaxDiskBytes == 0 {
+		return false
+	}
+	// Segments rotated out must be sealed before they can go.
+	l.sealPending()
+	rolled := false
+	for {
+		l.mu.Lock()
+		full := l.fullLocked(n) != nil
+		// A record that would not fit even an empty log must not cost the
+		// dropping cursors everything.
+		empty := int64(3*fileHeaderSize) + int64(len(l.cursors))*ackHeaderSize
+		fits := empty+l.budgetLocked(n) <= l.opts.MaxDiskBytes
+		l.mu.Unlock()
+		if !full || !fits {
+			return !full
+		}
+		segs, i := l.nextToGiveUp()
+		if i < 0 {
+			if rolled || !l.rollForDrop() {
+				return false
+			}
+			rolled = true
+			continue
+		}
+		if !l.giveUpSegment(segs, i) {
+			return false
+		}
+	}
+}
+
+// nextToGiveUp returns l.segs and the index in it of the oldest sealed
+// segment every cursor has acknowledged, or else of the oldest one every
+// cursor holding its records has acknowledged and a drop-when-full cursor
+// has not; -1 if there is neither.
+func (l *Log) nextToGiveUp() ([]*segment, int) {
+	cursors := *l.cursorList.Load()
+	l.segMu.RLock()
+	segs := l.segs
+	l.segMu.RUnlock()
+	if len(cursors) == 0 {
+		return segs, -1 // no consumer yet: the log holds everything for the first
+	}
+	all := make([]bool, len(segs))  // every cursor has acknowledged it
+	hold := make([]bool, len(segs)) // every cursor holding its records has
+	for i, s := range segs {
+		all[i] = !s.writing.Load() && !s.gone.Load()
+		hold[i] = all[i]
+	}
+	for _, c := range cursors {
+		drop := c.dropWhenFull.Load()
+		for i, d := range c.done(segs) {
+			all[i] = all[i] && d
+			hold[i] = hold[i] && (d || drop)
+		}
+	}
+	for _, ok := range [][]bool{all, hold} {
+		for i := 0; i < len(segs)-1; i++ { // never the active one
+			if ok[i] {
+				return segs, i
+			}
+		}
+	}
+	return segs, -1
+}
+
+// rollForDrop rolls the active segment when, of the cursors holding
+// records in it, every one drops when full, so that it can be given up
+// once sealed. It reports whether it rolled.
+func (l *Log) rollForDrop() bool {
+	l.mu.Lock()
+	t := l.t
+	ok := t != nil && !l.closed && l.writeErr == nil && t.end > t.seg.base
+	holders := 0
+	for _, c := range l.cursors {
+		if !ok {
+			break
+		}
+		if c.done([]*segment{t.seg})[0] {
+			continue
+		}
+		ok = c.dropWhenFull.Load()
+		holders++
+	}
+	ok = ok && holders > 0
+	if ok {
+		if err := l.rotateLocked(); err != nil {
+			if !errors.Is(err, ErrDiskFull) {
+				l.failLocked(err)
+			}
+			ok = false
+		}
+	}
+	l.mu.Unlock()
+	if ok {
+		l.sealPending()
+	}
+	return ok
+}
+
+// giveUpSegment has every drop-when-full cursor give up segs[i] and
+// deletes it, storing the cursors first. It reports whether the segment
+// went: not if a cursor could not give it up, or one that holds its
+// records appeared or started holding them meanwhile.
+func (l *Log) giveUpSegment(segs []*segment, i int) bool {
+	s := segs[i]
+	for _, c := range *l.cursorList.Load() {
+		if !c.dropWhenFull.Load() {
+			continue
+		}
+		lost, err := c.giveUp(s)
+		if err != nil {
+			c.logger.Warn("diskqueue: cannot give up a segment to make room at MaxDiskBytes", "segment", s.base, "err", err)
+			return false
+		}
+		if lost > 0 {
+			// A named cursor's logger carries its name.
+			c.logger.Warn("diskqueue: drop-when-full cursor gave up unacknowledged records to make room at MaxDiskBytes", "segment", s.base, "records", lost)
+		}
+	}
+	for _, c := range *l.cursorList.Load() {
+		if !c.done([]*segment{s})[0] {
+			return false
+		}
+	}
+	l.deleteAcknowledged(segs, []int{i})
+	return true
+}
+
+// giveUp acknowledges on the cursor's behalf every record of seg (sealed)
+// that it has not acknowledged, for the drop-when-full policy, and returns
+// how many that was. Their bits are set as an Ack would set them, so the
+// state on disk agrees with the counts whether or not the segment's files
+// are deleted next; those in flight stop being so, and the floor and the
+// reader move past seg when they were in it.
+func (c *Cursor) giveUp(seg *segment) (int64, error) {
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	if c.closed {
+		return 0, ErrClosed
+	}
+	floor := c.ackFloor.Load()
+	end := seg.endNow()
+	if seg.gone.Load() || end <= floor {
+		return 0, nil
+	}
+	a, err := c.ackFor(seg)
+	if err != nil {
+		return 0, err
+	}
+	lo, hi := max(floor, seg.base)-seg.base, end-seg.base
+	// In flight: handed out (below the reader) and not acknowledged.
+	var inFlight int64
+	if read := min(max(c.rd.seq, seg.base), end) - seg.base; read > lo {
+		set, err := a.countSet(lo, read)
+		if err != nil {
+			return 0, err
+		}
+		inFlight = int64(read-lo) - set
+	}
+	// Open counts the bits below readEnd only.
+	if err := a.raiseReadEnd(end, seg.base+a.cap); err != nil {
+		return 0, err
+	}
+	lost, err := a.setRange(lo, hi)
+	if err != nil {
+		return 0, err
+	}
+	c.state(seg).acked = int64(hi)
+	c.ackedAbove.Add(lost)
+	c.ackedMax = max(c.ackedMax, end-1)
+	c.inFlight.Add(-inFlight)
+	c.dropped.Add(lost)
+	c.log.droppedRecords.Add(lost)
+	if c.rd.seq >= seg.base && c.rd.seq < end {
+		c.rd.seg, c.rd.seq = nil, end // found again from end by the next Read
+	}
+	if err := c.advanceFloorLocked(nil); err != nil {
+		c.logger.Warn("diskqueue: cannot advance the read cursor yet", "seq", c.ackFloor.Load(), "err", err)
+	}
+	return lost, nil
 }

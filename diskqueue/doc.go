@@ -28,7 +28,8 @@
 //     nothing a Put returned for, under every sync policy. What reaches
 //     stable storage, and when, is the sync policy's business: with
 //     SyncEvery 1, Put returns only once its record is fsynced, and Puts
-//     waiting at the same moment share one fsync (group commit); by default
+//     waiting at the same moment share one fsync (group commit), as do the
+//     records of one [Log.PutBatch]; by default
 //     (fsync every 2500 records or 2 seconds, as nsqd) a power cut loses
 //     at most what was put since the last fsync. [Log.Sync] makes
 //     everything put so far durable. NoSync turns fsync off altogether.
@@ -40,7 +41,12 @@
 //   - Space: a segment every record of which is acknowledged is deleted
 //     (or kept by retention), even while an older segment still holds an
 //     unacknowledged record, so one long-held record pins one segment, not
-//     the log.
+//     the log. With MaxDiskBytes a full log refuses Puts (or makes them
+//     wait) until cursors free space, unless the cursors holding the oldest
+//     segments are set to drop when full ([Cursor.SetDropWhenFull]): those
+//     give up their unacknowledged records of them, counted and logged,
+//     so that one abandoned cursor cannot stop the log. [Cursor.Empty]
+//     discards one cursor's backlog.
 //   - Integrity: every record carries a CRC-32C. A record that fails it is
 //     never returned as data: Read skips it, copies its bytes to a .bad file,
 //     logs a warning and counts it in [Stats]; the records around it stay
@@ -87,7 +93,8 @@
 // should not hold producers up: fsyncs by the sync policy, sealing rotated
 // segments, preallocating and pre-faulting ahead of the appends, storing
 // the cursors, fsyncing acknowledgements, deleting segments, and the work
-// that must not race those (Empty, DeleteCursor: Log.request). A cursor's
+// that must not race those (Empty, Cursor.Empty, DeleteCursor, the
+// drop-when-full policy: Log.request). A cursor's
 // readers share its read position under its readMu and read the segment
 // files with pread (so a fault there is an I/O error).
 //

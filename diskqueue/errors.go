@@ -19,15 +19,15 @@ var (
 
 // Errors returned when putting records.
 var (
-	// ErrRecordTooLarge is returned by [Log.Put] when a body is longer than
-	// Options.MaxRecordBytes.
+	// ErrRecordTooLarge is returned by [Log.Put] and [Log.PutBatch] when a
+	// body is longer than Options.MaxRecordBytes.
 	ErrRecordTooLarge = errors.New("diskqueue: record too large")
 
-	// ErrRecordTooSmall is returned by [Log.Put] when a body is shorter than
-	// Options.MinRecordBytes.
+	// ErrRecordTooSmall is returned by [Log.Put] and [Log.PutBatch] when a
+	// body is shorter than Options.MinRecordBytes.
 	ErrRecordTooSmall = errors.New("diskqueue: record too small")
 
-	// ErrDiskFull is returned by [Log.Put] when the queue holds
+	// ErrDiskFull is returned by [Log.Put] and [Log.PutBatch] when the queue holds
 	// Options.MaxDiskBytes, or when the file system reported ENOSPC; in the
 	// second case the error also wraps syscall.ENOSPC. Put works again once
 	// consumers have freed space.
@@ -50,8 +50,8 @@ var (
 	// sequence number that was never written or is no longer retained.
 	ErrNotFound = errors.New("diskqueue: record not found")
 
-	// ErrReadOnly is returned by [Log.Put], [Log.Sync] and [Log.Empty]
-	// on a queue opened with [OpenReadOnly].
+	// ErrReadOnly is returned by [Log.Put], [Log.PutBatch], [Log.Sync],
+	// [Log.Empty] and [Cursor.Empty] on a queue opened with [OpenReadOnly].
 	ErrReadOnly = errors.New("diskqueue: opened read-only")
 
 	// ErrNotInFlight is returned by [Queue.Ack] for a sequence number that was

@@ -125,3 +125,37 @@ func ExampleLog_Cursor() {
 	// audit: seq 1 order 2
 	// [audit billing]
 }
+
+// A batch is stored as consecutive records, and with SyncEvery 1 it waits
+// for one fsync rather than one per record.
+func ExampleLog_PutBatch() {
+	dir, _ := os.MkdirTemp("", "spillq-example")
+	defer os.RemoveAll(dir)
+	q, err := diskqueue.Open(dir, diskqueue.Options{SyncEvery: 1})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer q.Close()
+
+	ctx := context.Background()
+	batch := [][]byte{[]byte("debit A"), []byte("credit B"), []byte("log transfer")}
+	n, err := q.PutBatch(ctx, batch)
+	if err != nil {
+		// n records (a prefix of batch) were stored all the same.
+		log.Fatalf("stored %d of %d: %v", n, len(batch), err)
+	}
+	for q.Depth() > 0 {
+		rec, err := q.Read(ctx)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("seq %d: %s\n", rec.Seq, rec.Body)
+		q.Ack(rec.Seq)
+	}
+	fmt.Println("fsyncs:", q.Stats().Syncs)
+	// Output:
+	// seq 0: debit A
+	// seq 1: credit B
+	// seq 2: log transfer
+	// fsyncs: 1
+}

@@ -699,6 +699,39 @@ func TestWritePathFallback(t *testing.T) {
 	}
 }
 
+// TestVerifyTombstones: segments deleted behind a held record leave
+// tombstones, which are not damage.
+func TestVerifyTombstones(t *testing.T) {
+	dir := t.TempDir()
+	q := mustOpen(t, dir, Options{MaxSegmentBytes: 1 << 10})
+	ctx := context.Background()
+	for i := 0; i < 200; i++ {
+		if err := q.Put(ctx, faultBody(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 200; i++ {
+		rec, err := q.Read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i > 0 { // seq 0 stays in flight and pins its segment
+			if err := q.Ack(rec.Seq); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if tombs, _ := filepath.Glob(filepath.Join(dir, "*"+ackSuffix)); len(tombs) < 3 {
+		t.Fatalf("acknowledgement files %v: want tombstones behind the pinned segment", tombs)
+	}
+	if rep, err := Verify(dir); err != nil || !rep.OK() {
+		t.Fatalf("Verify of a queue with tombstones: %v %+v", err, rep.Problems)
+	}
+}
+
 // TestVerifyReportsAckDamage: Verify checks each acknowledgement file's
 // header; a damaged one is a problem (its acknowledgements above the cursor
 // would come back), and Open recovers by recreating it.

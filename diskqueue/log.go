@@ -110,6 +110,7 @@ type Log struct {
 	readErrors     atomic.Int64
 	syncs          atomic.Int64
 	retriedWrites  atomic.Int64
+	droppedRecords atomic.Int64        // given up by drop-when-full cursors (discard.go)
 	sparesUsed     atomic.Int64        // rotations that renamed a spare into place
 	syncLatency    histogram.Histogram // duration of each fsync of the log
 }
@@ -194,65 +195,163 @@ func newLog(dir string, o Options) *Log {
 // the disk is full; ctx bounds the wait. If ctx ends while Put waits for an
 // fsync the record is stored but may not be durable yet.
 func (l *Log) Put(ctx context.Context, body []byte) error {
-	if len(body) > l.opts.MaxRecordBytes {
-		return fmt.Errorf("%w: %d bytes, limit %d", ErrRecordTooLarge, len(body), l.opts.MaxRecordBytes)
-	}
-	if len(body) < l.opts.MinRecordBytes {
-		return fmt.Errorf("%w: %d bytes, minimum %d", ErrRecordTooSmall, len(body), l.opts.MinRecordBytes)
+	if err := l.checkBody(body); err != nil {
+		return err
 	}
 	if l.readOnly {
 		return ErrReadOnly
 	}
-	var flags byte
-	stored := body
+	var flags [1]byte
+	stored := [1][]byte{body}
 	if l.opts.Compress {
-		if c := snappy.Encode(nil, body); len(c) < len(body) {
-			stored, flags = c, flagSnappy
+		stored[0], flags[0] = compress(body)
+	}
+	_, err := l.putRecords(ctx, flags[:], stored[:])
+	return err
+}
+
+// PutBatch appends a copy of each of bodies, in order, as consecutive
+// records: all under one acquisition of the log's lock unless the disk
+// fills midway, so no other Put's record comes between them, and (with
+// SyncEvery 1) with one wait for one fsync covering them all. It returns
+// how many records it stored, always a prefix of bodies, and the first
+// error. PutBatch does not keep bodies.
+//
+// Every body's size is checked before any is stored: one too large or too
+// small ([ErrRecordTooLarge], [ErrRecordTooSmall]) stores nothing. When
+// the disk fills midway the records stored stay, and PutBatch returns
+// their count with [ErrDiskFull] (with BlockWhenFull it waits, as Put
+// does, and goes on once there is room). When it returns, the records it
+// counts are as durable as a Put's would be; if ctx ends while it waits
+// for their fsync they are stored but may not be durable yet.
+//
+// The lock is held while the whole batch is copied in, so other producers
+// wait that long: batches of a few hundred kilobytes keep that short.
+func (l *Log) PutBatch(ctx context.Context, bodies [][]byte) (int, error) {
+	for i, body := range bodies {
+		if err := l.checkBody(body); err != nil {
+			return 0, fmt.Errorf("%w (body %d of %d)", err, i, len(bodies))
 		}
 	}
-	frame := int64(frameSize(len(stored)))
-	for waited := false; ; waited = true {
+	if l.readOnly {
+		return 0, ErrReadOnly
+	}
+	stored, flags := bodies, []byte(nil)
+	if l.opts.Compress {
+		stored, flags = make([][]byte, len(bodies)), make([]byte, len(bodies))
+		for i, body := range bodies {
+			stored[i], flags[i] = compress(body)
+		}
+	}
+	return l.putRecords(ctx, flags, stored)
+}
+
+// checkBody checks a body against MaxRecordBytes and MinRecordBytes; small
+// enough to be inlined into Put.
+func (l *Log) checkBody(body []byte) error {
+	if len(body) > l.opts.MaxRecordBytes || len(body) < l.opts.MinRecordBytes {
+		return l.bodySizeError(body)
+	}
+	return nil
+}
+
+func (l *Log) bodySizeError(body []byte) error {
+	if n := len(body); n > l.opts.MaxRecordBytes {
+		return fmt.Errorf("%w: %d bytes, limit %d", ErrRecordTooLarge, n, l.opts.MaxRecordBytes)
+	}
+	return fmt.Errorf("%w: %d bytes, minimum %d", ErrRecordTooSmall, len(body), l.opts.MinRecordBytes)
+}
+
+// compress returns what a record of body stores: body snappy-compressed,
+// flagged, when that is smaller, or body itself.
+func compress(body []byte) ([]byte, byte) {
+	if c := snappy.Encode(nil, body); len(c) < len(body) {
+		return c, flagSnappy
+	}
+	return body, 0
+}
+
+// putRecords is Put's and PutBatch's loop: it appends stored[i] (flagged
+// flags[i]; flags may be nil for none) in order, as many as fit per
+// acquisition of l.mu, waiting for space between acquisitions with
+// BlockWhenFull, and then waits once, as the sync policy says, for the
+// last of them. It returns how many it stored and the first error.
+func (l *Log) putRecords(ctx context.Context, flags []byte, stored [][]byte) (int, error) {
+	n := 0
+	var last uint64 // seq of the last record stored
+	var err error
+	waited := false
+	for {
 		l.mu.Lock()
-		if err := l.acceptingLocked(); err != nil {
+		if err = l.acceptingLocked(); err != nil {
 			l.mu.Unlock()
-			return err
+			break
 		}
-		err := l.fullLocked(frame)
-		var seq uint64
-		if err == nil {
-			seq, err = l.appendLocked(flags, stored)
-		}
-		if err != nil {
-			if errors.Is(err, ErrDiskFull) {
-				l.requestRollLocked()
+		from := n
+		budget := false // the disk budget (not the file system) is spent
+		for n < len(stored) {
+			if err = l.fullLocked(int64(frameSize(len(stored[n])))); err != nil {
+				budget = true
+				break
 			}
-			wait := l.freed.Wait()
-			l.mu.Unlock()
-			if !l.opts.BlockWhenFull || !errors.Is(err, ErrDiskFull) {
-				return err
+			var f byte
+			if flags != nil {
+				f = flags[n]
 			}
-			if err := l.waitForSpace(ctx, wait); err != nil {
-				return err
+			var seq uint64
+			if seq, err = l.appendLocked(f, stored[n]); err != nil {
+				break
 			}
-			continue
+			last = seq
+			n++
 		}
 		over := l.unsynced >= l.opts.SyncEvery
-		l.mu.Unlock()
-		if waited {
-			l.retriedWrites.Add(1)
+		full := err != nil && errors.Is(err, ErrDiskFull)
+		var wait <-chan struct{}
+		drop := false
+		if full {
+			l.requestRollLocked()
+			drop = budget && l.droppingLocked()
+			wait = l.freed.Wait()
 		}
-		l.written.Notify()
-		if !l.syncAlways || l.opts.NoSync {
-			if over {
+		l.mu.Unlock()
+		if n > from {
+			l.written.Notify()
+			if over && (!l.syncAlways || l.opts.NoSync) {
 				l.wake()
 			}
-			return nil
 		}
-		if err := l.waitSynced(ctx, seq+1, 0, false); err != nil {
-			return fmt.Errorf("diskqueue: put: %w", err)
+		if err == nil {
+			if waited {
+				l.retriedWrites.Add(1)
+			}
+			break
 		}
-		return nil
+		if !full {
+			break
+		}
+		if drop && l.dropForRoom(int64(frameSize(len(stored[n])))) {
+			continue // there is room now, made by the drop-when-full policy or not (discard.go)
+		}
+		if !l.opts.BlockWhenFull {
+			break
+		}
+		if err = l.waitForSpace(ctx, wait); err != nil {
+			break
+		}
+		waited = true
 	}
+	if n == 0 || !l.syncAlways || l.opts.NoSync {
+		return n, err
+	}
+	if serr := l.waitSynced(ctx, last+1, 0, false); serr != nil {
+		serr = fmt.Errorf("diskqueue: put: %w", serr)
+		if err == nil {
+			return n, serr
+		}
+		return n, errors.Join(err, serr)
+	}
+	return n, err
 }
 
 // acceptingLocked returns why the queue takes no more writes: closed, or a
@@ -271,17 +370,22 @@ func (l *Log) fullLocked(n int64) error {
 	if max == 0 {
 		return nil
 	}
-	// Besides the frame and its index entry, the record takes a bit in
-	// each cursor's bitmap (at worst a byte more in each), and a rotation adds three
-	// file headers, a time entry or two and each cursor's bitmap header:
-	// what diskBytes will count for them (segment.diskBytes).
-	bitmaps := int64(len(l.cursors))
-	reserve := int64(3*fileHeaderSize+3*timeIndexEntrySize) + bitmaps*ackHeaderSize
 	used := l.diskBytes.Load()
-	if used+n+indexEntrySize+bitmaps+reserve <= max {
+	if used+l.budgetLocked(n) <= max {
 		return nil
 	}
 	return fmt.Errorf("%w: %d bytes used, %d more would pass MaxDiskBytes %d", ErrDiskFull, used, n, max)
+}
+
+// budgetLocked is what a frame of n bytes needs of the disk budget, beyond
+// what the log holds. Besides the frame and its index entry, the record
+// takes a bit in each cursor's bitmap (at worst a byte more in each), and a
+// rotation adds three file headers, a time entry or two and each cursor's
+// bitmap header: what diskBytes will count for them (segment.diskBytes).
+func (l *Log) budgetLocked(n int64) int64 {
+	bitmaps := int64(len(l.cursors))
+	reserve := int64(3*fileHeaderSize+3*timeIndexEntrySize) + bitmaps*ackHeaderSize
+	return n + indexEntrySize + bitmaps + reserve
 }
 
 // requestRollLocked asks the writer to roll the active segment when every
@@ -489,6 +593,11 @@ type Stats struct {
 	// RetriedWrites counts Puts that found the disk full, waited
 	// (BlockWhenFull) and then went through.
 	RetriedWrites int64
+	// DroppedRecords counts the records cursors set to drop when full
+	// ([Cursor.SetDropWhenFull]) gave up unacknowledged at MaxDiskBytes
+	// since Open, summed over those cursors; [CursorStats].Dropped has each
+	// one's.
+	DroppedRecords int64
 	// WritePath is how Put reaches the kernel, chosen at Open: "mmap"
 	// (records copied into preallocated, mapped segment files: no system
 	// call per Put) or "write" (the producer's own write(2), where the OS
@@ -545,6 +654,7 @@ func (l *Log) stats(c *Cursor) Stats {
 		IndexRebuilds:  l.indexRebuilds.Load(),
 		ReadErrors:     l.readErrors.Load(),
 		RetriedWrites:  l.retriedWrites.Load(),
+		DroppedRecords: l.droppedRecords.Load(),
 	}
 	st.ReadSeq = st.WriteSeq
 	if c != nil {

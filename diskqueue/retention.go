@@ -167,23 +167,31 @@ func (l *Log) housekeep(now time.Time) {
 	if keep == 0 && !(len(segs) > 1 && segs[0].gone.Load()) {
 		return
 	}
+	l.deleteAcknowledged(segs, cands[:keep])
+}
+
+// deleteAcknowledged deletes segs[i] for each i in del (sealed segments
+// every record of which every cursor has acknowledged), and the
+// tombstones left leading. segs is l.segs as the caller read it; only the
+// writer goroutine, which calls this, takes segments out of it.
+func (l *Log) deleteAcknowledged(segs []*segment, del []int) {
 	// Store the cursors first so that, after a crash, none points into a
 	// segment that no longer exists (Open would cope, but this is cheaper).
-	for _, c := range cursors {
+	for _, c := range *l.cursorList.Load() {
 		c.persist()
 	}
-	del := make(map[int]bool, keep)
-	for _, i := range cands[:keep] {
-		del[i] = true
+	going := make(map[int]bool, len(del))
+	for _, i := range del {
+		going[i] = true
 	}
 	// The prefix of segments going or gone leaves the list; a segment
 	// deleted behind an unacknowledged one leaves a tombstone.
 	prefix := 0
-	for prefix < len(segs)-1 && (del[prefix] || segs[prefix].gone.Load()) {
+	for prefix < len(segs)-1 && (going[prefix] || segs[prefix].gone.Load()) {
 		prefix++
 	}
 	l.dropSegments(prefix)
-	for _, i := range cands[:keep] {
+	for _, i := range del {
 		if i >= prefix {
 			l.ghostSegment(segs[i])
 		}

@@ -91,6 +91,11 @@ func Verify(dir string) (Report, error) {
 }
 
 func (l *Log) verifySegment(seg *segment, rep *Report) {
+	if seg.gone.Load() {
+		// A tombstone: every record was acknowledged and the files
+		// deleted behind an older segment that still holds records.
+		return
+	}
 	logName := segmentName(seg.base, logSuffix)
 	size, end := seg.bounds()
 	f, err := l.segFiles(seg)
