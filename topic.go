@@ -54,6 +54,20 @@ type ChannelOptions struct {
 	// crashes. Zero, the default, sends every message through the log.
 	MemQueueSize int
 
+	// DropWhenFull chooses what happens when the topic's log reaches
+	// Disk.MaxDiskBytes with this channel behind. False, the default,
+	// holds its messages: Put returns diskqueue.ErrDiskFull (or waits,
+	// with Disk.BlockWhenFull) until the channel catches up, so nothing
+	// put is lost unless someone says so. True gives up this channel's
+	// oldest backlog instead, a segment at a time: the messages lost are
+	// counted (ChannelStats.Cursor.Dropped, the metrics) and logged, and
+	// the channel goes on from the oldest message kept; the other channels
+	// are not affected. Set it for channels whose consumers can afford to
+	// lose work (sampling, analytics) so they never stop the topic. It is
+	// not stored: set it each time the channel is opened; a channel not
+	// open holds.
+	DropWhenFull bool
+
 	// MsgTimeout, MaxAttempts, DeadLetter and MaxDeferredInMemory are as
 	// in [Options], for this channel alone.
 	MsgTimeout          time.Duration
@@ -206,6 +220,7 @@ func (t *Topic) Channel(name string, opts ChannelOptions) (*channel.Channel, err
 		src = &cursorSource{c: cur}
 		t.sources[name] = src
 	}
+	src.c.SetDropWhenFull(opts.DropWhenFull)
 	tq, err := diskqueue.Open(filepath.Join(t.dir, ChannelsDir, name), t.topts)
 	if err != nil {
 		return nil, fmt.Errorf("spillq: channel %q: timer store: %w", name, err)
@@ -396,15 +411,20 @@ func (s *cursorSource) Unread(seq uint64, body []byte) {
 
 // Ack acknowledges seq for the channel. The channel acknowledges each
 // record it delivered once, so the cursor finds one not in flight only
-// when Cursor.Empty discarded it while the channel's reader had it in
-// hand: done already, not an error to the consumer's Finish.
+// when Cursor.Empty or the lag policy discarded it while a consumer had it
+// in hand: done already, not an error to the consumer's Finish.
 func (s *cursorSource) Ack(seq uint64) error {
 	if err := s.c.Ack(seq); err != nil && !errors.Is(err, diskqueue.ErrNotInFlight) {
 		return err
 	}
 	return nil
 }
-func (s *cursorSource) Depth() int64         { return s.c.Depth() }
+func (s *cursorSource) Depth() int64 { return s.c.Depth() }
+
+// Discarded reports whether seq, which the channel read and has not
+// acknowledged, was discarded by Cursor.Empty or the lag policy since: both
+// move the cursor's floor (its oldest unacknowledged record) past it.
+func (s *cursorSource) Discarded(seq uint64) bool { return seq < s.c.Stats().ReadSeq }
 
 func (s *cursorSource) Empty() error {
 	s.mu.Lock()
@@ -414,6 +434,7 @@ func (s *cursorSource) Empty() error {
 }
 
 func (s *cursorSource) Close() error {
+	s.c.SetDropWhenFull(false) // as after a restart: a channel not open holds
 	s.closed()
 	return nil
 }

@@ -350,3 +350,52 @@ func TestTopicChannelEmpty(t *testing.T) {
 		t.Errorf("b after restart: %d deferred, want 1", st.Deferred)
 	}
 }
+
+// TestTopicLagPolicy: at MaxDiskBytes a channel set to drop gives up its
+// oldest segments, counted, so Puts go on and the channels that hold lose
+// nothing; a channel that holds (the default) makes Put fail instead.
+func TestTopicLagPolicy(t *testing.T) {
+	disk := diskqueue.Options{MaxSegmentBytes: 8 << 10, MaxDiskBytes: 64 << 10}
+	tp := openTopic(t, t.TempDir(), spillq.TopicOptions{Disk: disk})
+	defer tp.Close()
+	keep := topicChannel(t, tp, "keep", spillq.ChannelOptions{})
+	lossy := topicChannel(t, tp, "lossy", spillq.ChannelOptions{DropWhenFull: true})
+	lossy.Pause()
+	const n = 3000 // about 5 times the budget
+	var kept []int
+	for i := range n {
+		if err := tp.Put(context.Background(), body(i)); err != nil {
+			t.Fatalf("Put %d with only a dropping channel behind: %v", i, err)
+		}
+		kept = append(kept, take(t, keep, 1)...)
+	}
+	if !slices.Equal(kept, span(0, n)) {
+		t.Fatalf("the holding channel got %d messages, want all %d in order", len(kept), n)
+	}
+	var dropped int64
+	for _, cs := range tp.Stats().Channels {
+		if cs.Name == "lossy" {
+			dropped = cs.Cursor.Dropped
+		}
+	}
+	if dropped == 0 || dropped >= n {
+		t.Fatalf("lossy dropped %d of %d", dropped, n)
+	}
+	lossy.Unpause()
+	got := take(t, lossy, n-int(dropped))
+	if !slices.Equal(got, span(int(dropped), n)) {
+		t.Errorf("lossy got %d messages from %d; want the newest %d in order", len(got), got[0], n-int(dropped))
+	}
+	nothingMore(t, lossy)
+
+	// A holding channel that falls behind stops the topic at the budget.
+	stuck := topicChannel(t, tp, "stuck", spillq.ChannelOptions{})
+	stuck.Pause()
+	var err error
+	for i := 0; i < 2*n && err == nil; i++ {
+		err = tp.Put(context.Background(), body(i))
+	}
+	if !errors.Is(err, diskqueue.ErrDiskFull) {
+		t.Fatalf("Put with a holding channel behind: %v, want ErrDiskFull", err)
+	}
+}

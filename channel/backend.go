@@ -33,6 +33,16 @@ type Unreader interface {
 	Unread(seq uint64, body []byte)
 }
 
+// Discarder is implemented by sources that can discard records the
+// channel has read and not acknowledged, such as a topic's cursor (its
+// Empty, and a lag policy that drops a channel's oldest backlog at the
+// disk budget). Before it delivers a message read from the source (again),
+// the channel asks, and drops one discarded meanwhile, so what the source
+// counts as discarded is not delivered too.
+type Discarder interface {
+	Discarded(seq uint64) bool
+}
+
 // Backend is the disk tier a Channel spills to. spillq's disk queue
 // satisfies it through spillq.Open; package
 // [github.com/spillq/spillq/diskqueue/godq] adapts nsqd's go-diskqueue.

@@ -54,10 +54,8 @@ type Channel struct {
 	// NextSeq-readThrough records this channel has not read yet (see
 	// Channel.backlogged). A topic's channel leaves diskPending at zero.
 	readThrough atomic.Uint64
-	// emptiedBelow is, for a topic's channel, the end of the log when
-	// Empty last ran: the pump drops records below it (Empty discarded
-	// them from the cursor) that it had read ahead.
-	emptiedBelow atomic.Uint64
+	// discards is src as a Discarder, if it is one.
+	discards Discarder
 	// unsent is a record the pump had read when the channel closed; Close
 	// gives it back to an Unreader source once the pump has returned.
 	unsent *Message
@@ -171,6 +169,7 @@ func newChannel(opts Options, src Source, fan *Fanout) (*Channel, error) {
 	if c.minBody, c.maxBody, err = bodyLimits(o.Backend); err != nil {
 		return nil, err
 	}
+	c.discards, _ = src.(Discarder)
 	c.closeCtx, c.cancel = context.WithCancel(context.Background())
 	c.started = time.Now()
 	c.now.Store(c.started.UnixNano())
@@ -318,6 +317,9 @@ func (c *Channel) addReadyLocked(m *Message) {
 // that must not reach a consumer: discarded by Empty, or expired.
 func (c *Channel) deliver(m *Message) (*Message, bool) {
 	if m.gen != c.gen.Load() {
+		return nil, false
+	}
+	if m.src == srcBackend && c.discards != nil && c.discards.Discarded(m.seq) {
 		return nil, false
 	}
 	if m.expires != 0 && time.Now().UnixNano() > m.expires {
@@ -623,16 +625,10 @@ func (c *Channel) waitUnpaused(ctx context.Context) error {
 // Empty discards every message: in memory, in the backend, deferred,
 // requeued and in flight (Finish on those returns ErrNotInFlight).
 //
-// Messages put while Empty runs may or may not be discarded (and on a
-// topic's channel, one its reader had in hand may still be delivered once).
+// Messages put while Empty runs may or may not be discarded.
 func (c *Channel) Empty() error {
 	if c.isClosed.Load() {
 		return ErrClosed
-	}
-	if c.fan != nil {
-		// Before the gen: a pump that reads the new gen then sees this
-		// mark too, and drops what it read from before the Empty.
-		storeMax(&c.emptiedBelow, c.fan.log.NextSeq())
 	}
 	c.gen.Add(1)
 	for len(c.memCh) > 0 {

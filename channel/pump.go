@@ -44,9 +44,6 @@ func (c *Channel) dispatch(seq uint64, body []byte) bool {
 	// here even if it turns out not to decode.
 	c.diskDeferred.read(seq, envelopeHasDue(body))
 	gen := c.gen.Load()
-	if c.fan != nil && seq < c.emptiedBelow.Load() {
-		return true // discarded by Empty (loaded after gen: see Empty)
-	}
 	m, err := decodeEnvelope(body)
 	if err != nil {
 		c.cons.badRecords.Add(1)
