@@ -470,23 +470,11 @@ func (l *Log) DeleteCursor(name string) error {
 // cursor's bitmap files meanwhile.
 func (l *Log) deleteCursor(name string) error {
 	l.mu.Lock()
-	i := slices.IndexFunc(l.cursors, func(c *Cursor) bool { return c.name == name })
-	if i < 0 {
-		l.mu.Unlock()
-		return fmt.Errorf("%w: cursor %q", ErrNotFound, name)
-	}
-	c := l.cursors[i]
-	l.cursors = slices.Delete(slices.Clone(l.cursors), i, i+1)
-	list := slices.Clone(l.cursors)
-	l.cursorList.Store(&list)
-	for _, t := range append([]*tail{l.t}, l.sealQ...) {
-		if t == nil {
-			continue
-		}
-		t.acks = slices.DeleteFunc(t.acks, func(a *ackFile) bool { return a.owner == c })
-	}
-	l.countBitmapsLocked(-1)
+	c, err := l.unregisterLocked(name)
 	l.mu.Unlock()
+	if err != nil {
+		return err
+	}
 	c.closeFiles()
 	// The cursor file goes first: a directory without one is a deletion a
 	// crash interrupted, which the next Open finishes.
@@ -503,6 +491,28 @@ func (l *Log) deleteCursor(name string) error {
 	}
 	l.wake()
 	return nil
+}
+
+// unregisterLocked takes the named cursor out of the log: no append grows
+// its bitmaps and no housekeeping waits for it from now on. The caller
+// holds l.mu, runs on the writer goroutine, and closes the cursor's files.
+func (l *Log) unregisterLocked(name string) (*Cursor, error) {
+	i := slices.IndexFunc(l.cursors, func(c *Cursor) bool { return c.name == name })
+	if i < 0 {
+		return nil, fmt.Errorf("%w: cursor %q", ErrNotFound, name)
+	}
+	c := l.cursors[i]
+	l.cursors = slices.Delete(slices.Clone(l.cursors), i, i+1)
+	list := slices.Clone(l.cursors)
+	l.cursorList.Store(&list)
+	for _, t := range append([]*tail{l.t}, l.sealQ...) {
+		if t == nil {
+			continue
+		}
+		t.acks = slices.DeleteFunc(t.acks, func(a *ackFile) bool { return a.owner == c })
+	}
+	l.countBitmapsLocked(-1)
+	return c, nil
 }
 
 // removeCursorDir removes a cursor's directory whose cursor file is gone.

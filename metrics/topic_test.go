@@ -78,6 +78,11 @@ spillq_channel_lag_records{channel="billing",queue="events"} 0
 spillq_channel_open{channel="analytics",queue="events"} 1
 spillq_channel_open{channel="audit",queue="events"} 0
 spillq_channel_open{channel="billing",queue="events"} 1
+# HELP spillq_channel_dropped_total Messages of the topic's log the channel gave up at MaxDiskBytes (ChannelOptions.DropWhenFull) since the topic opened.
+# TYPE spillq_channel_dropped_total counter
+spillq_channel_dropped_total{channel="analytics",queue="events"} 0
+spillq_channel_dropped_total{channel="audit",queue="events"} 0
+spillq_channel_dropped_total{channel="billing",queue="events"} 0
 # HELP spillq_disk_write_seq Write cursor: the seq the next Put gets.
 # TYPE spillq_disk_write_seq gauge
 spillq_disk_write_seq{queue="events"} 10
@@ -92,7 +97,7 @@ spillq_topic_puts_total{queue="events"} 10
 spillq_topic_log_puts_total{queue="events"} 10
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
-		"spillq_channel_finishes_total", "spillq_channel_lag_records", "spillq_channel_open",
+		"spillq_channel_finishes_total", "spillq_channel_lag_records", "spillq_channel_open", "spillq_channel_dropped_total",
 		"spillq_disk_write_seq", "spillq_disk_depth", "spillq_topic_puts_total", "spillq_topic_log_puts_total"); err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +117,7 @@ spillq_topic_log_puts_total{queue="events"} 10
 					t.Errorf("lag of %s: %vs", channel, lag)
 				}
 			}
-		case name == "spillq_channel_lag_records" || name == "spillq_channel_open":
+		case name == "spillq_channel_lag_records" || name == "spillq_channel_open" || name == "spillq_channel_dropped_total":
 		case strings.HasPrefix(name, "spillq_channel_"):
 			// A queue's channel metrics, for each open channel.
 			if len(series) != 2 {

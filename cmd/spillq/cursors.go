@@ -26,7 +26,7 @@ var (
 )
 
 // cmdCursor manages a log's named cursors: create one at a position,
-// delete one, or reset one (delete, then create at the position given).
+// delete one, or reset one (move it to the position given, in place).
 // It takes the queue's lock: stop the service first.
 func cmdCursor(e *env, args []string) error { return manageCursor(e, args, namedCursor) }
 
@@ -77,26 +77,27 @@ func manageCursor(e *env, args []string, k cursorKind) error {
 	case action != "create" && !exists:
 		return fmt.Errorf("%s %q: %w", k.noun, name, diskqueue.ErrNotFound)
 	}
-	if action != "create" {
-		// Reset is a delete and a create: a crash between the two leaves
-		// the cursor deleted, and a topic's next OpenTopic then removes
-		// the channel's timer store as the rest of a deletion.
+	switch action {
+	case "reset":
+		// In place, in steps a crash cannot split into a lost cursor.
+		if err := l.ResetCursor(name, start); err != nil {
+			return err
+		}
+	case "delete":
 		if err := l.DeleteCursor(name); err != nil {
 			return err
 		}
-		if action == "delete" {
-			if k.topic {
-				// After the cursor, as Topic.DeleteChannel does: a timer
-				// store left without one is a deletion cut short, which
-				// the next OpenTopic finishes.
-				timers := filepath.Join(dir, spillq.ChannelsDir, name)
-				if err := os.RemoveAll(timers); err != nil {
-					return fmt.Errorf("deleted the cursor of channel %s; remove its timer store: %w (the next OpenTopic removes it)", name, err)
-				}
+		if k.topic {
+			// After the cursor, as Topic.DeleteChannel does: a timer
+			// store left without one is a deletion cut short, which the
+			// next OpenTopic finishes.
+			timers := filepath.Join(dir, spillq.ChannelsDir, name)
+			if err := os.RemoveAll(timers); err != nil {
+				return fmt.Errorf("deleted the cursor of channel %s; remove its timer store: %w (the next OpenTopic removes it)", name, err)
 			}
-			fmt.Fprintf(e.stdout, "deleted %s %s\n", k.noun, name)
-			return l.Close()
 		}
+		fmt.Fprintf(e.stdout, "deleted %s %s\n", k.noun, name)
+		return l.Close()
 	}
 	c, err := l.Cursor(name, start)
 	if err != nil {
