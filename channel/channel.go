@@ -674,7 +674,9 @@ func (c *Channel) Empty() error {
 
 // Depth is the number of messages waiting for delivery: Stats' MemoryDepth
 // + DiskDepth + Ready. It leaves out messages in flight and deferred ones,
-// in memory or in the backend.
+// in memory or in the backend. A message a Receive is taking at that moment
+// is in neither Depth nor InFlight for an instant: to tell a channel has
+// drained, see both at zero twice, with no Finish in between.
 func (c *Channel) Depth() int64 {
 	return int64(len(c.memCh)) + c.diskDepth() + c.readyN.Load()
 }

@@ -61,6 +61,7 @@ func drive(ctx context.Context, cfg config, w workload, first int64, draw func(f
 	// Draining takes as long as the backlog needs; only a stall is an error.
 	const stallLimit = 10 * time.Second
 	lastProgress, lastFinished := time.Now(), int64(-1)
+	drainedAt := int64(-1) // progress when drained was last seen, or -1
 	var err error
 loop:
 	for {
@@ -85,8 +86,17 @@ loop:
 			draw(false)
 			break loop
 		}
+		// Drained twice in a row, a tick apart, with nothing finished in
+		// between: a message a consumer is taking at the moment of one
+		// look is counted in neither Depth nor InFlight, but not at both.
 		if producersDone == nil && w.drained() {
-			break
+			if f := w.progress(); f == drainedAt {
+				break
+			} else {
+				drainedAt = f
+			}
+		} else {
+			drainedAt = -1
 		}
 	}
 	stopProducing()
