@@ -56,6 +56,8 @@ type Channel struct {
 	readThrough atomic.Uint64
 	// discards is src as a Discarder, if it is one.
 	discards Discarder
+	// keys is the key policy's state; nil under KeyNone.
+	keys *keyTable
 	// unsent is a record the pump had read when the channel closed; Close
 	// gives it back to an Unreader source once the pump has returned.
 	unsent *Message
@@ -170,6 +172,12 @@ func newChannel(opts Options, src Source, fan *Fanout) (*Channel, error) {
 		return nil, err
 	}
 	c.discards, _ = src.(Discarder)
+	if o.Keys != KeyNone {
+		if fan != nil && o.Keys != KeySerial {
+			return nil, fmt.Errorf("%w: Keys %v on a topic's channel: it decides at Put, which is the topic's; a topic's channel takes KeyNone or KeySerial", ErrInvalidOptions, o.Keys)
+		}
+		c.keys = newKeyTable(o.Keys, o.DedupWindow)
+	}
 	c.closeCtx, c.cancel = context.WithCancel(context.Background())
 	c.started = time.Now()
 	c.now.Store(c.started.UnixNano())
@@ -327,6 +335,17 @@ func (c *Channel) deliver(m *Message) (*Message, bool) {
 		c.deadLetter(m, ErrExpired)
 		return nil, false
 	}
+	if c.keys != nil && m.Key != nil {
+		switch ok, drop := c.keys.take(m); {
+		case drop:
+			// Superseded: it will never be delivered.
+			c.ackRecord(m, "superseded by a newer message with its key")
+			c.keyDone(m)
+			return nil, false
+		case !ok:
+			return nil, false // parked behind its key's message (KeySerial)
+		}
+	}
 	f := c.flightFor(m)
 	f.mu.Lock()
 	m.Attempts++
@@ -412,12 +431,30 @@ func (m *Message) Finish() error {
 func (c *Channel) finished(m *Message) error {
 	n := c.cons.finishes.Add(1)
 	c.recordLatency(m, n)
+	defer c.keyDone(m)
 	if m.src != srcMemory {
 		if err := c.ack(m); err != nil {
 			return fmt.Errorf("channel: acknowledge message %s in the backend: %w", m.ID, err)
 		}
 	}
 	return nil
+}
+
+// keyDone tells the key policy m will not be delivered again; under
+// KeySerial the next message of its key, if one waits, goes to the ready
+// list.
+func (c *Channel) keyDone(m *Message) {
+	if c.keys == nil || m.Key == nil {
+		return
+	}
+	next := c.keys.done(string(m.Key), m.ID)
+	if next == nil {
+		return
+	}
+	c.mu.Lock()
+	c.addReadyLocked(next)
+	c.mu.Unlock()
+	c.readyBell.Notify()
 }
 
 // timeEvery is how many finishes share one clock read when they come fast.
@@ -549,7 +586,7 @@ func (m *Message) Touch() error {
 // in flight.
 func (m *Message) redelivery() *Message {
 	return &Message{
-		ID: m.ID, Body: m.Body, Timestamp: m.Timestamp, Attempts: m.Attempts,
+		ID: m.ID, Body: m.Body, Key: m.Key, Timestamp: m.Timestamp, Attempts: m.Attempts,
 		ch: m.ch, expires: m.expires, seq: m.seq, src: m.src, gen: m.gen,
 	}
 }
@@ -570,6 +607,7 @@ func (c *Channel) deadLetter(m *Message, reason error) {
 	if err := c.ack(m); err != nil {
 		c.log.Warn("channel: cannot acknowledge dead letter in the backend", "id", m.ID.String(), "err", err)
 	}
+	c.keyDone(m)
 }
 
 func (c *Channel) wakeClock() {
@@ -643,6 +681,9 @@ func (c *Channel) Empty() error {
 	c.ready = nil
 	c.readyN.Store(0)
 	c.deferred = nil
+	if c.keys != nil {
+		c.keys.empty()
+	}
 	if c.timers != nil {
 		c.timers.empty()
 	}
@@ -750,6 +791,16 @@ type Stats struct {
 	Expired     int64 // of those, expired before delivery
 	BadRecords  int64 // backend records that were not channel messages
 
+	// The key policy's (Options.Keys) figures, zero under KeyNone.
+	// KeysPending is the keys with a message pending (KeyUnique,
+	// KeyReplace), remembered within the window (KeyDedup) or being
+	// worked on (KeySerial); KeyWaiting the messages waiting behind a
+	// key's message (KeySerial; they count in no other depth); Duplicates
+	// the Puts refused (KeyUnique, KeyDedup); Superseded the messages
+	// replaced by a newer one before delivery (KeyReplace).
+	KeysPending, KeyWaiting int
+	Duplicates, Superseded  int64
+
 	// End-to-end latency, from Put to Finish, of finished messages: the
 	// upper bound of the histogram bucket (within 19%) holding each
 	// percentile. While a backlog waits, one finish in 8 is timed and
@@ -786,6 +837,10 @@ func (c *Channel) Stats() Stats {
 	st.Spills, st.Requeues = c.prod.spills.Load(), c.cons.requeues.Load()
 	st.Timeouts, st.Finishes = c.cons.timeouts.Load(), c.cons.finishes.Load()
 	st.DeadLetters, st.Expired, st.BadRecords = c.cons.deadLetters.Load(), c.cons.expired.Load(), c.cons.badRecords.Load()
+	if c.keys != nil {
+		st.KeysPending, st.KeyWaiting = c.keys.stats()
+		st.Duplicates, st.Superseded = c.keys.duplicates.Load(), c.keys.superseded.Load()
+	}
 	p := c.latency.Percentiles(0.5, 0.99, 0.999)
 	st.LatencyP50, st.LatencyP99, st.LatencyP999 = p[0], p[1], p[2]
 	return st
@@ -890,6 +945,9 @@ func (c *Channel) Close() error {
 	held = append(held, c.ready...)
 	held = append(held, c.deferred...)
 	held = append(held, c.dropFlightsLocked()...)
+	if c.keys != nil {
+		held = append(held, c.keys.parked()...)
+	}
 	c.ready, c.deferred = nil, nil
 	c.readyN.Store(0)
 	c.mu.Unlock()

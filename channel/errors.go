@@ -52,6 +52,12 @@ var (
 	// the topic, which every channel of it receives.
 	ErrTopicChannel = errors.New("channel: a topic's channel takes messages from its topic; put to the topic")
 
-	// ErrInvalidOptions is returned by [New] for an out-of-range option.
+	// ErrDuplicate is returned by Put and PutWith for a message whose key
+	// the channel's key policy refuses: one with a message pending under
+	// KeyUnique, one put within the window under KeyDedup (see
+	// Options.DuplicatesOK). The message is not stored.
+	ErrDuplicate = errors.New("channel: duplicate key")
+
+		// ErrInvalidOptions is returned by [New] for an out-of-range option.
 	ErrInvalidOptions = errors.New("channel: invalid options")
 )

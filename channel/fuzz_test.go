@@ -15,6 +15,11 @@ func FuzzDecodeEnvelope(f *testing.F) {
 	f.Add(appendEnvelope(nil, m))
 	m.due, m.expires = 99, 100
 	f.Add(appendEnvelope(nil, m))
+	m.Key = []byte("customer-7")
+	f.Add(appendEnvelope(nil, m))
+	m.due, m.expires = 0, 0
+	f.Add(appendEnvelope(nil, m))
+	f.Add([]byte{1, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}) // flagged, empty key
 	f.Add([]byte{1, 3, 0, 0})
 	f.Add([]byte{2})
 	f.Fuzz(func(t *testing.T, b []byte) {

@@ -29,6 +29,9 @@ type Message struct {
 	Body      []byte
 	Timestamp time.Time // when the message was first Put
 	Attempts  uint16    // deliveries so far, this one included
+	// Key is the message's key ([PutOptions].Key), nil for none: what the
+	// channel's key policy (Options.Keys) goes by.
+	Key []byte
 
 	// Owned by the channel; guarded by its in-flight shard's lock while in
 	// flight (see flightList), by ch.mu while ready or deferred, and by the
@@ -68,14 +71,29 @@ const (
 // the on-disk format (FORMAT.md, "Channel message envelope").
 //
 //	0     1       2          10            12          20
-//	| ver | flags | id u64   | attempts u16 | ts i64    | [due i64] [expires i64] | body
+//	| ver | flags | id u64   | attempts u16 | ts i64    | [due i64] [expires i64] [key len u16, key] | body
 const (
 	envelopeVersion = 1
 	envFlagDue      = 1 << 0
 	envFlagExpires  = 1 << 1
-	envKnownFlags   = envFlagDue | envFlagExpires
+	envFlagKey      = 1 << 2
+	envKnownFlags   = envFlagDue | envFlagExpires | envFlagKey
 	envFixedSize    = 20
 )
+
+// MaxKeyBytes is the longest key a message may carry ([PutOptions].Key).
+// A key is stored in the message's envelope, with a 2-byte length, so it
+// counts toward the backend's record limit with the body: a message's body
+// may be len(key)+2 bytes shorter than one without a key.
+const MaxKeyBytes = 1024
+
+// keyOverhead is what a key adds to an envelope.
+func keyOverhead(key []byte) int {
+	if key == nil {
+		return 0
+	}
+	return 2 + len(key)
+}
 
 // MinEnvelopeOverhead and MaxEnvelopeOverhead are the fewest and the most
 // bytes a [Channel] adds to a body when it writes the message to its
@@ -96,6 +114,9 @@ func appendEnvelope(dst []byte, m *Message) []byte {
 	if m.expires != 0 {
 		flags |= envFlagExpires
 	}
+	if m.Key != nil {
+		flags |= envFlagKey
+	}
 	dst = append(dst, envelopeVersion, flags)
 	dst = binary.BigEndian.AppendUint64(dst, uint64(m.ID))
 	dst = binary.BigEndian.AppendUint16(dst, m.Attempts)
@@ -105,6 +126,10 @@ func appendEnvelope(dst []byte, m *Message) []byte {
 	}
 	if m.expires != 0 {
 		dst = binary.BigEndian.AppendUint64(dst, uint64(m.expires))
+	}
+	if m.Key != nil {
+		dst = binary.BigEndian.AppendUint16(dst, uint16(len(m.Key)))
+		dst = append(dst, m.Key...)
 	}
 	return append(dst, m.Body...)
 }
@@ -125,7 +150,7 @@ func envelopeDue(b []byte) int64 {
 	return int64(binary.BigEndian.Uint64(b[envFixedSize:]))
 }
 
-// decodeEnvelope parses a backend record. The body aliases b.
+// decodeEnvelope parses a backend record. The body and key alias b.
 func decodeEnvelope(b []byte) (*Message, error) {
 	if len(b) < envFixedSize {
 		return nil, fmt.Errorf("%w: %d bytes", ErrBadEnvelope, len(b))
@@ -159,6 +184,18 @@ func decodeEnvelope(b []byte) (*Message, error) {
 			return nil, fmt.Errorf("%w: flagged time is zero", ErrBadEnvelope)
 		}
 		rest = rest[8:]
+	}
+	if flags&envFlagKey != 0 {
+		if len(rest) < 2 {
+			return nil, fmt.Errorf("%w: truncated key length", ErrBadEnvelope)
+		}
+		n := int(binary.BigEndian.Uint16(rest))
+		if n == 0 || n > MaxKeyBytes || len(rest) < 2+n {
+			// Zero is "no key", never written with its flag set.
+			return nil, fmt.Errorf("%w: key of %d bytes (%d left, 1 to %d allowed)", ErrBadEnvelope, n, len(rest)-2, MaxKeyBytes)
+		}
+		m.Key = rest[2 : 2+n : 2+n]
+		rest = rest[2+n:]
 	}
 	m.Body = rest
 	return m, nil

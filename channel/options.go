@@ -55,6 +55,22 @@ type Options struct {
 	// message at Warn and drops it; Stats counts it either way.
 	DeadLetter func(m *Message, reason error)
 
+	// Keys is the key policy: what the channel does with the keys messages
+	// carry (PutOptions.Key). Zero, KeyNone, carries them and enforces
+	// nothing; see [KeyPolicy] for the others. On a topic's channel only
+	// KeyNone and KeySerial apply: the others decide at Put, which is the
+	// topic's.
+	Keys KeyPolicy
+
+	// DedupWindow is how long KeyDedup remembers a key once put. Zero means
+	// DefaultDedupWindow (10 minutes).
+	DedupWindow time.Duration
+
+	// DuplicatesOK makes a Put that KeyUnique or KeyDedup refuses return
+	// nil instead of ErrDuplicate: the message is dropped all the same and
+	// counted in Stats.Duplicates.
+	DuplicatesOK bool
+
 	// FailWhenFull makes Put return ErrFull instead of waiting when the
 	// memory buffer is full and there is no Backend. (With a Backend, a
 	// full disk is the backend's to report or wait out.)
@@ -77,6 +93,15 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.MaxDeferredInMemory < 0 {
 		return o, fmt.Errorf("%w: MaxDeferredInMemory %d is negative", ErrInvalidOptions, o.MaxDeferredInMemory)
+	}
+	if o.Keys > KeySerial {
+		return o, fmt.Errorf("%w: Keys %v", ErrInvalidOptions, o.Keys)
+	}
+	if o.DedupWindow < 0 {
+		return o, fmt.Errorf("%w: DedupWindow %v is negative", ErrInvalidOptions, o.DedupWindow)
+	}
+	if o.DedupWindow == 0 {
+		o.DedupWindow = DefaultDedupWindow
 	}
 	if o.MaxDeferredInMemory == 0 {
 		o.MaxDeferredInMemory = DefaultMaxDeferredInMemory

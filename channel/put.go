@@ -24,6 +24,11 @@ type PutOptions struct {
 	// Expires, if not zero, is when an undelivered message stops being
 	// worth delivering: it goes to the dead-letter handler instead.
 	Expires time.Time
+	// Key, if not empty, is the message's key, up to MaxKeyBytes: stored
+	// with it (counting toward the record limit with the body), handed to
+	// consumers as Message.Key, and what the channel's key policy
+	// (Options.Keys) goes by.
+	Key []byte
 }
 
 // Put queues body for delivery. The channel takes ownership of body: do not
@@ -52,8 +57,17 @@ func (c *Channel) PutWith(ctx context.Context, body []byte, po PutOptions) error
 	if c.isClosed.Load() {
 		return ErrClosed // before an ID is taken, so not counted
 	}
-	if err := checkBody(body, c.minBody, c.maxBody); err != nil {
+	if len(po.Key) > MaxKeyBytes {
+		return fmt.Errorf("%w: key of %d bytes, limit %d", ErrTooLarge, len(po.Key), MaxKeyBytes)
+	}
+	if len(po.Key) == 0 {
+		po.Key = nil
+	}
+	if err := checkBody(body, c.minBody, c.maxBody-keyOverhead(po.Key)); err != nil {
 		return err
+	}
+	if po.Key != nil && c.keys != nil {
+		return c.putKeyed(ctx, body, po)
 	}
 	if po.Delay <= 0 && c.memCh != nil && c.diskPending.Load() == 0 {
 		// The common case, a message for the memory buffer, is allocated
@@ -78,9 +92,41 @@ func (c *Channel) PutWith(ctx context.Context, body []byte, po PutOptions) error
 	return c.putFull(ctx, &m)
 }
 
+// putKeyed is PutWith of a message with a key under a key policy: the
+// policy admits it first, and takes it back if it is not stored.
+func (c *Channel) putKeyed(ctx context.Context, body []byte, po PutOptions) error {
+	m := new(Message)
+	c.fill(m, body, po)
+	undo, err := c.keys.admit(m.Key, m.ID, m.Timestamp.UnixNano())
+	if err != nil {
+		c.prod.putFailures.Add(1) // not a Put: Stats.Duplicates counts it
+		if c.opts.DuplicatesOK {
+			return nil
+		}
+		return err
+	}
+	switch {
+	case m.due != 0:
+		err = c.putDeferred(ctx, m)
+	case c.memCh != nil && c.diskPending.Load() == 0:
+		select {
+		case c.memCh <- m:
+			return nil
+		default:
+		}
+		err = c.putFull(ctx, m)
+	default:
+		err = c.putFull(ctx, m)
+	}
+	if err != nil {
+		undo()
+	}
+	return err
+}
+
 // fill makes m a new message: the next ID, stamped now.
 func (c *Channel) fill(m *Message, body []byte, po PutOptions) {
-	*m = Message{ID: ID(c.prod.nextID.Add(1)), Body: body, Timestamp: c.stamp(), ch: c, gen: c.gen.Load()}
+	*m = Message{ID: ID(c.prod.nextID.Add(1)), Body: body, Key: po.Key, Timestamp: c.stamp(), ch: c, gen: c.gen.Load()}
 	if po.Delay > 0 {
 		m.due = m.Timestamp.Add(po.Delay).UnixNano()
 	}

@@ -1,0 +1,178 @@
+package channel_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/spillq/spillq/channel"
+)
+
+func putKey(t *testing.T, c *channel.Channel, key, body string) error {
+	t.Helper()
+	return c.PutWith(context.Background(), []byte(body), channel.PutOptions{Key: []byte(key)})
+}
+
+// ready returns the bodies of the messages ready now, received and left in
+// flight, in order.
+func ready(t *testing.T, c *channel.Channel) ([]string, []*channel.Message) {
+	t.Helper()
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	var bodies []string
+	var msgs []*channel.Message
+	for {
+		m, err := c.Receive(done)
+		if err != nil {
+			return bodies, msgs
+		}
+		bodies = append(bodies, string(m.Body))
+		msgs = append(msgs, m)
+	}
+}
+
+func TestKeyUnique(t *testing.T) {
+	c := newChannel(t, channel.Options{MemQueueSize: 100, Keys: channel.KeyUnique, MaxAttempts: 2})
+	defer c.Close()
+	if err := putKey(t, c, "a", "a1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := putKey(t, c, "a", "a2"); !errors.Is(err, channel.ErrDuplicate) {
+		t.Fatalf("second Put of a pending key: %v, want ErrDuplicate", err)
+	}
+	put(t, c, "no key") // keyless messages are not affected
+	if err := putKey(t, c, "b", "b1"); err != nil {
+		t.Fatal(err)
+	}
+	m := receive(t, c)
+	if string(m.Key) != "a" || string(m.Body) != "a1" {
+		t.Fatalf("got %q key %q", m.Body, m.Key)
+	}
+	// In flight, requeued: still pending.
+	m.Requeue(0)
+	if err := putKey(t, c, "a", "a3"); !errors.Is(err, channel.ErrDuplicate) {
+		t.Fatalf("Put while a's message is requeued: %v", err)
+	}
+	m = receive(t, c)
+	if err := m.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	if err := putKey(t, c, "a", "a4"); err != nil {
+		t.Fatalf("Put after a's message finished: %v", err)
+	}
+	st := c.Stats()
+	if st.Duplicates != 2 || st.KeysPending != 2 || st.Puts != 4 {
+		t.Errorf("Stats: %d duplicates, %d keys pending, %d puts; want 2, 2, 4", st.Duplicates, st.KeysPending, st.Puts)
+	}
+	// Out of attempts: dead-lettered, no longer pending.
+	c2 := newChannel(t, channel.Options{MemQueueSize: 10, Keys: channel.KeyUnique, MaxAttempts: 1, DuplicatesOK: true, DeadLetter: func(*channel.Message, error) {}})
+	defer c2.Close()
+	putKey(t, c2, "k", "1")
+	if err := putKey(t, c2, "k", "2"); err != nil {
+		t.Fatalf("DuplicatesOK: %v, want nil", err)
+	}
+	receive(t, c2).Requeue(0) // its last attempt: dead letter
+	if err := putKey(t, c2, "k", "3"); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := ready(t, c2); !slices.Equal(got, []string{"3"}) {
+		t.Errorf("after the dead letter: %v, want [3]", got)
+	}
+}
+
+func TestKeyReplace(t *testing.T) {
+	c := newChannel(t, channel.Options{MemQueueSize: 100, Keys: channel.KeyReplace})
+	defer c.Close()
+	for _, kb := range [][2]string{{"a", "a1"}, {"a", "a2"}, {"b", "b1"}, {"a", "a3"}} {
+		if err := putKey(t, c, kb[0], kb[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, msgs := ready(t, c)
+	if !slices.Equal(got, []string{"b1", "a3"}) {
+		t.Fatalf("delivered %v, want only the newest of each key: [b1 a3]", got)
+	}
+	// Superseded while in flight: finishes normally, the new one follows.
+	putKey(t, c, "b", "b2")
+	if err := msgs[0].Finish(); err != nil {
+		t.Fatalf("Finish of a message superseded in flight: %v", err)
+	}
+	if got, _ := ready(t, c); !slices.Equal(got, []string{"b2"}) {
+		t.Errorf("then %v, want [b2]", got)
+	}
+	if st := c.Stats(); st.Superseded != 2 {
+		t.Errorf("Superseded = %d, want 2", st.Superseded)
+	}
+}
+
+func TestKeyDedup(t *testing.T) {
+	c := newChannel(t, channel.Options{MemQueueSize: 100, Keys: channel.KeyDedup, DedupWindow: 200 * time.Millisecond})
+	defer c.Close()
+	if err := putKey(t, c, "req-1", "x"); err != nil {
+		t.Fatal(err)
+	}
+	receive(t, c).Finish() // finished or not, the window counts puts
+	if err := putKey(t, c, "req-1", "x again"); !errors.Is(err, channel.ErrDuplicate) {
+		t.Fatalf("Put within the window: %v, want ErrDuplicate", err)
+	}
+	time.Sleep(250 * time.Millisecond)
+	if err := putKey(t, c, "req-1", "x later"); err != nil {
+		t.Fatalf("Put after the window: %v", err)
+	}
+	if got, _ := ready(t, c); !slices.Equal(got, []string{"x later"}) {
+		t.Errorf("got %v", got)
+	}
+}
+
+// TestKeySerial: one message per key at a time, others flow past, order
+// per key is put order across requeues.
+func TestKeySerial(t *testing.T) {
+	c := newChannel(t, channel.Options{MemQueueSize: 100, Keys: channel.KeySerial})
+	defer c.Close()
+	for _, kb := range [][2]string{{"a", "a1"}, {"a", "a2"}, {"b", "b1"}, {"a", "a3"}, {"b", "b2"}} {
+		putKey(t, c, kb[0], kb[1])
+	}
+	put(t, c, "free")
+	got, msgs := ready(t, c)
+	if !slices.Equal(got, []string{"a1", "b1", "free"}) {
+		t.Fatalf("first round %v, want [a1 b1 free]", got)
+	}
+	if st := c.Stats(); st.KeyWaiting != 3 || st.KeysPending != 2 {
+		t.Errorf("Stats: %d waiting, %d keys held; want 3, 2", st.KeyWaiting, st.KeysPending)
+	}
+	msgs[0].Requeue(0) // a1 again before a2
+	msgs[1].Finish()   // b2 may go
+	got, msgs = ready(t, c)
+	if !slices.Equal(got, []string{"a1", "b2"}) {
+		t.Fatalf("second round %v, want [a1 b2]", got)
+	}
+	msgs[0].Finish()
+	got, msgs = ready(t, c)
+	if !slices.Equal(got, []string{"a2"}) {
+		t.Fatalf("third round %v, want [a2]", got)
+	}
+	msgs[0].Finish()
+	if got, _ = ready(t, c); !slices.Equal(got, []string{"a3"}) {
+		t.Fatalf("last round %v, want [a3]", got)
+	}
+}
+
+func TestKeyLimits(t *testing.T) {
+	c := newChannel(t, channel.Options{MemQueueSize: 10})
+	defer c.Close()
+	long := make([]byte, channel.MaxKeyBytes+1)
+	if err := c.PutWith(context.Background(), []byte("x"), channel.PutOptions{Key: long}); !errors.Is(err, channel.ErrTooLarge) {
+		t.Errorf("key over MaxKeyBytes: %v, want ErrTooLarge", err)
+	}
+	if err := c.PutWith(context.Background(), []byte("x"), channel.PutOptions{Key: []byte{}}); err != nil {
+		t.Fatal(err)
+	}
+	if m := receive(t, c); m.Key != nil {
+		t.Errorf("an empty key is no key: got %q", m.Key)
+	}
+	if _, err := channel.New(channel.Options{Keys: 99}); !errors.Is(err, channel.ErrInvalidOptions) {
+		t.Errorf("Keys 99: %v", err)
+	}
+}
