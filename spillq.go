@@ -75,6 +75,17 @@ type Options struct {
 	// channel.Options.MaxDeferredInMemory.
 	MaxDeferredInMemory int
 
+	// Keys, DedupWindow and DuplicatesOK choose the key policy for
+	// messages put with a key (channel.PutOptions.Key); see
+	// channel.Options. The state KeyUnique, KeyReplace and KeyDedup keep
+	// (the keys pending, the newest message of each, the keys put within
+	// the window) survives a restart and a crash: it is stored in dir's
+	// [KeysDir] every second and at Close, and Open reads it back with the
+	// records put since it was stored (FORMAT.md, "Key state").
+	Keys         channel.KeyPolicy
+	DedupWindow  time.Duration
+	DuplicatesOK bool
+
 	// Logger receives warnings from both layers. Nil discards.
 	Logger *slog.Logger
 }
@@ -118,9 +129,33 @@ func Open(dir string, opts Options) (*Queue, error) {
 		dq.Close()
 		return nil, fmt.Errorf("spillq: timer store: %w", err)
 	}
+	var backend channel.Backend = limitedDiskBackend{diskBackend{dq}, dopts.MinRecordBytes, dopts.MaxRecordBytes}
+	var keyState *channel.KeyState
+	var keyed *keyedBackend
+	if opts.Keys == channel.KeyUnique || opts.Keys == channel.KeyReplace || opts.Keys == channel.KeyDedup {
+		window := opts.DedupWindow
+		if window <= 0 {
+			window = channel.DefaultDedupWindow
+		}
+		logger := dopts.Logger
+		if logger == nil {
+			logger = slog.New(slog.DiscardHandler)
+		}
+		if keyState, err = loadKeyState(dir, dq, opts.Keys, window, logger); err != nil {
+			tq.Close()
+			dq.Close()
+			return nil, err
+		}
+		keyed = &keyedBackend{limitedDiskBackend: backend.(limitedDiskBackend), dir: dir, logger: logger}
+		backend = keyed
+	}
 	ch, err := channel.New(channel.Options{
 		MemQueueSize:        opts.MemQueueSize,
-		Backend:             limitedDiskBackend{diskBackend{dq}, dopts.MinRecordBytes, dopts.MaxRecordBytes},
+		Backend:             backend,
+		Keys:                opts.Keys,
+		DedupWindow:         opts.DedupWindow,
+		DuplicatesOK:        opts.DuplicatesOK,
+		KeyState:            keyState,
 		Timers:              newDiskTimers(tq, dopts.SyncEvery == 1),
 		MaxDeferredInMemory: opts.MaxDeferredInMemory,
 		MsgTimeout:          opts.MsgTimeout,
@@ -132,6 +167,9 @@ func Open(dir string, opts Options) (*Queue, error) {
 		tq.Close()
 		dq.Close()
 		return nil, fmt.Errorf("spillq: %w", err)
+	}
+	if keyed != nil {
+		keyed.start(ch)
 	}
 	return &Queue{Channel: ch, disk: dq, timers: tq}, nil
 }
@@ -218,6 +256,14 @@ func (d diskBackend) Read(ctx context.Context) (uint64, []byte, error) {
 }
 
 func (d diskBackend) Ack(seq uint64) error { return d.q.Ack(seq) }
+
+// PutSeq, NextSeq and Floor make a diskBackend a channel.SeqBackend, so a
+// key policy's state names its records (see Options.Keys).
+func (d diskBackend) PutSeq(ctx context.Context, body []byte) (uint64, error) {
+	return d.q.PutSeq(ctx, body)
+}
+func (d diskBackend) NextSeq() uint64 { return d.q.NextSeq() }
+func (d diskBackend) Floor() uint64   { return d.q.Stats().ReadSeq }
 func (d diskBackend) Depth() int64         { return d.q.Depth() }
 func (d diskBackend) Empty() error         { return d.q.Empty() }
 func (d diskBackend) Close() error         { return d.q.Close() }

@@ -53,6 +53,21 @@ type Backend interface {
 	Put(ctx context.Context, body []byte) error
 }
 
+// SeqBackend is a Backend that tells the seqs of the records it stores,
+// such as spillq's disk queue: what a key policy's state (see
+// [Channel.KeyState]) names its records by, so that it survives a
+// restart.
+type SeqBackend interface {
+	Backend
+	// PutSeq is Put returning the record's seq (valid when it stored it).
+	PutSeq(ctx context.Context, body []byte) (uint64, error)
+	// NextSeq is the seq the next record put gets.
+	NextSeq() uint64
+	// Floor is the oldest record not acknowledged: every record below it
+	// is.
+	Floor() uint64
+}
+
 // RecordLimiter is implemented by backends that refuse records outside a
 // range of sizes, such as spillq's disk queue. [New] reads the limits once,
 // and Put refuses any body that would not make a record in range once in

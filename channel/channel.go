@@ -58,6 +58,8 @@ type Channel struct {
 	discards Discarder
 	// keys is the key policy's state; nil under KeyNone.
 	keys *keyTable
+	// seqs is the backend as a SeqBackend, if it is one.
+	seqs SeqBackend
 	// unsent is a record the pump had read when the channel closed; Close
 	// gives it back to an Unreader source once the pump has returned.
 	unsent *Message
@@ -177,6 +179,13 @@ func newChannel(opts Options, src Source, fan *Fanout) (*Channel, error) {
 			return nil, fmt.Errorf("%w: Keys %v on a topic's channel: it decides at Put, which is the topic's; a topic's channel takes KeyNone or KeySerial", ErrInvalidOptions, o.Keys)
 		}
 		c.keys = newKeyTable(o.Keys, o.DedupWindow)
+		c.seqs, _ = o.Backend.(SeqBackend)
+		if o.KeyState != nil {
+			if o.KeyState.Policy != o.Keys {
+				return nil, fmt.Errorf("%w: KeyState is of policy %v, Keys is %v", ErrInvalidOptions, o.KeyState.Policy, o.Keys)
+			}
+			c.keys.restore(o.KeyState, time.Now().UnixNano())
+		}
 	}
 	c.closeCtx, c.cancel = context.WithCancel(context.Background())
 	c.started = time.Now()
@@ -756,6 +765,22 @@ func storeMax[V int64 | uint64, A atomicNumber[V]](v A, x V) {
 	}
 }
 
+// KeyState returns a snapshot of the key policy's state for a restart to
+// pick up (Options.KeyState), and whether there is one to keep: false
+// under KeyNone and KeySerial (which keep nothing across a restart), or
+// over a backend that is not a [SeqBackend]. Puts wait while it copies the
+// state, so that its watermark is exact: a cost of the number of keys.
+func (c *Channel) KeyState() (KeyState, bool) {
+	if c.keys == nil || c.seqs == nil || c.opts.Keys == KeySerial {
+		return KeyState{}, false
+	}
+	c.prod.putMu.Lock()
+	defer c.prod.putMu.Unlock()
+	st := KeyState{Policy: c.opts.Keys, Watermark: c.seqs.NextSeq()}
+	st.Entries = c.keys.snapshot(c.seqs.Floor())
+	return st, true
+}
+
 // Stats is a snapshot of a channel's state and counters.
 type Stats struct {
 	MemoryDepth int // messages in the memory buffer
@@ -966,6 +991,13 @@ func (c *Channel) Close() error {
 		if m.gen != c.gen.Load() {
 			continue
 		}
+		if c.opts.Keys == KeySerial && m.src == srcBackend && m.due == 0 && m.Key != nil {
+			// Left where it is, unacknowledged, so the next run delivers
+			// it in its place among its key's messages (a new record
+			// would come after them); its attempts since it was stored
+			// are not counted.
+			continue
+		}
 		// The record (if any) is replaced by one carrying the current
 		// attempts and due time: in the timer store for a deferred
 		// message, if there is one, else in the backend. A topic's
@@ -990,7 +1022,7 @@ func (c *Channel) Close() error {
 			}
 		}
 		if !stored {
-			if err := c.backend.Put(context.Background(), env); err != nil {
+			if err := c.putEnvelope(context.Background(), m, env); err != nil {
 				errs = append(errs, fmt.Errorf("channel: close: keep message %s: %w", m.ID, err))
 				continue
 			}

@@ -1,7 +1,9 @@
 package channel
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,8 +36,12 @@ const (
 	// KeySerial delivers at most one message per key at a time: a message
 	// whose key has one in flight (or requeued, or timed out and waiting
 	// to be delivered again) waits behind it, in put order, while messages
-	// of other keys flow past. Order per key is put order, retries
-	// included.
+	// of other keys flow past. Order per key is put order, retries and
+	// graceful restarts included: at Close a keyed message read from the
+	// backend stays where it is there (its attempts since it was stored
+	// are then not counted), except that messages held in the memory
+	// buffer (Options.MemQueueSize) go to the backend behind the others.
+	// Nothing of it is kept across a restart: the next run holds no key.
 	KeySerial
 )
 
@@ -65,20 +71,32 @@ type keyTable struct {
 	window int64 // KeyDedup: ns
 
 	mu sync.Mutex
-	// pending counts, per key, the messages put and not done (KeyUnique).
-	pending map[string]int
-	// latest is, per key, the newest message put (KeyReplace).
-	latest map[string]ID
-	// seen is, per key, when it was last put (KeyDedup); seenQ holds the
-	// same in put order, for expiry.
-	seen  map[string]int64
+	// entries is the state per key: under KeyUnique its pending message,
+	// under KeyReplace its newest, under KeyDedup when it was last put,
+	// under KeySerial the message being worked on.
+	entries map[string]keyEntry
+	// seenQ holds KeyDedup's puts in order, for expiry.
 	seenQ []seenKey
-	// held is, per key, the message being worked on (KeySerial); waiting
-	// holds the messages of that key behind it, in put order.
-	held    map[string]ID
+	// waiting holds, per key, the messages behind its held one
+	// (KeySerial), in put order.
 	waiting map[string][]*Message
 
 	duplicates, superseded atomic.Int64
+}
+
+// keyEntry is one key's state.
+type keyEntry struct {
+	id ID
+	// seq is the backend record of message id, once known (hasSeq): what
+	// a restart checks the entry against.
+	seq    uint64
+	hasSeq bool
+	// n counts, under KeyReplace, the versions put and not yet done, so
+	// the entry outlives every older version it supersedes; -1 when
+	// restored (unknown: the entry then goes once the backend's floor has
+	// passed seq, see snapshot).
+	n  int
+	at int64 // KeyDedup: Unix ns of the put
 }
 
 type seenKey struct {
@@ -87,16 +105,9 @@ type seenKey struct {
 }
 
 func newKeyTable(policy KeyPolicy, window time.Duration) *keyTable {
-	t := &keyTable{policy: policy, window: int64(window)}
-	switch policy {
-	case KeyUnique:
-		t.pending = map[string]int{}
-	case KeyReplace:
-		t.latest = map[string]ID{}
-	case KeyDedup:
-		t.seen = map[string]int64{}
-	case KeySerial:
-		t.held, t.waiting = map[string]ID{}, map[string][]*Message{}
+	t := &keyTable{policy: policy, window: int64(window), entries: map[string]keyEntry{}}
+	if policy == KeySerial {
+		t.waiting = map[string][]*Message{}
 	}
 	return t
 }
@@ -107,53 +118,58 @@ func newKeyTable(policy KeyPolicy, window time.Duration) *keyTable {
 func (t *keyTable) admit(key []byte, id ID, now int64) (undo func(), err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	k := string(key)
+	e, had := t.entries[k]
+	restore := func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if cur, ok := t.entries[k]; ok && cur.id == id {
+			if had {
+				t.entries[k] = e
+			} else {
+				delete(t.entries, k)
+			}
+		}
+	}
 	switch t.policy {
 	case KeyUnique:
-		if t.pending[string(key)] > 0 {
+		if had {
 			t.duplicates.Add(1)
 			return nil, fmt.Errorf("%w: key %q has a message pending", ErrDuplicate, key)
 		}
-		k := string(key)
-		t.pending[k]++
-		return func() { t.done(k, id) }, nil
+		t.entries[k] = keyEntry{id: id}
+		return restore, nil
 	case KeyReplace:
-		k := string(key)
-		prev, had := t.latest[k]
-		t.latest[k] = id
-		return func() {
-			t.mu.Lock()
-			defer t.mu.Unlock()
-			if t.latest[k] == id {
-				if had {
-					t.latest[k] = prev
-				} else {
-					delete(t.latest, k)
-				}
-			}
-		}, nil
+		n := 1
+		if had && e.n >= 0 {
+			n = e.n + 1
+		} else if had {
+			n = -1
+		}
+		t.entries[k] = keyEntry{id: id, n: n}
+		return restore, nil
 	case KeyDedup:
 		t.expireLocked(now)
-		if at, ok := t.seen[string(key)]; ok && now-at < t.window {
+		if had && now-e.at < t.window {
 			t.duplicates.Add(1)
-			return nil, fmt.Errorf("%w: key %q was put %v ago, within the dedup window", ErrDuplicate, key, time.Duration(now-at).Round(time.Millisecond))
+			return nil, fmt.Errorf("%w: key %q was put %v ago, within the dedup window", ErrDuplicate, key, time.Duration(now-e.at).Round(time.Millisecond))
 		}
-		k := string(key)
-		prevAt, had := t.seen[k]
-		t.seen[k] = now
+		t.entries[k] = keyEntry{id: id, at: now}
 		t.seenQ = append(t.seenQ, seenKey{now, k})
-		return func() {
-			t.mu.Lock()
-			defer t.mu.Unlock()
-			if t.seen[k] == now {
-				if had {
-					t.seen[k] = prevAt
-				} else {
-					delete(t.seen, k)
-				}
-			}
-		}, nil
+		return restore, nil
 	}
 	return func() {}, nil
+}
+
+// stored records the backend record that message id with key went to, so a
+// snapshot can name it.
+func (t *keyTable) stored(key []byte, id ID, seq uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e, ok := t.entries[string(key)]; ok && e.id == id {
+		e.seq, e.hasSeq = seq, true
+		t.entries[string(key)] = e
+	}
 }
 
 // expireLocked forgets the keys put before the dedup window.
@@ -161,8 +177,8 @@ func (t *keyTable) expireLocked(now int64) {
 	i := 0
 	for i < len(t.seenQ) && now-t.seenQ[i].at >= t.window {
 		e := t.seenQ[i]
-		if t.seen[e.key] == e.at {
-			delete(t.seen, e.key)
+		if cur, ok := t.entries[e.key]; ok && cur.at == e.at {
+			delete(t.entries, e.key)
 		}
 		i++
 	}
@@ -171,32 +187,25 @@ func (t *keyTable) expireLocked(now int64) {
 	}
 }
 
-// superseded reports whether m, about to be delivered, has been replaced
-// by a newer message with its key (KeyReplace).
-func (t *keyTable) supersededLocked(m *Message) bool {
-	id, ok := t.latest[string(m.Key)]
-	return ok && id != m.ID
-}
-
 // take decides whether m, taken for delivery, may go out now: false under
 // KeyReplace for a superseded message (drop it), and under KeySerial for
 // one whose key another message holds (it was parked behind it).
 func (t *keyTable) take(m *Message) (deliver, drop bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	k := string(m.Key)
 	switch t.policy {
 	case KeyReplace:
-		if t.supersededLocked(m) {
+		if e, ok := t.entries[k]; ok && e.id != m.ID {
 			t.superseded.Add(1)
 			return false, true
 		}
 	case KeySerial:
-		k := string(m.Key)
-		if id, ok := t.held[k]; ok && id != m.ID {
+		if e, ok := t.entries[k]; ok && e.id != m.ID {
 			t.waiting[k] = append(t.waiting[k], m)
 			return false, false
 		}
-		t.held[k] = m.ID
+		t.entries[k] = keyEntry{id: m.ID}
 	}
 	return true, false
 }
@@ -207,22 +216,29 @@ func (t *keyTable) take(m *Message) (deliver, drop bool) {
 func (t *keyTable) done(key string, id ID) *Message {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	e, ok := t.entries[key]
+	if !ok {
+		return nil
+	}
 	switch t.policy {
 	case KeyUnique:
-		if n := t.pending[key] - 1; n > 0 {
-			t.pending[key] = n
-		} else {
-			delete(t.pending, key)
+		if e.id == id {
+			delete(t.entries, key)
 		}
 	case KeyReplace:
-		if t.latest[key] == id {
-			delete(t.latest, key)
+		// Any version: the entry goes with the last of them.
+		if e.n > 0 {
+			if e.n--; e.n == 0 {
+				delete(t.entries, key)
+			} else {
+				t.entries[key] = e
+			}
 		}
 	case KeySerial:
-		if t.held[key] != id {
+		if e.id != id {
 			return nil
 		}
-		delete(t.held, key)
+		delete(t.entries, key)
 		q := t.waiting[key]
 		if len(q) == 0 {
 			return nil
@@ -234,7 +250,7 @@ func (t *keyTable) done(key string, id ID) *Message {
 		} else {
 			t.waiting[key] = q
 		}
-		t.held[key] = next.ID
+		t.entries[key] = keyEntry{id: next.ID}
 		return next
 	}
 	return nil
@@ -245,9 +261,9 @@ func (t *keyTable) done(key string, id ID) *Message {
 func (t *keyTable) empty() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	clear(t.pending)
-	clear(t.latest)
-	clear(t.held)
+	if t.policy != KeyDedup {
+		clear(t.entries)
+	}
 	clear(t.waiting)
 }
 
@@ -268,18 +284,87 @@ func (t *keyTable) parked() []*Message {
 func (t *keyTable) stats() (pending int, waiting int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	switch t.policy {
-	case KeyUnique:
-		pending = len(t.pending)
-	case KeyReplace:
-		pending = len(t.latest)
-	case KeyDedup:
-		pending = len(t.seen)
-	case KeySerial:
-		pending = len(t.held)
-		for _, q := range t.waiting {
-			waiting += len(q)
+	for _, q := range t.waiting {
+		waiting += len(q)
+	}
+	return len(t.entries), waiting
+}
+
+// KeyState is a snapshot of a channel's key policy state ([Channel.KeyState]),
+// for a backend that keeps it across restarts: spillq.Open keeps it in the
+// queue's directory (FORMAT.md, "Key state") and gives it back through
+// Options.KeyState, having brought it up to date with the records put
+// after Watermark.
+type KeyState struct {
+	Policy KeyPolicy
+	// Watermark is the backend's next seq when the snapshot was taken:
+	// every keyed message stored below it is in Entries (unless done),
+	// every one from it on is not.
+	Watermark uint64
+	Entries   []KeyEntry
+}
+
+// KeyEntry is one key in a [KeyState].
+type KeyEntry struct {
+	Key []byte
+	// ID and Seq are the message and its backend record: under KeyUnique
+	// the one pending, under KeyReplace the newest put.
+	ID  ID
+	Seq uint64
+	// At is when the key was put (KeyDedup).
+	At time.Time
+}
+
+// snapshot returns the entries a restart needs, and prunes restored
+// KeyReplace entries whose record is below floor, the backend's oldest
+// record not acknowledged: every version before them is gone too. Entries
+// of messages held in memory only are left out: a crash loses them, and a
+// graceful Close stores them first.
+func (t *keyTable) snapshot(floor uint64) []KeyEntry {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []KeyEntry
+	for k, e := range t.entries {
+		switch t.policy {
+		case KeyUnique, KeyReplace:
+			if t.policy == KeyReplace && e.n < 0 && e.hasSeq && e.seq < floor {
+				delete(t.entries, k)
+				continue
+			}
+			if !e.hasSeq {
+				continue
+			}
+			out = append(out, KeyEntry{Key: []byte(k), ID: e.id, Seq: e.seq})
+		case KeyDedup:
+			out = append(out, KeyEntry{Key: []byte(k), ID: e.id, Seq: e.seq, At: time.Unix(0, e.at)})
 		}
 	}
-	return pending, waiting
+	return out
+}
+
+// restore loads a KeyState: restored KeyReplace entries count their
+// versions as unknown (see keyEntry.n).
+func (t *keyTable) restore(st *KeyState, now int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, e := range st.Entries {
+		k := string(e.Key)
+		switch t.policy {
+		case KeyUnique:
+			t.entries[k] = keyEntry{id: e.ID, seq: e.Seq, hasSeq: true}
+		case KeyReplace:
+			t.entries[k] = keyEntry{id: e.ID, seq: e.Seq, hasSeq: true, n: -1}
+		case KeyDedup:
+			at := e.At.UnixNano()
+			if now-at >= t.window {
+				continue
+			}
+			if cur, ok := t.entries[k]; ok && cur.at >= at {
+				continue
+			}
+			t.entries[k] = keyEntry{id: e.ID, seq: e.Seq, hasSeq: true, at: at}
+			t.seenQ = append(t.seenQ, seenKey{at, k})
+		}
+	}
+	slices.SortFunc(t.seenQ, func(a, b seenKey) int { return cmp.Compare(a.at, b.at) })
 }

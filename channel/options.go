@@ -66,7 +66,13 @@ type Options struct {
 	// DefaultDedupWindow (10 minutes).
 	DedupWindow time.Duration
 
-	// DuplicatesOK makes a Put that KeyUnique or KeyDedup refuses return
+	// KeyState is the key policy's state to start from (a restart), as
+	// [Channel.KeyState] returned it before, brought up to date with the
+	// records stored since its Watermark; nil starts with none. Its
+	// Policy must be Keys.
+	KeyState *KeyState
+
+		// DuplicatesOK makes a Put that KeyUnique or KeyDedup refuses return
 	// nil instead of ErrDuplicate: the message is dropped all the same and
 	// counted in Stats.Duplicates.
 	DuplicatesOK bool

@@ -205,7 +205,7 @@ func (c *Channel) putBackend(ctx context.Context, m *Message) error {
 	buf := envelopes.Get().(*[]byte)
 	*buf = appendEnvelope((*buf)[:0], m)
 	bctx, release := c.bound(ctx)
-	err := c.backend.Put(bctx, *buf)
+	err := c.putEnvelope(bctx, m, *buf)
 	release()
 	if cap(*buf) <= 64<<10 {
 		envelopes.Put(buf)
@@ -223,6 +223,19 @@ func (c *Channel) putBackend(ctx context.Context, m *Message) error {
 	}
 	c.prod.spills.Add(1)
 	return nil
+}
+
+// putEnvelope stores env, m's envelope, in the backend, telling the key
+// policy which record holds m when it needs to know (a SeqBackend).
+func (c *Channel) putEnvelope(ctx context.Context, m *Message, env []byte) error {
+	if c.keys == nil || m.Key == nil || c.seqs == nil {
+		return c.backend.Put(ctx, env)
+	}
+	seq, err := c.seqs.PutSeq(ctx, env)
+	if err == nil || seq != 0 {
+		c.keys.stored(m.Key, m.ID, seq)
+	}
+	return err
 }
 
 // stamp returns the time now as the channel's start time plus the

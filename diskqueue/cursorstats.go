@@ -18,3 +18,14 @@ func (l *Log) CursorStats() []CursorStats {
 	slices.SortFunc(out, func(a, b CursorStats) int { return cmp.Compare(a.Name, b.Name) })
 	return out
 }
+
+// Acknowledged reports whether this cursor has acknowledged record seq:
+// below its read position, in a segment deleted once acknowledged, or with
+// its bit set (out of order, or before a restart). A seq not yet written
+// is not acknowledged. It takes the cursor's lock and may open a bitmap,
+// so it is for checks at startup, not for every record.
+func (c *Cursor) Acknowledged(seq uint64) bool { return c.acknowledged(seq) }
+
+// Acknowledged reports whether the queue's cursor has acknowledged record
+// seq (see [Cursor.Acknowledged]).
+func (q *Queue) Acknowledged(seq uint64) bool { return q.c.Acknowledged(seq) }

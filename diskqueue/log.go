@@ -195,19 +195,31 @@ func newLog(dir string, o Options) *Log {
 // the disk is full; ctx bounds the wait. If ctx ends while Put waits for an
 // fsync the record is stored but may not be durable yet.
 func (l *Log) Put(ctx context.Context, body []byte) error {
+	_, err := l.PutSeq(ctx, body)
+	return err
+}
+
+// PutSeq is [Log.Put] that also returns the record's seq, for callers that
+// keep an index of their own (a channel's key policy). The seq is valid
+// whenever the record was stored, which includes an error saying ctx ended
+// while Put waited for its fsync; otherwise it is 0.
+func (l *Log) PutSeq(ctx context.Context, body []byte) (uint64, error) {
 	if err := l.checkBody(body); err != nil {
-		return err
+		return 0, err
 	}
 	if l.readOnly {
-		return ErrReadOnly
+		return 0, ErrReadOnly
 	}
 	var flags [1]byte
 	stored := [1][]byte{body}
 	if l.opts.Compress {
 		stored[0], flags[0] = compress(body)
 	}
-	_, err := l.putRecords(ctx, flags[:], stored[:])
-	return err
+	n, seq, err := l.putRecords(ctx, flags[:], stored[:])
+	if n == 0 {
+		return 0, err
+	}
+	return seq, err
 }
 
 // PutBatch appends a copy of each of bodies, in order, as consecutive
@@ -243,7 +255,8 @@ func (l *Log) PutBatch(ctx context.Context, bodies [][]byte) (int, error) {
 			stored[i], flags[i] = compress(body)
 		}
 	}
-	return l.putRecords(ctx, flags, stored)
+	n, _, err := l.putRecords(ctx, flags, stored)
+	return n, err
 }
 
 // checkBody checks a body against MaxRecordBytes and MinRecordBytes; small
@@ -276,10 +289,7 @@ func compress(body []byte) ([]byte, byte) {
 // acquisition of l.mu, waiting for space between acquisitions with
 // BlockWhenFull, and then waits once, as the sync policy says, for the
 // last of them. It returns how many it stored and the first error.
-func (l *Log) putRecords(ctx context.Context, flags []byte, stored [][]byte) (int, error) {
-	n := 0
-	var last uint64 // seq of the last record stored
-	var err error
+func (l *Log) putRecords(ctx context.Context, flags []byte, stored [][]byte) (n int, last uint64, err error) {
 	waited := false
 	for {
 		l.mu.Lock()
@@ -342,16 +352,16 @@ func (l *Log) putRecords(ctx context.Context, flags []byte, stored [][]byte) (in
 		waited = true
 	}
 	if n == 0 || !l.syncAlways || l.opts.NoSync {
-		return n, err
+		return n, last, err
 	}
 	if serr := l.waitSynced(ctx, last+1, 0, false); serr != nil {
 		serr = fmt.Errorf("diskqueue: put: %w", serr)
 		if err == nil {
-			return n, serr
+			return n, last, serr
 		}
-		return n, errors.Join(err, serr)
+		return n, last, errors.Join(err, serr)
 	}
-	return n, err
+	return n, last, err
 }
 
 // acceptingLocked returns why the queue takes no more writes: closed, or a

@@ -1,0 +1,287 @@
+package spillq
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io/fs"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spillq/spillq/channel"
+	"github.com/spillq/spillq/diskqueue"
+)
+
+// KeysDir is the subdirectory of a queue's directory that holds the key
+// policy's state (Options.Keys; FORMAT.md, "Key state"): one file, state.
+const KeysDir = "keys"
+
+// keySaveInterval is how often a queue with a key policy stores its state:
+// a crash makes the next Open read the records put since the last store,
+// at most this much of them.
+const keySaveInterval = time.Second
+
+// keyStateFile is where the key state lives in dir.
+func keyStateFile(dir string) string { return filepath.Join(dir, KeysDir, "state") }
+
+// The key state file: a header, the entries, a CRC-32C of all before it.
+const (
+	keyMagic      = "SPKY"
+	keyVersion    = 1
+	keyHeaderSize = 4 + 1 + 1 + 2 + 8 + 4
+	keyEntryFixed = 2 + 8 + 8 + 8
+)
+
+var keyCRC = crc32.MakeTable(crc32.Castagnoli)
+
+// errBadKeyState reports a key state file that does not decode.
+var errBadKeyState = errors.New("spillq: key state file is damaged")
+
+func encodeKeyState(st channel.KeyState) []byte {
+	b := make([]byte, 0, keyHeaderSize+len(st.Entries)*(keyEntryFixed+16)+4)
+	b = append(b, keyMagic...)
+	b = append(b, keyVersion, byte(st.Policy), 0, 0)
+	b = binary.BigEndian.AppendUint64(b, st.Watermark)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(st.Entries)))
+	for _, e := range st.Entries {
+		b = binary.BigEndian.AppendUint16(b, uint16(len(e.Key)))
+		b = append(b, e.Key...)
+		b = binary.BigEndian.AppendUint64(b, uint64(e.ID))
+		b = binary.BigEndian.AppendUint64(b, e.Seq)
+		var at int64
+		if !e.At.IsZero() {
+			at = e.At.UnixNano()
+		}
+		b = binary.BigEndian.AppendUint64(b, uint64(at))
+	}
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, keyCRC))
+}
+
+func decodeKeyState(b []byte) (channel.KeyState, error) {
+	var st channel.KeyState
+	if len(b) < keyHeaderSize+4 || string(b[:4]) != keyMagic {
+		return st, fmt.Errorf("%w: no header", errBadKeyState)
+	}
+	body, sum := b[:len(b)-4], binary.BigEndian.Uint32(b[len(b)-4:])
+	if crc32.Checksum(body, keyCRC) != sum {
+		return st, fmt.Errorf("%w: checksum mismatch", errBadKeyState)
+	}
+	if b[4] != keyVersion {
+		return st, fmt.Errorf("%w: version %d", errBadKeyState, b[4])
+	}
+	st.Policy = channel.KeyPolicy(b[5])
+	st.Watermark = binary.BigEndian.Uint64(b[8:16])
+	n := binary.BigEndian.Uint32(b[16:20])
+	rest := body[keyHeaderSize:]
+	if uint64(n)*keyEntryFixed > uint64(len(rest)) {
+		return st, fmt.Errorf("%w: %d entries in %d bytes", errBadKeyState, n, len(rest))
+	}
+	st.Entries = make([]channel.KeyEntry, 0, n)
+	for range n {
+		if len(rest) < 2 {
+			return st, fmt.Errorf("%w: truncated entry", errBadKeyState)
+		}
+		kl := int(binary.BigEndian.Uint16(rest))
+		if kl == 0 || kl > channel.MaxKeyBytes || len(rest) < keyEntryFixed+kl {
+			return st, fmt.Errorf("%w: entry with a key of %d bytes", errBadKeyState, kl)
+		}
+		e := channel.KeyEntry{Key: append([]byte(nil), rest[2:2+kl]...)}
+		rest = rest[2+kl:]
+		e.ID = channel.ID(binary.BigEndian.Uint64(rest))
+		e.Seq = binary.BigEndian.Uint64(rest[8:])
+		if at := int64(binary.BigEndian.Uint64(rest[16:])); at != 0 {
+			e.At = time.Unix(0, at)
+		}
+		rest = rest[24:]
+		st.Entries = append(st.Entries, e)
+	}
+	if len(rest) != 0 {
+		return st, fmt.Errorf("%w: %d bytes after the entries", errBadKeyState, len(rest))
+	}
+	return st, nil
+}
+
+// saveKeyState stores st crash-safely: a temporary file, fsynced, renamed
+// over the old one, the directory fsynced. A crash leaves the old state or
+// the new, each good for a restart (the tail after its watermark is read).
+func saveKeyState(dir string, st channel.KeyState) error {
+	kd := filepath.Join(dir, KeysDir)
+	if err := os.MkdirAll(kd, 0o755); err != nil {
+		return err
+	}
+	tmp := keyStateFile(dir) + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(encodeKeyState(st)); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, keyStateFile(dir)); err != nil {
+		return err
+	}
+	d, err := os.Open(kd)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// loadKeyState rebuilds the key policy's state at Open: the stored
+// snapshot, less what was acknowledged since, plus the keyed records put
+// after its watermark (the tail). Without a usable snapshot it reads the
+// records a policy can still need: for KeyDedup those of the last window
+// (through the time index), for the others the unacknowledged backlog,
+// once. Open costs the number of keys plus the tail, never a read of the
+// whole log.
+func loadKeyState(dir string, q *diskqueue.Queue, policy channel.KeyPolicy, window time.Duration, logger *slog.Logger) (*channel.KeyState, error) {
+	st := &channel.KeyState{Policy: policy}
+	from := q.Stats().ReadSeq
+	b, err := os.ReadFile(keyStateFile(dir))
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return nil, fmt.Errorf("spillq: read key state: %w", err)
+	default:
+		stored, derr := decodeKeyState(b)
+		switch {
+		case derr != nil:
+			logger.Warn("spillq: key state file is damaged; rebuilding it from the queue's records", "err", derr)
+		case stored.Policy != policy:
+			logger.Warn("spillq: key state is of another policy; rebuilding it from the queue's records", "stored", stored.Policy, "policy", policy)
+		default:
+			st.Entries = stored.Entries
+			from = max(stored.Watermark, from)
+			if policy == channel.KeyDedup {
+				from = stored.Watermark // acknowledged puts count too
+			}
+		}
+	}
+	now := time.Now()
+	if policy == channel.KeyDedup && len(st.Entries) == 0 {
+		if seq, err := q.SeekTime(now.Add(-window)); err == nil {
+			from = seq
+		} else if errors.Is(err, diskqueue.ErrNotFound) {
+			from = q.Stats().WriteSeq
+		}
+	}
+	// What the snapshot names and was acknowledged since is done.
+	kept := st.Entries[:0]
+	for _, e := range st.Entries {
+		switch policy {
+		case channel.KeyUnique:
+			if q.Acknowledged(e.Seq) {
+				continue
+			}
+		case channel.KeyDedup:
+			if now.Sub(e.At) >= window {
+				continue
+			}
+		}
+		kept = append(kept, e)
+	}
+	st.Entries = kept
+	index := make(map[string]int, len(kept))
+	for i, e := range kept {
+		index[string(e.Key)] = i
+	}
+	for rec, err := range q.Scan(from, math.MaxUint64) {
+		if errors.Is(err, diskqueue.ErrCorrupt) {
+			continue // never delivered: nothing to remember
+		}
+		if err != nil {
+			return nil, fmt.Errorf("spillq: rebuild key state: %w", err)
+		}
+		m, err := channel.UnmarshalMessage(rec.Body)
+		if err != nil || m.Key == nil {
+			continue
+		}
+		if policy == channel.KeyUnique && q.Acknowledged(rec.Seq) {
+			continue
+		}
+		e := channel.KeyEntry{Key: append([]byte(nil), m.Key...), ID: m.ID, Seq: rec.Seq, At: m.Timestamp}
+		if i, ok := index[string(e.Key)]; ok {
+			st.Entries[i] = e // the newer record wins
+			continue
+		}
+		index[string(e.Key)] = len(st.Entries)
+		st.Entries = append(st.Entries, e)
+	}
+	return st, nil
+}
+
+// keyedBackend is the disk backend of a queue with a key policy that keeps
+// state: it stores the channel's key state every keySaveInterval, and once
+// more as the channel closes it, after the channel has stored what it held
+// and before the disk queue closes.
+type keyedBackend struct {
+	limitedDiskBackend
+	dir    string
+	logger *slog.Logger
+	ch     *channel.Channel // set once the channel exists
+	stop   chan struct{}
+	done   chan struct{}
+	last   [3]int64 // the counters at the last store, to skip idle rounds
+}
+
+func (k *keyedBackend) start(ch *channel.Channel) {
+	k.ch, k.stop, k.done = ch, make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(k.done)
+		t := time.NewTicker(keySaveInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				k.save(false)
+			case <-k.stop:
+				return
+			}
+		}
+	}()
+}
+
+// save stores the key state, unless nothing changed since the last time
+// (and force is not set).
+func (k *keyedBackend) save(force bool) error {
+	cs := k.ch.Stats()
+	now := [3]int64{cs.Puts, cs.Finishes + cs.DeadLetters, cs.Superseded}
+	if !force && now == k.last {
+		return nil
+	}
+	st, ok := k.ch.KeyState()
+	if !ok {
+		return nil
+	}
+	if err := saveKeyState(k.dir, st); err != nil {
+		k.logger.Warn("spillq: cannot store the key state; a restart reads more of the log to rebuild it", "err", err)
+		return err
+	}
+	k.last = now
+	return nil
+}
+
+func (k *keyedBackend) Close() error {
+	var err error
+	if k.stop != nil {
+		close(k.stop)
+		<-k.done
+		if serr := k.save(true); serr != nil {
+			err = fmt.Errorf("spillq: close: store key state: %w", serr)
+		}
+	}
+	return errors.Join(err, k.limitedDiskBackend.Close())
+}
