@@ -94,21 +94,23 @@ func (c *Cursor) moveToEndLocked(t *tail) {
 // The policy is not stored: whoever opens the cursor sets it each time.
 //
 // When a Put finds the budget spent and some cursor drops when full, the
-// writer goroutine deletes, oldest first, sealed segments that every
-// cursor holding records back is set to drop (every cursor that holds its
-// records has acknowledged all of it), until the record fits. For each
-// such cursor, the records of the segment it had not acknowledged are
+// writer goroutine deletes sealed segments, oldest first, until the record
+// fits: first those every cursor has acknowledged (kept by retention,
+// which the budget outranks), then those no holding cursor needs any more
+// (every cursor set to hold has acknowledged all of it). For each dropping
+// cursor, the records of such a segment it had not acknowledged are
 // acknowledged on its behalf, counted in [CursorStats].Dropped and
 // [Stats].DroppedRecords, and logged once per segment at Warn; its floor
 // and read position move past the segment, and its records of the segment
 // in flight are no longer: acknowledging one returns [ErrNotInFlight]. The
-// cursors are stored before the segment's files are removed. The active
-// segment is rolled first when it is the only one left that the dropping
-// cursors hold. Then the Put retries. If nothing can be given up (a cursor
-// that holds its records still needs the oldest segment, or the record
-// would not fit an empty log), Put fails or waits as it would without the
-// policy. A file system that is full (ENOSPC) is not a reason to drop:
-// only the budget is.
+// cursors are stored before the segment's files are removed (a segment
+// behind an older one still held leaves a tombstone, as retention's do).
+// The active segment is rolled first when it is the only one left that
+// only dropping cursors hold. Then the Put retries. If nothing can be
+// given up (a holding cursor still needs every sealed segment, or the
+// record would not fit an empty log), Put fails or waits as it would
+// without the policy. A file system that is full (ENOSPC) is not a reason
+// to drop: only the budget is.
 func (c *Cursor) SetDropWhenFull(drop bool) { c.dropWhenFull.Store(drop) }
 
 // droppingLocked reports whether a cursor is set to drop when full. The

@@ -82,6 +82,37 @@ func TestCursorEmpty(t *testing.T) {
 	}
 }
 
+// A Read waiting (or about to wait) when Empty runs goes on waiting, and
+// gets the first record put after.
+func TestCursorEmptyBlockedRead(t *testing.T) {
+	l := openLog(t, t.TempDir(), smallSegments)
+	defer l.Close()
+	c := openCursor(t, l, "c", diskqueue.FromOldest())
+	putN(t, l, 0, 50)
+	readN(t, c, 0, 50, false) // all in flight: the next Read waits
+	got := make(chan diskqueue.Record, 1)
+	waiting := make(chan struct{})
+	go func() {
+		close(waiting)
+		rec, err := c.Read(context.Background())
+		if err != nil {
+			t.Error(err)
+		}
+		got <- rec
+	}()
+	<-waiting
+	if err := c.Empty(); err != nil {
+		t.Fatal(err)
+	}
+	if st := c.Stats(); st.InFlight != 0 || st.Depth != 0 {
+		t.Fatalf("after Empty: InFlight %d, Depth %d; want 0, 0", st.InFlight, st.Depth)
+	}
+	putN(t, l, 50, 1)
+	if rec := <-got; rec.Seq != 50 || string(rec.Body) != string(body(50)) {
+		t.Fatalf("blocked Read after Empty got seq %d %q, want 50 %q", rec.Seq, rec.Body, body(50))
+	}
+}
+
 func TestCursorEmptyErrors(t *testing.T) {
 	dir := t.TempDir()
 	l := openLog(t, dir, smallSegments)
