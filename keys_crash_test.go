@@ -1,0 +1,205 @@
+package spillq_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spillq/spillq"
+	"github.com/spillq/spillq/channel"
+	"github.com/spillq/spillq/internal/crashtest"
+)
+
+func keyPolicyByName(name string) channel.KeyPolicy {
+	for _, p := range []channel.KeyPolicy{channel.KeyUnique, channel.KeyReplace, channel.KeyDedup} {
+		if p.String() == name {
+			return p
+		}
+	}
+	return channel.KeyNone
+}
+
+// TestKillKeysChild is the process TestKeysSIGKILL kills: producers put
+// messages "k:v" with key k, reporting "put k:v" once Put returned nil; a
+// consumer reports "fin k:v" before it finishes one. Under KeyReplace one
+// producer puts, so that the reports are in put order; under KeyDedup the
+// keys come from a space large enough for most to be new.
+func TestKillKeysChild(t *testing.T) {
+	dir, ok := crashtest.Dir()
+	if !ok {
+		t.Skip("run by TestKeysSIGKILL")
+	}
+	policy := keyPolicyByName(os.Getenv("SPILLQ_KEYS"))
+	start, _ := strconv.Atoi(os.Getenv("SPILLQ_KILL_START"))
+	producers, space := 2, 20
+	slow := os.Getenv("SPILLQ_KEYS_SLOW") == "1"
+	switch policy {
+	case channel.KeyUnique:
+		space = 200 // most Puts are refused with 20
+	case channel.KeyReplace:
+		producers = 1
+	case channel.KeyDedup:
+		space = 1 << 20
+	}
+	q, err := spillq.Open(dir, spillq.Options{Keys: policy, DedupWindow: time.Hour})
+	if err != nil {
+		crashtest.Report("open-error", err)
+		select {}
+	}
+	ctx := context.Background()
+	for p := range producers {
+		go func() {
+			for v := start + p; ; v += producers {
+				if slow {
+					time.Sleep(200 * time.Microsecond)
+				}
+				k := fmt.Sprintf("k%d", rand.IntN(space))
+				err := q.PutWith(ctx, []byte(fmt.Sprintf("%s:%d", k, v)), channel.PutOptions{Key: []byte(k)})
+				switch {
+				case err == nil:
+					crashtest.Report("put", fmt.Sprintf("%s:%d", k, v))
+				case !errors.Is(err, channel.ErrDuplicate):
+					crashtest.Report("put-error", err)
+					return
+				}
+			}
+		}()
+	}
+	go func() {
+		for {
+			m, err := q.Receive(ctx)
+			if err != nil {
+				return
+			}
+			if rand.IntN(2) == 0 {
+				time.Sleep(100 * time.Microsecond)
+			}
+			crashtest.Report("fin", string(m.Body))
+			m.Finish()
+		}
+	}()
+	select {}
+}
+
+// TestKeysSIGKILL kills a process putting keyed messages under KeyUnique,
+// KeyReplace and KeyDedup, and checks the policy's state after the
+// restart against what the process acknowledged:
+//
+//   - KeyUnique: a key with a version put and not finished is pending:
+//     Put of it is ErrDuplicate;
+//   - KeyReplace: every version delivered is at least the newest put of its
+//     key (older ones are superseded), and each key with a version put and
+//     not finished delivers one;
+//   - KeyDedup: every key put is a duplicate within the window.
+func TestKeysSIGKILL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs subprocesses")
+	}
+	cycles := 2
+	if n, err := strconv.Atoi(os.Getenv("SPILLQ_KILL_CYCLES")); err == nil {
+		cycles = n
+	}
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 4))
+	for _, policy := range []channel.KeyPolicy{channel.KeyUnique, channel.KeyReplace, channel.KeyDedup} {
+		t.Run(policy.String(), func(t *testing.T) {
+			acked := 0
+			for cycle := range cycles {
+				dir := t.TempDir()
+				res := crashtest.Start(t, crashtest.Run{
+					Test: "TestKillKeysChild", Dir: dir,
+					// Every other run is slow enough to be killed after a few
+					// stores of the key state (one a second), so Open reads
+					// a snapshot and the tail after it; the others mostly
+					// die before the first, and Open rebuilds from the log.
+					Env:       []string{"SPILLQ_KEYS=" + policy.String(), "SPILLQ_KILL_START=0", "SPILLQ_KEYS_SLOW=" + strconv.Itoa(cycle%2)},
+					KillAfter: 100 + rng.IntN(2000) + cycle%2*(3000+rng.IntN(3000)), KillKind: "put",
+				})
+				if _, err := os.Stat(filepath.Join(dir, spillq.KeysDir, "state")); cycle%2 == 1 && err != nil {
+					t.Fatalf("cycle %d: the slow run stored no key state before the kill: %v", cycle, err)
+				}
+				puts, fins := res.Events["put"], res.Set("fin")
+				acked += len(puts)
+				newest := map[string]int{}      // key -> newest version put
+				unfinished := map[string]bool{} // key -> a version put and not finished
+				for _, kv := range puts {
+					k, v := splitKV(t, kv)
+					newest[k] = max(newest[k], v)
+					if !fins[kv] {
+						unfinished[k] = true
+					}
+				}
+				q := open(t, dir, spillq.Options{Keys: policy, DedupWindow: time.Hour})
+				ctx := context.Background()
+				switch policy {
+				case channel.KeyUnique, channel.KeyDedup:
+					for k := range newest {
+						if policy == channel.KeyUnique && !unfinished[k] {
+							continue
+						}
+						err := q.PutWith(ctx, []byte(k+":-1"), channel.PutOptions{Key: []byte(k)})
+						if !errors.Is(err, channel.ErrDuplicate) {
+							t.Fatalf("cycle %d: after the kill, Put of %s (put, %s) = %v, want ErrDuplicate", cycle, k, map[bool]string{true: "not finished", false: "finished"}[unfinished[k]], err)
+						}
+					}
+				case channel.KeyReplace:
+					delivered := map[string]bool{}
+					for q.Stats().BackendDepth > 0 {
+						rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+						m, err := q.Receive(rctx)
+						cancel()
+						if err != nil {
+							if q.Stats().BackendDepth == 0 {
+								break
+							}
+							t.Fatalf("cycle %d: Receive: %v; %+v", cycle, err, q.Stats())
+						}
+						k, v := splitKV(t, m)
+						if v < newest[k] {
+							t.Fatalf("cycle %d: delivered %s:%d after the kill, superseded by %s:%d", cycle, k, v, k, newest[k])
+						}
+						delivered[k] = true
+						m.Finish()
+					}
+					for k := range unfinished {
+						if !delivered[k] {
+							// Its newest version may have been finished, the
+							// report of it lost with the kill.
+							if fins[fmt.Sprintf("%s:%d", k, newest[k])] {
+								continue
+							}
+							t.Fatalf("cycle %d: key %s had %s:%d put and not finished, and nothing of it was delivered", cycle, k, k, newest[k])
+						}
+					}
+				}
+				if err := q.Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			t.Logf("%v: %d kills, %d acknowledged keyed puts, the policy held after each", policy, cycles, acked)
+		})
+	}
+}
+
+func splitKV[T *channel.Message | string](t *testing.T, x T) (string, int) {
+	t.Helper()
+	var s string
+	switch x := any(x).(type) {
+	case *channel.Message:
+		s = string(x.Body)
+	case string:
+		s = x
+	}
+	k, v, ok := strings.Cut(s, ":")
+	n, err := strconv.Atoi(v)
+	if !ok || err != nil {
+		t.Fatalf("bad message %q", s)
+	}
+	return k, n
+}
