@@ -264,9 +264,9 @@ func (d diskBackend) PutSeq(ctx context.Context, body []byte) (uint64, error) {
 }
 func (d diskBackend) NextSeq() uint64 { return d.q.NextSeq() }
 func (d diskBackend) Floor() uint64   { return d.q.Stats().ReadSeq }
-func (d diskBackend) Depth() int64         { return d.q.Depth() }
-func (d diskBackend) Empty() error         { return d.q.Empty() }
-func (d diskBackend) Close() error         { return d.q.Close() }
+func (d diskBackend) Depth() int64    { return d.q.Depth() }
+func (d diskBackend) Empty() error    { return d.q.Empty() }
+func (d diskBackend) Close() error    { return d.q.Close() }
 
 // ScanBacklog makes a diskBackend a [channel.BacklogScanner]: the records
 // from the read cursor to the write cursor that Read will still hand out

@@ -58,6 +58,6 @@ var (
 	// Options.DuplicatesOK). The message is not stored.
 	ErrDuplicate = errors.New("channel: duplicate key")
 
-		// ErrInvalidOptions is returned by [New] for an out-of-range option.
+	// ErrInvalidOptions is returned by [New] for an out-of-range option.
 	ErrInvalidOptions = errors.New("channel: invalid options")
 )

@@ -72,7 +72,7 @@ type Options struct {
 	// Policy must be Keys.
 	KeyState *KeyState
 
-		// DuplicatesOK makes a Put that KeyUnique or KeyDedup refuses return
+	// DuplicatesOK makes a Put that KeyUnique or KeyDedup refuses return
 	// nil instead of ErrDuplicate: the message is dropped all the same and
 	// counted in Stats.Duplicates.
 	DuplicatesOK bool
