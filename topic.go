@@ -68,6 +68,12 @@ type ChannelOptions struct {
 	// open holds.
 	DropWhenFull bool
 
+	// Keys is the channel's key policy: channel.KeyNone (the default) or
+	// channel.KeySerial, one message per key at a time for this channel
+	// (see channel.Options.Keys). The policies that decide at Put are not
+	// offered on a topic's channel.
+	Keys channel.KeyPolicy
+
 	// MsgTimeout, MaxAttempts, DeadLetter and MaxDeferredInMemory are as
 	// in [Options], for this channel alone.
 	MsgTimeout          time.Duration
@@ -231,6 +237,7 @@ func (t *Topic) Channel(name string, opts ChannelOptions) (*channel.Channel, err
 		MemQueueSize:        opts.MemQueueSize,
 		Timers:              newDiskTimers(tq, t.syncEach),
 		MaxDeferredInMemory: opts.MaxDeferredInMemory,
+		Keys:                opts.Keys,
 		MsgTimeout:          opts.MsgTimeout,
 		MaxAttempts:         opts.MaxAttempts,
 		DeadLetter:          opts.DeadLetter,

@@ -399,3 +399,49 @@ func TestTopicLagPolicy(t *testing.T) {
 		t.Fatalf("Put with a holding channel behind: %v, want ErrDiskFull", err)
 	}
 }
+
+// TestTopicKeySerial: a channel with KeySerial holds a key's next message
+// while one is in flight; another channel of the topic without a policy
+// does not.
+func TestTopicKeySerial(t *testing.T) {
+	tp := openTopic(t, t.TempDir(), spillq.TopicOptions{})
+	defer tp.Close()
+	serial := topicChannel(t, tp, "serial", spillq.ChannelOptions{Keys: channel.KeySerial})
+	free := topicChannel(t, tp, "free", spillq.ChannelOptions{})
+	if _, err := tp.Channel("unique", spillq.ChannelOptions{Keys: channel.KeyUnique}); !errors.Is(err, channel.ErrInvalidOptions) {
+		t.Errorf("KeyUnique on a topic's channel: %v, want ErrInvalidOptions", err)
+	}
+	ctx := context.Background()
+	for _, kb := range [][2]string{{"a", "a1"}, {"a", "a2"}, {"b", "b1"}} {
+		if err := tp.PutWith(ctx, []byte(kb[1]), channel.PutOptions{Key: []byte(kb[0])}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	collect := func(ch *channel.Channel, n int) ([]string, []*channel.Message) {
+		var got []string
+		var msgs []*channel.Message
+		for range n {
+			rctx, cancel := context.WithTimeout(ctx, time.Second)
+			m, err := ch.Receive(rctx)
+			cancel()
+			if err != nil {
+				break
+			}
+			got = append(got, string(m.Body))
+			msgs = append(msgs, m)
+		}
+		return got, msgs
+	}
+	if got, _ := collect(free, 3); !slices.Equal(got, []string{"a1", "a2", "b1"}) {
+		t.Errorf("free channel got %v", got)
+	}
+	got, msgs := collect(serial, 2)
+	if !slices.Equal(got, []string{"a1", "b1"}) || string(msgs[0].Key) != "a" {
+		t.Fatalf("serial channel got %v, want [a1 b1] (a2 waits for a1)", got)
+	}
+	nothingMore(t, serial)
+	msgs[0].Finish()
+	if got, _ := collect(serial, 1); !slices.Equal(got, []string{"a2"}) {
+		t.Errorf("after a1 finished: %v, want [a2]", got)
+	}
+}

@@ -1,11 +1,13 @@
 package channel
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -948,22 +950,13 @@ func (c *Channel) Close() error {
 	for len(c.memCh) > 0 {
 		held = append(held, <-c.memCh)
 	}
-	if u, ok := c.src.(Unreader); ok {
-		// The source outlives the channel (a topic's cursor stays open
-		// with the log), its read position past what the pump read ahead:
-		// given back, in order, for the channel opened next in its place.
-		var back []*Message
-		for len(c.diskCh) > 0 {
-			back = append(back, <-c.diskCh)
-		}
-		if c.unsent != nil {
-			back = append(back, c.unsent)
-		}
-		for _, m := range back {
-			if m.gen == c.gen.Load() {
-				u.Unread(m.seq, appendEnvelope(nil, m))
-			}
-		}
+	// What the pump read ahead and did not hand over.
+	var ahead []*Message
+	for len(c.diskCh) > 0 {
+		ahead = append(ahead, <-c.diskCh)
+	}
+	if c.unsent != nil {
+		ahead = append(ahead, c.unsent)
 	}
 	c.lockFlights()
 	c.mu.Lock()
@@ -987,15 +980,33 @@ func (c *Channel) Close() error {
 	}
 	var errs []error
 	closing := time.Now().UnixNano()
-	for _, m := range held {
-		if m.gen != c.gen.Load() {
-			continue
+	// Under KeySerial a keyed message read from the backend stays where
+	// it is, unacknowledged, so the next run delivers it in its place
+	// among its key's messages (a new record would come after them); its
+	// attempts since it was stored are not counted.
+	inPlace := func(m *Message) bool {
+		return c.opts.Keys == KeySerial && m.src == srcBackend && m.due == 0 && m.Key != nil
+	}
+	if u, ok := c.src.(Unreader); ok {
+		// The source outlives the channel (a topic's cursor stays open
+		// with the log), its read position past what the pump read ahead
+		// (and past what stays in place): given back, in seq order, for
+		// the channel opened next in its place.
+		back := ahead
+		for _, m := range held {
+			if inPlace(m) {
+				back = append(back, m)
+			}
 		}
-		if c.opts.Keys == KeySerial && m.src == srcBackend && m.due == 0 && m.Key != nil {
-			// Left where it is, unacknowledged, so the next run delivers
-			// it in its place among its key's messages (a new record
-			// would come after them); its attempts since it was stored
-			// are not counted.
+		slices.SortFunc(back, func(a, b *Message) int { return cmp.Compare(a.seq, b.seq) })
+		for _, m := range back {
+			if m.gen == c.gen.Load() {
+				u.Unread(m.seq, appendEnvelope(nil, &Message{ID: m.ID, Body: m.Body, Key: m.Key, Timestamp: m.Timestamp, Attempts: m.Attempts, expires: m.expires}))
+			}
+		}
+	}
+	for _, m := range held {
+		if m.gen != c.gen.Load() || inPlace(m) {
 			continue
 		}
 		// The record (if any) is replaced by one carrying the current

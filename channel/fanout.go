@@ -160,15 +160,21 @@ func (f *Fanout) put(ctx context.Context, bodies [][]byte, po PutOptions) (int, 
 	if f.isClosed.Load() {
 		return 0, ErrClosed
 	}
+	if len(po.Key) > MaxKeyBytes {
+		return 0, fmt.Errorf("%w: key of %d bytes, limit %d", ErrTooLarge, len(po.Key), MaxKeyBytes)
+	}
+	if len(po.Key) == 0 {
+		po.Key = nil
+	}
 	for _, b := range bodies {
-		if err := checkBody(b, f.minBody, f.maxBody); err != nil {
+		if err := checkBody(b, f.minBody, f.maxBody-keyOverhead(po.Key)); err != nil {
 			return 0, err
 		}
 	}
 	msgs := make([]Message, len(bodies))
 	for i, b := range bodies {
 		m := &msgs[i]
-		*m = Message{ID: ID(f.nextID.Add(1)), Body: b, Timestamp: f.started.Add(time.Since(f.started))}
+		*m = Message{ID: ID(f.nextID.Add(1)), Body: b, Key: po.Key, Timestamp: f.started.Add(time.Since(f.started))}
 		if po.Delay > 0 {
 			m.due = m.Timestamp.Add(po.Delay).UnixNano()
 		}
