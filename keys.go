@@ -20,9 +20,9 @@ import (
 // policy's state (Options.Keys; FORMAT.md, "Key state"): one file, state.
 const KeysDir = "keys"
 
-// keySaveInterval is how often a queue with a key policy stores its state:
-// a crash makes the next Open read the records put since the last store,
-// at most this much of them.
+// keySaveInterval is how often a queue with a key policy stores its state
+// (less often when storing it takes more than a twentieth of that): a
+// crash makes the next Open read the records put since the last store.
 const keySaveInterval = time.Second
 
 // keyStateFile is where the key state lives in dir.
@@ -89,7 +89,7 @@ func decodeKeyState(b []byte) (channel.KeyState, error) {
 		if kl == 0 || kl > channel.MaxKeyBytes || len(rest) < keyEntryFixed+kl {
 			return st, fmt.Errorf("%w: entry with a key of %d bytes", errBadKeyState, kl)
 		}
-		e := channel.KeyEntry{Key: append([]byte(nil), rest[2:2+kl]...)}
+		e := channel.KeyEntry{Key: string(rest[2 : 2+kl])}
 		rest = rest[2+kl:]
 		e.ID = channel.ID(binary.BigEndian.Uint64(rest))
 		e.Seq = binary.BigEndian.Uint64(rest[8:])
@@ -196,7 +196,7 @@ func loadKeyState(dir string, q *diskqueue.Queue, policy channel.KeyPolicy, wind
 	st.Entries = kept
 	index := make(map[string]int, len(kept))
 	for i, e := range kept {
-		index[string(e.Key)] = i
+		index[e.Key] = i
 	}
 	for rec, err := range q.Scan(from, math.MaxUint64) {
 		if errors.Is(err, diskqueue.ErrCorrupt) {
@@ -212,12 +212,12 @@ func loadKeyState(dir string, q *diskqueue.Queue, policy channel.KeyPolicy, wind
 		if policy == channel.KeyUnique && q.Acknowledged(rec.Seq) {
 			continue
 		}
-		e := channel.KeyEntry{Key: append([]byte(nil), m.Key...), ID: m.ID, Seq: rec.Seq, At: m.Timestamp}
-		if i, ok := index[string(e.Key)]; ok {
+		e := channel.KeyEntry{Key: string(m.Key), ID: m.ID, Seq: rec.Seq, At: m.Timestamp}
+		if i, ok := index[e.Key]; ok {
 			st.Entries[i] = e // the newer record wins
 			continue
 		}
-		index[string(e.Key)] = len(st.Entries)
+		index[e.Key] = len(st.Entries)
 		st.Entries = append(st.Entries, e)
 	}
 	return st, nil
@@ -235,6 +235,10 @@ type keyedBackend struct {
 	stop   chan struct{}
 	done   chan struct{}
 	last   [3]int64 // the counters at the last store, to skip idle rounds
+	// next is when the next store may run: a store of a large state
+	// waits 20 times what the last one took, so storing takes at most
+	// about 5% of the time (and the tail a restart reads grows as much).
+	next time.Time
 }
 
 func (k *keyedBackend) start(ch *channel.Channel) {
@@ -257,6 +261,10 @@ func (k *keyedBackend) start(ch *channel.Channel) {
 // save stores the key state, unless nothing changed since the last time
 // (and force is not set).
 func (k *keyedBackend) save(force bool) error {
+	began := time.Now()
+	if !force && began.Before(k.next) {
+		return nil
+	}
 	cs := k.ch.Stats()
 	now := [3]int64{cs.Puts, cs.Finishes + cs.DeadLetters, cs.Superseded}
 	if !force && now == k.last {
@@ -271,6 +279,7 @@ func (k *keyedBackend) save(force bool) error {
 		return err
 	}
 	k.last = now
+	k.next = began.Add(20 * time.Since(began))
 	return nil
 }
 

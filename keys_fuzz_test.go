@@ -15,11 +15,11 @@ import (
 func FuzzDecodeKeyState(f *testing.F) {
 	f.Add(encodeKeyState(channel.KeyState{Policy: channel.KeyUnique, Watermark: 7}))
 	f.Add(encodeKeyState(channel.KeyState{Policy: channel.KeyReplace, Watermark: 1 << 40, Entries: []channel.KeyEntry{
-		{Key: []byte("customer-1"), ID: 99, Seq: 3},
-		{Key: []byte("k"), ID: 1, Seq: 0},
+		{Key: "customer-1", ID: 99, Seq: 3},
+		{Key: "k", ID: 1, Seq: 0},
 	}}))
 	f.Add(encodeKeyState(channel.KeyState{Policy: channel.KeyDedup, Entries: []channel.KeyEntry{
-		{Key: []byte("req-1"), ID: 5, Seq: 10, At: time.Unix(0, 1_700_000_000_000_000_000)},
+		{Key: "req-1", ID: 5, Seq: 10, At: time.Unix(0, 1_700_000_000_000_000_000)},
 	}}))
 	f.Add([]byte("SPKY"))
 	f.Fuzz(func(t *testing.T, b []byte) {

@@ -112,33 +112,30 @@ func newKeyTable(policy KeyPolicy, window time.Duration) *keyTable {
 	return t
 }
 
+// admitted is what admit changed, for undo.
+type admitted struct {
+	k    string
+	id   ID
+	prev keyEntry
+	had  bool
+	set  bool // admit changed an entry
+}
+
 // admit decides a Put of a message with key and id at now (Unix ns): it
 // returns ErrDuplicate for one the policy refuses, and otherwise records it
-// and returns the function that takes it back if the Put then fails.
-func (t *keyTable) admit(key []byte, id ID, now int64) (undo func(), err error) {
+// and returns what undo takes back if the Put then fails.
+func (t *keyTable) admit(key []byte, id ID, now int64) (admitted, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	k := string(key)
-	e, had := t.entries[k]
-	restore := func() {
-		t.mu.Lock()
-		defer t.mu.Unlock()
-		if cur, ok := t.entries[k]; ok && cur.id == id {
-			if had {
-				t.entries[k] = e
-			} else {
-				delete(t.entries, k)
-			}
-		}
-	}
+	e, had := t.entries[string(key)]
+	var ne keyEntry
 	switch t.policy {
 	case KeyUnique:
 		if had {
 			t.duplicates.Add(1)
-			return nil, fmt.Errorf("%w: key %q has a message pending", ErrDuplicate, key)
+			return admitted{}, fmt.Errorf("%w: key %q has a message pending", ErrDuplicate, key)
 		}
-		t.entries[k] = keyEntry{id: id}
-		return restore, nil
+		ne = keyEntry{id: id}
 	case KeyReplace:
 		n := 1
 		if had && e.n >= 0 {
@@ -146,19 +143,39 @@ func (t *keyTable) admit(key []byte, id ID, now int64) (undo func(), err error) 
 		} else if had {
 			n = -1
 		}
-		t.entries[k] = keyEntry{id: id, n: n}
-		return restore, nil
+		ne = keyEntry{id: id, n: n}
 	case KeyDedup:
 		t.expireLocked(now)
 		if had && now-e.at < t.window {
 			t.duplicates.Add(1)
-			return nil, fmt.Errorf("%w: key %q was put %v ago, within the dedup window", ErrDuplicate, key, time.Duration(now-e.at).Round(time.Millisecond))
+			return admitted{}, fmt.Errorf("%w: key %q was put %v ago, within the dedup window", ErrDuplicate, key, time.Duration(now-e.at).Round(time.Millisecond))
 		}
-		t.entries[k] = keyEntry{id: id, at: now}
-		t.seenQ = append(t.seenQ, seenKey{now, k})
-		return restore, nil
+		ne = keyEntry{id: id, at: now}
+	default:
+		return admitted{}, nil
 	}
-	return func() {}, nil
+	k := string(key)
+	t.entries[k] = ne
+	if t.policy == KeyDedup {
+		t.seenQ = append(t.seenQ, seenKey{now, k})
+	}
+	return admitted{k: k, id: id, prev: e, had: had, set: true}, nil
+}
+
+// undo takes back what admit did for a Put that then failed.
+func (t *keyTable) undo(a admitted) {
+	if !a.set {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if cur, ok := t.entries[a.k]; ok && cur.id == a.id {
+		if a.had {
+			t.entries[a.k] = a.prev
+		} else {
+			delete(t.entries, a.k)
+		}
+	}
 }
 
 // stored records the backend record that message id with key went to, so a
@@ -306,7 +323,7 @@ type KeyState struct {
 
 // KeyEntry is one key in a [KeyState].
 type KeyEntry struct {
-	Key []byte
+	Key string
 	// ID and Seq are the message and its backend record: under KeyUnique
 	// the one pending, under KeyReplace the newest put.
 	ID  ID
@@ -334,9 +351,9 @@ func (t *keyTable) snapshot(floor uint64) []KeyEntry {
 			if !e.hasSeq {
 				continue
 			}
-			out = append(out, KeyEntry{Key: []byte(k), ID: e.id, Seq: e.seq})
+			out = append(out, KeyEntry{Key: k, ID: e.id, Seq: e.seq})
 		case KeyDedup:
-			out = append(out, KeyEntry{Key: []byte(k), ID: e.id, Seq: e.seq, At: time.Unix(0, e.at)})
+			out = append(out, KeyEntry{Key: k, ID: e.id, Seq: e.seq, At: time.Unix(0, e.at)})
 		}
 	}
 	return out
@@ -348,7 +365,7 @@ func (t *keyTable) restore(st *KeyState, now int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, e := range st.Entries {
-		k := string(e.Key)
+		k := e.Key
 		switch t.policy {
 		case KeyUnique:
 			t.entries[k] = keyEntry{id: e.ID, seq: e.Seq, hasSeq: true}

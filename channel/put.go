@@ -95,9 +95,10 @@ func (c *Channel) PutWith(ctx context.Context, body []byte, po PutOptions) error
 // putKeyed is PutWith of a message with a key under a key policy: the
 // policy admits it first, and takes it back if it is not stored.
 func (c *Channel) putKeyed(ctx context.Context, body []byte, po PutOptions) error {
-	m := new(Message)
-	c.fill(m, body, po)
-	undo, err := c.keys.admit(m.Key, m.ID, m.Timestamp.UnixNano())
+	// A value, as in PutWith: kept() copies it for the paths that hold it.
+	var m Message
+	c.fill(&m, body, po)
+	adm, err := c.keys.admit(m.Key, m.ID, m.Timestamp.UnixNano())
 	if err != nil {
 		c.prod.putFailures.Add(1) // not a Put: Stats.Duplicates counts it
 		if c.opts.DuplicatesOK {
@@ -107,19 +108,19 @@ func (c *Channel) putKeyed(ctx context.Context, body []byte, po PutOptions) erro
 	}
 	switch {
 	case m.due != 0:
-		err = c.putDeferred(ctx, m)
+		err = c.putDeferred(ctx, &m)
 	case c.memCh != nil && c.diskPending.Load() == 0:
 		select {
-		case c.memCh <- m:
+		case c.memCh <- m.kept():
 			return nil
 		default:
 		}
-		err = c.putFull(ctx, m)
+		err = c.putFull(ctx, &m)
 	default:
-		err = c.putFull(ctx, m)
+		err = c.putFull(ctx, &m)
 	}
 	if err != nil {
-		undo()
+		c.keys.undo(adm)
 	}
 	return err
 }

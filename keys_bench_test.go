@@ -1,0 +1,134 @@
+package spillq_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/spillq/spillq"
+	"github.com/spillq/spillq/channel"
+)
+
+// Benchmarks of message keys, each beside the same work without them in
+// the same run:
+//
+//	go test -run '^$' -bench 'KeyedPut|SerialConsumers' -count 6 .
+
+// BenchmarkKeyedPut: Put of 100-byte messages through spillq.Open
+// (default options: every message to the disk log, nsqd's sync policy),
+// without a key, with a key under no policy, and under each policy. Every
+// message has a key of its own ("order-N"), so none is refused: the cost
+// measured is the policy's bookkeeping, and for KeyUnique, KeyReplace and
+// KeyDedup the record seq each Put reports back for the key state.
+func BenchmarkKeyedPut(b *testing.B) {
+	body := make([]byte, 100)
+	cases := []struct {
+		name   string
+		policy channel.KeyPolicy
+		keyed  bool
+	}{
+		{"nokey", channel.KeyNone, false},
+		{"none", channel.KeyNone, true},
+		{"unique", channel.KeyUnique, true},
+		{"replace", channel.KeyReplace, true},
+		{"dedup", channel.KeyDedup, true},
+		{"serial", channel.KeySerial, true},
+	}
+	for _, c := range cases {
+		b.Run("policy="+c.name, func(b *testing.B) {
+			q, err := spillq.Open(b.TempDir(), spillq.Options{Keys: c.policy})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer q.Close()
+			ctx := context.Background()
+			keys := make([][]byte, 1<<16)
+			for i := range keys {
+				keys[i] = []byte("order-" + strconv.Itoa(i))
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				var po channel.PutOptions
+				if c.keyed {
+					// Fresh keys past the table: b.N may exceed it.
+					if i < len(keys) {
+						po.Key = keys[i]
+					} else {
+						po.Key = []byte("order-" + strconv.Itoa(i))
+					}
+				}
+				if err := q.PutWith(ctx, body, po); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	}
+}
+
+// BenchmarkSerialConsumers: 8 consumers Receive and Finish messages put
+// with 1,000 keys under KeySerial (at most one per key in flight), beside
+// the same without keys. Each iteration is one message put, delivered and
+// finished; the messages are put first, then drained.
+func BenchmarkSerialConsumers(b *testing.B) {
+	body := make([]byte, 100)
+	for _, serial := range []bool{false, true} {
+		name := "keys=none"
+		if serial {
+			name = "keys=serial1000"
+		}
+		b.Run(name, func(b *testing.B) {
+			opts := spillq.Options{}
+			if serial {
+				opts.Keys = channel.KeySerial
+			}
+			q, err := spillq.Open(b.TempDir(), opts)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer q.Close()
+			ctx := context.Background()
+			keys := make([][]byte, 1000)
+			for i := range keys {
+				keys[i] = []byte("account-" + strconv.Itoa(i))
+			}
+			for i := range b.N {
+				var po channel.PutOptions
+				if serial {
+					po.Key = keys[i%len(keys)]
+				}
+				if err := q.PutWith(ctx, body, po); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			left := b.N
+			for range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						mu.Lock()
+						if left == 0 {
+							mu.Unlock()
+							return
+						}
+						left--
+						mu.Unlock()
+						m, err := q.Receive(ctx)
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						m.Finish()
+					}
+				}()
+			}
+			wg.Wait()
+		})
+	}
+}
