@@ -73,6 +73,7 @@ func init() {
 		{"stat", "DIR", "cursors, depth, lag, segments, .bad files", cmdStat},
 		{"dump", "DIR", "records from a seq or a time, as text, hex or JSON lines", cmdDump},
 		{"get", "DIR SEQ", "one record by sequence number", cmdGet},
+		{"key", "DIR KEY", "the records a message key still has in the log, oldest first, the newest last", cmdKey},
 		{"verify", "DIR", "check every CRC, index entry and cursor; exit 1 on problems", cmdVerify},
 		{"tail", "DIR", "follow records as they are written", cmdTail},
 		{"repair", "DIR", "cut a torn tail, rebuild indexes, set damage aside, acknowledge it", cmdRepair},

@@ -18,6 +18,7 @@ import (
 	godiskqueue "github.com/nsqio/go-diskqueue"
 
 	"github.com/spillq/spillq"
+	"github.com/spillq/spillq/channel"
 	"github.com/spillq/spillq/diskqueue"
 )
 
@@ -945,4 +946,38 @@ func TestTopicNotOpenedAsQueue(t *testing.T) {
 		t.Fatalf("OpenTopic after the commands: %v", err)
 	}
 	tp.Close()
+}
+
+// TestKeyCommand: key lists the records of one key the log holds, oldest
+// first, with the newest named last; a key the log does not hold exits 1.
+func TestKeyCommand(t *testing.T) {
+	dir := t.TempDir()
+	q, err := spillq.Open(dir, spillq.Options{Keys: channel.KeyReplace, Disk: diskqueue.Options{RetainBytes: 1 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i, k := range []string{"a", "b", "a", "a"} {
+		if err := q.PutWith(ctx, []byte(fmt.Sprintf("%s v%d", k, i)), channel.PutOptions{Key: []byte(k)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code := tool3(t, "", "key", dir, "a")
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	if code != 0 || len(lines) != 3 || !strings.Contains(lines[0], `"a v0"`) || !strings.Contains(lines[2], `key="a"`) || !strings.Contains(lines[2], `"a v3"`) {
+		t.Errorf("key a: exit %d\n%s", code, stdout)
+	}
+	if !strings.Contains(stderr, `key "a": 3 record(s) held, the newest at seq 3`) {
+		t.Errorf("key a: stderr %q", stderr)
+	}
+	out, code := tool(t, "", "key", dir, "a", "-format", "json")
+	if code != 0 || !strings.Contains(out, `"key":"a"`) {
+		t.Errorf("key -format json: exit %d\n%s", code, out)
+	}
+	if out, code := tool(t, "", "key", dir, "zzz"); code != 1 || !strings.Contains(out, "no record") {
+		t.Errorf("key zzz: exit %d, %q", code, out)
+	}
 }

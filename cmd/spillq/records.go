@@ -190,6 +190,9 @@ func (p *printer) print(rec diskqueue.Record) (bad, err error) {
 		out := map[string]any{"seq": rec.Seq, "time": rec.Time.UTC().Format(time.RFC3339Nano)}
 		if msg != nil {
 			out["id"], out["attempts"], out["put_time"] = msg.ID.String(), msg.Attempts, msg.Timestamp.UTC().Format(time.RFC3339Nano)
+			if msg.Key != nil {
+				out["key"] = string(msg.Key)
+			}
 		}
 		if utf8.Valid(body) {
 			out["body"] = string(body)
@@ -202,12 +205,19 @@ func (p *printer) print(rec diskqueue.Record) (bad, err error) {
 		head := fmt.Sprintf("seq %d  %s", rec.Seq, rec.Time.UTC().Format(time.RFC3339Nano))
 		if msg != nil {
 			head += fmt.Sprintf("  id=%s attempts=%d", msg.ID, msg.Attempts)
+			if msg.Key != nil {
+				head += fmt.Sprintf(" key=%q", msg.Key)
+			}
 		}
 		_, err = fmt.Fprintf(p.w, "%s  %d bytes\n%s", head, len(body), hex.Dump(body))
 	default:
 		prefix := fmt.Sprintf("%d\t%s\t", rec.Seq, rec.Time.UTC().Format(time.RFC3339Nano))
 		if msg != nil {
-			prefix += fmt.Sprintf("id=%s attempts=%d\t", msg.ID, msg.Attempts)
+			prefix += fmt.Sprintf("id=%s attempts=%d", msg.ID, msg.Attempts)
+			if msg.Key != nil {
+				prefix += fmt.Sprintf(" key=%q", msg.Key)
+			}
+			prefix += "\t"
 		}
 		_, err = fmt.Fprintf(p.w, "%s%s\n", prefix, strconv.Quote(string(body)))
 	}
