@@ -1,7 +1,6 @@
 package spillq_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
@@ -119,7 +118,7 @@ func TestTopicRSSBacklogChild(t *testing.T) {
 		}
 	}
 	runtime.GC()
-	hwm0, anon0 := procstat.PeakRSSKB(), procStatusKB("RssAnon:")
+	hwm0, anon0 := procstat.PeakRSSKB(), procstat.StatusKB("RssAnon:")
 	ctx := context.Background()
 	anonPeak := anon0
 	for i := range n {
@@ -128,7 +127,7 @@ func TestTopicRSSBacklogChild(t *testing.T) {
 			t.Fatal(err)
 		}
 		if i%20_000 == 0 {
-			anonPeak = max(anonPeak, procStatusKB("RssAnon:"))
+			anonPeak = max(anonPeak, procstat.StatusKB("RssAnon:"))
 		}
 	}
 	st := tp.Stats()
@@ -149,28 +148,8 @@ func TestTopicRSSBacklogChild(t *testing.T) {
 	fmt.Printf("topic-rss hwm-before-kb %d\n", hwm0)
 	fmt.Printf("topic-rss anon-before-kb %d\n", anon0)
 	fmt.Printf("topic-rss hwm-after-kb %d\n", procstat.PeakRSSKB())
-	fmt.Printf("topic-rss anon-after-kb %d\n", procStatusKB("RssAnon:"))
-	fmt.Printf("topic-rss anon-peak-kb %d\n", max(anonPeak, procStatusKB("RssAnon:")))
-	fmt.Printf("topic-rss file-after-kb %d\n", procStatusKB("RssFile:")+procStatusKB("RssShmem:"))
+	fmt.Printf("topic-rss anon-after-kb %d\n", procstat.StatusKB("RssAnon:"))
+	fmt.Printf("topic-rss anon-peak-kb %d\n", max(anonPeak, procstat.StatusKB("RssAnon:")))
+	fmt.Printf("topic-rss file-after-kb %d\n", procstat.StatusKB("RssFile:")+procstat.StatusKB("RssShmem:"))
 	fmt.Printf("topic-rss heap-inuse-kb %d\n", ms.HeapInuse>>10)
-}
-
-// procStatusKB is one "kB" field of /proc/self/status, or -1.
-func procStatusKB(field string) int64 {
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return -1
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), field); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			if err != nil {
-				return -1
-			}
-			return kb
-		}
-	}
-	return -1
 }

@@ -469,13 +469,10 @@ func (l *Log) DeleteCursor(name string) error {
 // deleteCursor runs on the writer goroutine, so no seal is using the
 // cursor's bitmap files meanwhile.
 func (l *Log) deleteCursor(name string) error {
-	l.mu.Lock()
-	c, err := l.unregisterLocked(name)
-	l.mu.Unlock()
+	c, err := l.takeOut(name)
 	if err != nil {
 		return err
 	}
-	c.closeFiles()
 	// The cursor file goes first: a directory without one is a deletion a
 	// crash interrupted, which the next Open finishes.
 	if err := l.fs.Remove(filepath.Join(c.dir, cursorName)); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -491,6 +488,19 @@ func (l *Log) deleteCursor(name string) error {
 	}
 	l.wake()
 	return nil
+}
+
+// takeOut unregisters the named cursor and closes its files, for a
+// deletion or a reset on the writer goroutine.
+func (l *Log) takeOut(name string) (*Cursor, error) {
+	l.mu.Lock()
+	c, err := l.unregisterLocked(name)
+	l.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	c.closeFiles()
+	return c, nil
 }
 
 // unregisterLocked takes the named cursor out of the log: no append grows

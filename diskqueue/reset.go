@@ -36,13 +36,10 @@ func (l *Log) resetCursor(name string, start Start) error {
 	if err != nil {
 		return fmt.Errorf("diskqueue: reset cursor %q: %w", name, err)
 	}
-	l.mu.Lock()
-	c, err := l.unregisterLocked(name)
-	l.mu.Unlock()
+	c, err := l.takeOut(name)
 	if err != nil {
 		return err
 	}
-	c.closeFiles()
 	if err := l.storeReset(c.dir, seq); err != nil {
 		// The cursor is out of the log until the next Open, which loads
 		// whatever the files say.

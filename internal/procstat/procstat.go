@@ -1,5 +1,5 @@
 // Package procstat reads this process's memory figures from /proc, for the
-// benchmarks that report peak RSS.
+// benchmarks and tests that report resident memory.
 package procstat
 
 import (
@@ -11,7 +11,11 @@ import (
 
 // PeakRSSKB returns VmHWM, the process's peak resident set in KiB, or -1
 // where /proc does not say (not Linux).
-func PeakRSSKB() int {
+func PeakRSSKB() int { return int(StatusKB("VmHWM:")) }
+
+// StatusKB returns one "kB" field of /proc/self/status (its name with the
+// colon, such as "RssAnon:"), or -1 where /proc does not say.
+func StatusKB(field string) int64 {
 	f, err := os.Open("/proc/self/status")
 	if err != nil {
 		return -1
@@ -19,8 +23,8 @@ func PeakRSSKB() int {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			kb, err := strconv.Atoi(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")))
+		if v, ok := strings.CutPrefix(sc.Text(), field); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
 			if err != nil {
 				return -1
 			}
