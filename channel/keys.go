@@ -335,8 +335,10 @@ type KeyEntry struct {
 // snapshot returns the entries a restart needs, and prunes restored
 // KeyReplace entries whose record is below floor, the backend's oldest
 // record not acknowledged: every version before them is gone too. Entries
-// of messages held in memory only are left out: a crash loses them, and a
-// graceful Close stores them first.
+// of messages that never reached the backend are left out: a crash loses
+// those messages, and a graceful Close stores the ones still held first
+// (so under KeyDedup a key whose message went through memory alone and
+// was finished is not remembered across a restart).
 func (t *keyTable) snapshot(floor uint64) []KeyEntry {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -353,7 +355,12 @@ func (t *keyTable) snapshot(floor uint64) []KeyEntry {
 			}
 			out = append(out, KeyEntry{Key: k, ID: e.id, Seq: e.seq})
 		case KeyDedup:
-			out = append(out, KeyEntry{Key: k, ID: e.id, Seq: e.seq, At: time.Unix(0, e.at)})
+			// Only keys whose message reached the backend: after a crash
+			// one held in memory only is lost, and the producer's retry
+			// must then be let in, not refused as a duplicate.
+			if e.hasSeq {
+				out = append(out, KeyEntry{Key: k, ID: e.id, Seq: e.seq, At: time.Unix(0, e.at)})
+			}
 		}
 	}
 	return out
