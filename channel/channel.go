@@ -767,6 +767,15 @@ func storeMax[V int64 | uint64, A atomicNumber[V]](v A, x V) {
 	}
 }
 
+// Superseded reports whether, under KeyReplace, the message with key and
+// id has been replaced by a newer one with its key that is stored in the
+// backend: it will never be delivered, so its record need not be kept (a
+// compaction may drop it; spillq's Queue.Compact does). False under any
+// other policy.
+func (c *Channel) Superseded(key []byte, id ID) bool {
+	return c.opts.Keys == KeyReplace && c.keys != nil && c.keys.supersededBy(key, id)
+}
+
 // KeyState returns a snapshot of the key policy's state for a restart to
 // pick up (Options.KeyState), and whether there is one to keep: false
 // under KeyNone and KeySerial (which keep nothing across a restart), or

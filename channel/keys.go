@@ -297,6 +297,15 @@ func (t *keyTable) parked() []*Message {
 	return out
 }
 
+// supersededBy reports whether, under KeyReplace, a newer message with
+// key than id is stored.
+func (t *keyTable) supersededBy(key []byte, id ID) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e, ok := t.entries[string(key)]
+	return ok && e.hasSeq && e.id != id
+}
+
 // stats is the table's part of Stats.
 func (t *keyTable) stats() (pending int, waiting int) {
 	t.mu.Lock()
@@ -332,9 +341,11 @@ type KeyEntry struct {
 	At time.Time
 }
 
-// snapshot returns the entries a restart needs, and prunes restored
-// KeyReplace entries whose record is below floor, the backend's oldest
-// record not acknowledged: every version before them is gone too. Entries
+// snapshot returns the entries a restart needs, and prunes KeyReplace
+// entries whose record is below floor, the backend's oldest record not
+// acknowledged: every version before them is done too (restored entries,
+// whose versions are not counted, and those whose older versions a
+// compaction removed unseen go no other way). Entries
 // of messages that never reached the backend are left out: a crash loses
 // those messages, and a graceful Close stores the ones still held first
 // (so under KeyDedup a key whose message went through memory alone and
@@ -346,7 +357,9 @@ func (t *keyTable) snapshot(floor uint64) []KeyEntry {
 	for k, e := range t.entries {
 		switch t.policy {
 		case KeyUnique, KeyReplace:
-			if t.policy == KeyReplace && e.n < 0 && e.hasSeq && e.seq < floor {
+			if t.policy == KeyReplace && e.hasSeq && e.seq < floor {
+				// The newest version is acknowledged, and every older one,
+				// below it, too: nothing of the key is left to supersede.
 				delete(t.entries, k)
 				continue
 			}
