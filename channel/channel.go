@@ -524,7 +524,7 @@ func (m *Message) Requeue(delay time.Duration) error {
 	c := m.ch
 	// (Not when out of attempts: the dead-letter handler must not run
 	// holding putMu, as it may Put.)
-	toTimers := delay > 0 && c.timers != nil && !c.exhausted(m)
+	toTimers := delay > 0 && c.timers != nil && !c.exhausted(m) && !c.pinsRecord(m)
 	if toTimers {
 		// Held until the message lands, so Close, which waits for it,
 		// cannot miss the message while it is on its way to the timer
@@ -1024,7 +1024,7 @@ func (c *Channel) Close() error {
 		// channel writes to no log of its own: everything it holds goes
 		// to its timer store, due when it was closed if not deferred, so
 		// the next run delivers it first.
-		toTimers := c.timers != nil && (m.due != 0 || c.backend == nil)
+		toTimers := c.timers != nil && (m.due != 0 || c.backend == nil) && !(c.pinsRecord(m) && c.backend != nil)
 		if toTimers && m.due == 0 {
 			m.due = closing
 		}
@@ -1042,7 +1042,10 @@ func (c *Channel) Close() error {
 			}
 		}
 		if !stored {
-			if err := c.putEnvelope(context.Background(), m, env); err != nil {
+			// A copy: putEnvelope notes the new record in it, and m's seq
+			// is the old record, acknowledged below.
+			cp := *m
+			if err := c.putEnvelope(context.Background(), &cp, env); err != nil {
 				errs = append(errs, fmt.Errorf("channel: close: keep message %s: %w", m.ID, err))
 				continue
 			}

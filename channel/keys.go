@@ -86,6 +86,10 @@ type keyTable struct {
 
 // keyEntry is one key's state.
 type keyEntry struct {
+	// id is, under KeyReplace, the newest version whose Put succeeded
+	// (0 while none has): a version still being put supersedes nothing,
+	// since its Put may yet fail. Under the other policies it is the
+	// message the entry is for.
 	id ID
 	// seq is the backend record of message id, once known (hasSeq): what
 	// a restart checks the entry against.
@@ -137,13 +141,13 @@ func (t *keyTable) admit(key []byte, id ID, now int64) (admitted, error) {
 		}
 		ne = keyEntry{id: id}
 	case KeyReplace:
-		n := 1
-		if had && e.n >= 0 {
-			n = e.n + 1
-		} else if had {
-			n = -1
+		ne = e // the newest stored version stays the one that supersedes
+		switch {
+		case !had:
+			ne.n = 1
+		case e.n >= 0:
+			ne.n++
 		}
-		ne = keyEntry{id: id, n: n}
 	case KeyDedup:
 		t.expireLocked(now)
 		if had && now-e.at < t.window {
@@ -169,6 +173,18 @@ func (t *keyTable) undo(a admitted) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.policy == KeyReplace {
+		cur, ok := t.entries[a.k]
+		if !ok || cur.n <= 0 {
+			return // restored (versions not counted), or gone
+		}
+		if cur.n--; cur.n == 0 {
+			delete(t.entries, a.k)
+		} else {
+			t.entries[a.k] = cur
+		}
+		return
+	}
 	if cur, ok := t.entries[a.k]; ok && cur.id == a.id {
 		if a.had {
 			t.entries[a.k] = a.prev
@@ -178,8 +194,27 @@ func (t *keyTable) undo(a admitted) {
 	}
 }
 
-// stored records the backend record that message id with key went to, so a
-// snapshot can name it.
+// commit records that the Put of message id with key succeeded, in
+// backend record seq if hasSeq: under KeyReplace it is now the version
+// that supersedes the older ones.
+func (t *keyTable) commit(key []byte, id ID, seq uint64, hasSeq bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e, ok := t.entries[string(key)]
+	if !ok {
+		return
+	}
+	if t.policy == KeyReplace && id > e.id {
+		e.id, e.seq, e.hasSeq = id, 0, false
+	}
+	if e.id == id && hasSeq {
+		e.seq, e.hasSeq = seq, true
+	}
+	t.entries[string(key)] = e
+}
+
+// stored records the backend record that message id with key went to
+// later (Close stores again what it held), so a snapshot can name it.
 func (t *keyTable) stored(key []byte, id ID, seq uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -213,7 +248,9 @@ func (t *keyTable) take(m *Message) (deliver, drop bool) {
 	k := string(m.Key)
 	switch t.policy {
 	case KeyReplace:
-		if e, ok := t.entries[k]; ok && e.id != m.ID {
+		// Newer, not merely other: a version taken before its own Put
+		// has committed is the newest.
+		if e, ok := t.entries[k]; ok && e.id > m.ID {
 			t.superseded.Add(1)
 			return false, true
 		}
@@ -303,7 +340,7 @@ func (t *keyTable) supersededBy(key []byte, id ID) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	e, ok := t.entries[string(key)]
-	return ok && e.hasSeq && e.id != id
+	return ok && e.hasSeq && e.id > id
 }
 
 // stats is the table's part of Stats.
@@ -341,11 +378,9 @@ type KeyEntry struct {
 	At time.Time
 }
 
-// snapshot returns the entries a restart needs, and prunes KeyReplace
-// entries whose record is below floor, the backend's oldest record not
-// acknowledged: every version before them is done too (restored entries,
-// whose versions are not counted, and those whose older versions a
-// compaction removed unseen go no other way). Entries
+// snapshot returns the entries a restart needs, and prunes restored
+// KeyReplace entries (their versions not counted) whose newest version is
+// below floor, the backend's oldest record not acknowledged. Entries
 // of messages that never reached the backend are left out: a crash loses
 // those messages, and a graceful Close stores the ones still held first
 // (so under KeyDedup a key whose message went through memory alone and
@@ -357,9 +392,12 @@ func (t *keyTable) snapshot(floor uint64) []KeyEntry {
 	for k, e := range t.entries {
 		switch t.policy {
 		case KeyUnique, KeyReplace:
-			if t.policy == KeyReplace && e.hasSeq && e.seq < floor {
-				// The newest version is acknowledged, and every older one,
-				// below it, too: nothing of the key is left to supersede.
+			if t.policy == KeyReplace && e.n < 0 && e.hasSeq && e.seq < floor {
+				// Restored, its versions not counted: the newest is
+				// acknowledged, and so is every older one (all in the
+				// backend, a restart holding none elsewhere: under
+				// KeyReplace a keyed message never moves to the timer
+				// store).
 				delete(t.entries, k)
 				continue
 			}

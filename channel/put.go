@@ -107,11 +107,14 @@ func (c *Channel) putKeyed(ctx context.Context, body []byte, po PutOptions) erro
 		return err
 	}
 	switch {
+	case m.due != 0 && c.pinsRecord(&m) && c.backend != nil:
+		err = c.putBackend(ctx, &m) // its record stays in the log while it waits
 	case m.due != 0:
 		err = c.putDeferred(ctx, &m)
 	case c.memCh != nil && c.diskPending.Load() == 0:
 		select {
 		case c.memCh <- m.kept():
+			c.keys.commit(m.Key, m.ID, 0, false)
 			return nil
 		default:
 		}
@@ -121,8 +124,20 @@ func (c *Channel) putKeyed(ctx context.Context, body []byte, po PutOptions) erro
 	}
 	if err != nil {
 		c.keys.undo(adm)
+		return err
 	}
-	return err
+	// putEnvelope left the record's seq in m when it knows it.
+	c.keys.commit(m.Key, m.ID, m.seq, m.src == srcBackend)
+	return nil
+}
+
+// pinsRecord reports whether m's record must stay in the backend while m
+// is pending, rather than move to the timer store when deferred: under
+// KeyUnique and KeyReplace the key state names a pending message by its
+// record there, and a restart checks it against the backend's
+// acknowledgements.
+func (c *Channel) pinsRecord(m *Message) bool {
+	return m.Key != nil && (c.opts.Keys == KeyUnique || c.opts.Keys == KeyReplace)
 }
 
 // fill makes m a new message: the next ID, stamped now.
@@ -233,8 +248,9 @@ func (c *Channel) putEnvelope(ctx context.Context, m *Message, env []byte) error
 		return c.backend.Put(ctx, env)
 	}
 	seq, err := c.seqs.PutSeq(ctx, env)
-	if err == nil || seq != 0 {
+	if err == nil {
 		c.keys.stored(m.Key, m.ID, seq)
+		m.seq, m.src = seq, srcBackend // for putKeyed's commit
 	}
 	return err
 }
