@@ -541,6 +541,7 @@ func (c *Cursor) closeFiles() {
 
 func (c *Cursor) closeFilesLocked() {
 	c.closed = true
+	c.rd.forget(c.rd.seq)
 	for _, f := range c.retired {
 		f.Close()
 	}
@@ -1025,6 +1026,9 @@ func (c *Cursor) tryRead() (Record, error) {
 			return Record{}, ErrClosed
 		}
 		rec, err := c.rd.next()
+		if len(c.rd.removed) > 0 {
+			c.passRemovedLocked(c.rd.removed)
+		}
 		if err == nil {
 			seg := c.rd.seg
 			a, err := c.ackFor(seg)
@@ -1095,6 +1099,39 @@ func (c *Cursor) quarantine(d *damageError) {
 		}
 		if _, err := c.markAckedLocked(c.state(seg), s); err != nil {
 			c.logger.Warn("diskqueue: cannot acknowledge a damaged record; it is skipped again after a restart", "seq", s, "err", err)
+		}
+	}
+}
+
+// passRemovedLocked counts as acknowledged the records of gaps that
+// compaction removed and the reader has just passed: whoever compacted
+// them no longer needs them delivered, and a segment is deleted once every
+// cursor has acknowledged all of it. Their bits are set as Ack sets them
+// (readEnd raised first, as for damaged records), so Open counts them too;
+// they are not counted in Acks, and were never in flight. The caller holds
+// c.readMu.
+func (c *Cursor) passRemovedLocked(gaps []seqRange) {
+	var seg *segment
+	for _, g := range gaps {
+		for s := max(g.from, c.ackFloor.Load()); s < g.to; s++ {
+			if seg == nil || s < seg.base || s >= seg.endNow() {
+				if seg = c.log.segmentAt(s); seg == nil {
+					break
+				}
+			}
+			if seg.gone.Load() {
+				continue
+			}
+			a, err := c.ackFor(seg)
+			if err == nil {
+				err = a.raiseReadEnd(s+1, seg.base+a.cap)
+			}
+			if err == nil {
+				_, err = c.markAckedLocked(c.state(seg), s)
+			}
+			if err != nil {
+				c.logger.Warn("diskqueue: cannot acknowledge a record compaction removed; it stays in the cursor's depth until a restart passes it", "seq", s, "err", err)
+			}
 		}
 	}
 }
