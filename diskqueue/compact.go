@@ -455,8 +455,10 @@ func (l *Log) commitCompaction(c *compaction) (decided bool, err error) {
 		return true, nil
 	}
 	if !l.opts.NoSync {
-		// Before the next compaction of the segment writes new files: a
-		// marker come back in a power cut would take them for its own.
+		// So that no power cut brings the marker back beside the next
+		// compaction's new files. (A directory fsync makes every name in
+		// it durable, so theirs would take the removal with them anyway,
+		// and the marker's log size tells its own new log from another.)
 		if err := l.fs.SyncDir(l.dir); err != nil {
 			seg.leftovers.Store(true)
 			l.logger.Warn("diskqueue: cannot fsync the directory after removing a compaction marker", "segment", base, "err", err)

@@ -62,9 +62,15 @@ func (p Problem) String() string {
 // log. Problems are reported in the Report; the error is for failures to
 // read at all.
 func Verify(dir string) (Report, error) {
+	return verify(dir, Options{})
+}
+
+// verify is Verify with options (a test's file system).
+func verify(dir string, opts Options) (Report, error) {
 	var rep Report
 	warn := &collectHandler{}
-	l, err := openLogReadOnly(dir, Options{Logger: slog.New(warn)})
+	opts.Logger = slog.New(warn)
+	l, err := openLogReadOnly(dir, opts)
 	if err != nil {
 		return rep, err
 	}
