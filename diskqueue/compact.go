@@ -354,8 +354,12 @@ func (l *Log) rewriteSegment(ctx context.Context, seg *segment, old *segFiles, k
 		}
 	}
 	if err := sc.Err(); err != nil {
-		if isDamage(err) {
+		switch {
+		case isDamage(err):
 			err = fmt.Errorf("%w (segment left as it is; Verify reports the damage): %w", ErrCorrupt, err)
+		case errors.Is(err, os.ErrClosed):
+			// Deleted meanwhile (every record acknowledged, or Empty).
+			err = fmt.Errorf("%w: segment %d was deleted while it was compacted", ErrNotFound, seg.base)
 		}
 		return fail(err)
 	}
