@@ -30,6 +30,12 @@ type reader struct {
 	// compaction removed their records (in order); a cursor counts them
 	// acknowledged.
 	removed []seqRange
+	// jumped says off came from a compacted segment's index, which has no
+	// checksum: a gap there is checked against the index before it is
+	// believed, and a frame that does not check out sends the reader to
+	// walk the log (seekLog). Gaps met walking from a segment's start are
+	// the log's own word: frames follow each other, each checked.
+	jumped bool
 }
 
 // seqRange is the seqs [from, to).
@@ -164,6 +170,7 @@ func (r *reader) next() (Record, error) {
 				return Record{}, err
 			}
 			r.reset(seg, f, off, seq)
+			r.jumped = f.compacted && off != fileHeaderSize
 		}
 		// sealed before the extent: rotation sets sealed after the last publish.
 		sealed := r.seg.sealed.Load()
@@ -173,10 +180,15 @@ func (r *reader) next() (Record, error) {
 				return Record{}, errNoData
 			}
 			if end := r.seg.endNow(); r.files.compacted && r.seq < end {
+				if r.jumped && !r.removedInIndex(r.seq, end, r.off) {
+					r.seekLog()
+					continue
+				}
 				// The segment's last records were removed.
 				r.passRemoved(r.seq, end)
 				r.seq = end
 			}
+			r.jumped = false
 			nxt := r.l.segmentAfter(r.seg)
 			prev, from := r.seq, r.off
 			for nxt != nil && nxt.gone.Load() {
@@ -195,6 +207,13 @@ func (r *reader) next() (Record, error) {
 			continue
 		}
 		rec, n, err := r.decodeAt(r.off, limit)
+		if r.jumped {
+			r.jumped = false
+			if err == nil && rec.Seq > r.seq && !r.removedInIndex(r.seq, rec.Seq, r.off) || err != nil && isDamage(err) {
+				r.seekLog()
+				continue
+			}
+		}
 		if err == nil {
 			r.passRemoved(r.seq, rec.Seq)
 			r.off += int64(n)
@@ -208,6 +227,40 @@ func (r *reader) next() (Record, error) {
 		r.off, r.seq = d.to, d.next
 		return Record{}, d
 	}
+}
+
+// removedInIndex reports whether the index of the reader's generation
+// marks every seq of [from, to) removed, pointing at off.
+func (r *reader) removedInIndex(from, to uint64, off int64) bool {
+	offs, err := r.l.indexEntries(r.seg, r.files, from, int(to-from))
+	if err != nil {
+		return false
+	}
+	for _, e := range offs {
+		if o, removed := indexOffset(e, true); !removed || o != off {
+			return false
+		}
+	}
+	return true
+}
+
+// seekLog moves the reader to the first frame of its segment at or after
+// r.seq (or the first that does not check out) by walking the log from its
+// start: the index entry it came by disagrees with the log, and the log
+// wins.
+func (r *reader) seekLog() {
+	r.l.logger.Warn("diskqueue: a compacted segment's index disagrees with its log; walking the log (Verify reports the entry)", "segment", r.seg.base, "seq", r.seq)
+	limit := r.seg.limit(r.files)
+	maxBody := maxBodyForRead(r.l.opts.MaxRecordBytes)
+	off := int64(fileHeaderSize)
+	for off < limit {
+		h, _, n, err := r.win.frameAt(off, limit, maxBody)
+		if err != nil || h.seq >= r.seq {
+			break
+		}
+		off += int64(n)
+	}
+	r.off, r.jumped = off, false
 }
 
 // unread steps back over rec, just returned by next, so the next call
@@ -347,12 +400,19 @@ func (l *Log) ReadAt(seq uint64) (Record, error) {
 		return Record{}, err
 	}
 	off, removed := indexOffset(offs[0], f.compacted)
-	if removed {
-		return Record{}, fmt.Errorf("%w: seq %d", ErrCompacted, seq)
-	}
-	stop := limit
+	stop, nextRemoved := limit, false
 	if count == 2 {
-		stop, _ = indexOffset(offs[1], f.compacted)
+		stop, nextRemoved = indexOffset(offs[1], f.compacted)
+	}
+	if removed {
+		// A removed entry points where the next record kept starts, as
+		// the next entry does (or at the end): a check of the index
+		// against itself, since it has no checksum; the log decides when
+		// it fails.
+		if stop == off && (count == 2 || !nextRemoved) {
+			return Record{}, fmt.Errorf("%w: seq %d", ErrCompacted, seq)
+		}
+		return l.readAtSlow(seg, f, seq, limit, fmt.Errorf("index entry of a removed record points at %d, the next at %d", off, stop))
 	}
 	if off < fileHeaderSize || stop <= off || stop > limit {
 		return l.readAtSlow(seg, f, seq, limit, fmt.Errorf("index entry %d is out of range", off))
