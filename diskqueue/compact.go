@@ -128,7 +128,7 @@ func decodeCompactMarker(b []byte, base uint64) (compactMarker, error) {
 	case m.base != base:
 		return compactMarker{}, fmt.Errorf("%w: compaction marker is for segment %d, its name says %d", ErrCorrupt, m.base, base)
 	case m.end < m.base || m.end-m.base > math.MaxUint32 || m.logBytes < fileHeaderSize || m.logBytes > maxCompactedLogBytes ||
-		m.indexBytes != indexBytesFor(int64(m.end-m.base)) || m.timeBytes < fileHeaderSize:
+		m.indexBytes != compactedIndexBytes(int64(m.end-m.base)) || m.timeBytes < fileHeaderSize:
 		return compactMarker{}, fmt.Errorf("%w: compaction marker sizes out of range", ErrCorrupt)
 	}
 	return m, nil
@@ -382,7 +382,7 @@ func (l *Log) rewriteSegment(ctx context.Context, seg *segment, old *segFiles, k
 		panic(fmt.Sprintf("diskqueue: compaction built %d index bytes for %d records", got, end-seg.base))
 	}
 	l.crashPoint("compact-writing")
-	index := append(appendFileHeaderVersion(nil, magicIndex, formatVersionCompacted, seg.base), b.idx...)
+	index := appendIndexChecksum(append(appendFileHeaderVersion(nil, magicIndex, formatVersionCompacted, seg.base), b.idx...))
 	timeIndex := append(appendFileHeader(nil, magicTimeIndex, seg.base), b.tidx...)
 	if _, err := files[1].WriteAt(index, 0); err != nil {
 		return fail(err)

@@ -135,8 +135,8 @@ func TestCompactFormat(t *testing.T) {
 		}
 	}
 	count := int64(target.End - target.Base)
-	if int64(len(indexBytes)) != indexBytesFor(count) {
-		t.Fatalf("compacted index is %d bytes, want %d: one entry per seq", len(indexBytes), indexBytesFor(count))
+	if int64(len(indexBytes)) != compactedIndexBytes(count) || !indexChecksumOK(indexBytes) {
+		t.Fatalf("compacted index is %d bytes (checksum ok: %v), want %d: one entry per seq and the checksum", len(indexBytes), indexChecksumOK(indexBytes), compactedIndexBytes(count))
 	}
 	sc := newScanner(bytes.NewReader(logBytes), fileHeaderSize, target.Base, int64(len(logBytes)), DefaultMaxRecordBytes)
 	sc.allowGaps(target.End)
@@ -187,6 +187,20 @@ func TestCompactRebuildIndexes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	checkRebuilt(t, dir, target, keep, want)
+	// A flipped bit in an entry: the checksum finds it, and the index is
+	// rebuilt the same.
+	flipped := bytes.Clone(want)
+	flipped[indexEntryAt(2)] ^= 0x80
+	if err := os.WriteFile(index, flipped, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	checkRebuilt(t, dir, target, keep, want)
+}
+
+func checkRebuilt(t *testing.T, dir string, target SegmentInfo, keep func(uint64) bool, want []byte) {
+	t.Helper()
+	index := filepath.Join(dir, segmentName(target.Base, indexSuffix))
 	l, err := OpenLog(dir, Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"os"
 )
 
@@ -38,6 +39,30 @@ func indexEntryAt(i int64) int64 { return fileHeaderSize + i*indexEntrySize }
 
 // indexBytesFor is the size of an index file holding n entries.
 func indexBytesFor(n int64) int64 { return indexEntryAt(n) }
+
+// indexChecksumSize is the trailer of a compacted segment's index (format
+// version 2): the CRC-32C of the header and every entry, checked when the
+// segment's files are first opened. A version-1 entry is checked by the
+// record it points at; a removed record's entry points at no record of its
+// own, so the file carries the check.
+const indexChecksumSize = 4
+
+// compactedIndexBytes is the size of a compacted segment's index of n
+// entries.
+func compactedIndexBytes(n int64) int64 { return indexBytesFor(n) + indexChecksumSize }
+
+// appendIndexChecksum appends the trailer of a compacted segment's index
+// whose header and entries are b.
+func appendIndexChecksum(b []byte) []byte {
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, crcTable))
+}
+
+// indexChecksumOK reports whether b, a whole compacted index file, ends
+// with the checksum of what comes before.
+func indexChecksumOK(b []byte) bool {
+	n := len(b) - indexChecksumSize
+	return n >= fileHeaderSize && binary.BigEndian.Uint32(b[n:]) == crc32.Checksum(b[:n], crcTable)
+}
 
 // indexEntriesIn is how many whole entries an index file of size bytes has
 // room for.
@@ -204,17 +229,18 @@ func (l *Log) rebuildIndexes(seg *segment, log file, compacted bool) error {
 		}
 	}
 	b.finish(size, seg.base, end)
-	version := byte(formatVersion)
+	index := appendFileHeader(nil, magicIndex, seg.base)
 	if compacted {
-		version = formatVersionCompacted
+		index = appendIndexChecksum(append(appendFileHeaderVersion(nil, magicIndex, formatVersionCompacted, seg.base), b.idx...))
+		b.idx = nil
 	}
-	if err := l.writeAtomically(seg.path(indexSuffix), appendFileHeaderVersion(nil, magicIndex, version, seg.base), b.idx); err != nil {
+	if err := l.writeAtomically(seg.path(indexSuffix), index, b.idx); err != nil {
 		return err
 	}
 	if err := l.writeAtomically(seg.path(timeIndexSuffix), appendFileHeader(nil, magicTimeIndex, seg.base), b.tidx); err != nil {
 		return err
 	}
-	seg.indexBytes.Store(int64(fileHeaderSize + len(b.idx)))
+	seg.indexBytes.Store(int64(len(index) + len(b.idx)))
 	seg.timeIndexBytes.Store(int64(fileHeaderSize + len(b.tidx)))
 	seg.maxTime.Store(b.maxTime)
 	l.indexRebuilds.Add(1)

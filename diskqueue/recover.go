@@ -402,7 +402,7 @@ func (l *Log) compactedEnd(seg *segment) (uint64, bool) {
 	if f, err := l.fs.OpenFile(seg.path(indexSuffix), os.O_RDONLY, 0); err == nil {
 		defer f.Close()
 		if ok, compacted := l.segmentHeaderOK(f, magicIndex, seg.base); ok && compacted {
-			return seg.base + uint64(indexEntriesIn(fileSize(f))), true
+			return seg.base + uint64(indexEntriesIn(fileSize(f)-indexChecksumSize)), true
 		}
 	}
 	if b, err := readFile(l.fs, seg.path(timeIndexSuffix)); err == nil {

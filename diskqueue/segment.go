@@ -478,8 +478,13 @@ func (l *Log) openSealed(seg *segment) (*segFiles, error) {
 			compacted = indexCompacted
 		}
 		// An index of the other version belongs to the other generation
-		// of the log (a compaction's files renamed into place by hand).
-		if !timeOK || indexBytes != indexBytesFor(count) || !ok || indexCompacted != compacted {
+		// of the log (a compaction's files renamed into place by hand). A
+		// compacted one is read whole once, for its checksum.
+		want := indexBytesFor(count)
+		if compacted {
+			want = compactedIndexBytes(count)
+		}
+		if !timeOK || indexBytes != want || !ok || indexCompacted != compacted || compacted && !l.indexFileOK(index, indexBytes) {
 			index.Close()
 			index, rebuild = nil, true
 		}
@@ -500,4 +505,14 @@ func (l *Log) openSealed(seg *segment) (*segFiles, error) {
 		return fail(fmt.Errorf("diskqueue: %w", err))
 	}
 	return newSegFiles(log, index, 0, compacted), nil
+}
+
+// indexFileOK reads a compacted segment's index of size bytes whole and
+// checks its checksum.
+func (l *Log) indexFileOK(f file, size int64) bool {
+	b := make([]byte, size)
+	if _, err := f.ReadAt(b, 0); err != nil {
+		return false
+	}
+	return indexChecksumOK(b)
 }

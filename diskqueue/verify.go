@@ -149,6 +149,9 @@ func (l *Log) verifySegment(seg *segment, rep *Report) {
 		rep.Problems = append(rep.Problems, Problem{File: indexName, Offset: 0,
 			Err: fmt.Errorf("%w: index and log disagree on whether the segment is compacted (index: %v)", ErrCorrupt, indexCompacted)})
 		index = nil
+	} else if f.compacted && !indexChecksumOK(index) {
+		rep.Problems = append(rep.Problems, Problem{File: indexName, Offset: int64(len(index)) - indexChecksumSize,
+			Err: fmt.Errorf("%w: compacted index checksum mismatch", ErrCorrupt)})
 	}
 	// checkEntry checks the index entry of record seq: at off, or, for a
 	// record compaction removed, marked so and pointing at off, where the
@@ -199,7 +202,7 @@ func (l *Log) verifySegment(seg *segment, rep *Report) {
 				for s := sc.seq; s < end; s++ {
 					checkEntry(s, size, true) // removed after the last record kept
 				}
-				rep.Removed += compactedCount(index, f.compacted)
+				rep.Removed += compactedCount(index, int64(end-seg.base))
 			}
 			break
 		}
@@ -285,18 +288,20 @@ func (h *collectHandler) messages() []string {
 	return append([]string(nil), h.msgs...)
 }
 
-// compactedCount is how many entries of index are marked removed.
-func compactedCount(index []byte, compacted bool) uint64 {
+// compactedCount is how many of the first count entries of a compacted
+// segment's index are marked removed.
+func compactedCount(index []byte, count int64) uint64 {
 	var n uint64
-	for i := int64(0); ; i++ {
+	for i := int64(0); i < count; i++ {
 		raw, ok := decodeIndexEntry(index, i)
 		if !ok {
-			return n
+			break
 		}
-		if _, removed := indexOffset(uint32(raw), compacted); removed {
+		if _, removed := indexOffset(uint32(raw), true); removed {
 			n++
 		}
 	}
+	return n
 }
 
 // tailBytes returns how many bytes of log from size up to n come before the
