@@ -32,17 +32,17 @@ import (
 // crash at any moment leaves one of the two whole:
 //
 //  1. write NNNN.log.compact, NNNN.index.compact and
-//     NNNN.timeindex.compact, fsync each, fsync the directory
-//     (crash points compact-writing, before the fsyncs, and
-//     compact-written): a crash leaves the old files, and Open removes
-//     the new ones;
+//     NNNN.timeindex.compact and fsync each (crash points
+//     compact-writing, before the fsyncs, and compact-written): a crash
+//     leaves the old files, and Open removes the new ones;
 //  2. write the marker NNNN.compact atomically (temporary file, fsync,
-//     rename, directory fsync): the decision. From here Open finishes the
-//     compaction (compact-marked);
+//     rename, directory fsync): the decision. The directory fsync makes
+//     the new files' names durable with the marker's. From here Open
+//     finishes the compaction (compact-marked);
 //  3. rename each new file over the old one, the log first
 //     (compact-renamed-log), and fsync the directory (compact-renamed);
 //  4. swap the new generation of read handles in (compact-swapped);
-//  5. remove the marker and fsync the directory.
+//  5. remove the marker.
 //
 // Open finishes an interrupted compaction before it looks at the segments:
 // with a marker, it renames whatever new files remain over the old ones
@@ -226,19 +226,21 @@ func (l *Log) compact(ctx context.Context, base uint64, keep func(rec Record) bo
 		return c.stats, err
 	}
 	l.crashPoint("compact-written")
-	var decided bool
+	var decided, ran bool
+	var commitErr error
 	err = l.request(func() error {
-		var err error
-		decided, err = l.commitCompaction(c)
-		return err
+		ran = true
+		decided, commitErr = l.commitCompaction(c)
+		return commitErr
 	})
+	if ran {
+		// request may report the log closing after the commit ran.
+		err = commitErr
+	}
 	if err != nil && !decided {
 		l.discardCompaction(seg.base)
 	}
 	if err != nil {
-		if errors.Is(err, ErrClosed) && decided {
-			err = fmt.Errorf("diskqueue: compact segment %d: closed while swapping the new files in; the next Open finishes it: %w", base, err)
-		}
 		return CompactStats{}, err
 	}
 	return c.stats, nil
@@ -269,8 +271,7 @@ func (l *Log) compactMarkerPath(base uint64) string {
 }
 
 // rewriteSegment is step 1: it reads generation old of seg's files and
-// writes the records keep keeps to the new files, fsynced, with the
-// directory. If keep removes nothing it writes nothing (stats.Removed is
+// writes the records keep keeps to the new files, fsynced. If keep removes nothing it writes nothing (stats.Removed is
 // zero). On an error nothing it made is left.
 func (l *Log) rewriteSegment(ctx context.Context, seg *segment, old *segFiles, keep func(Record) bool) (c *compaction, err error) {
 	end, limit := seg.endNow(), seg.limit(old)
@@ -315,6 +316,9 @@ func (l *Log) rewriteSegment(ctx context.Context, seg *segment, old *segFiles, k
 		}
 		written += int64(len(out))
 		out = out[:0]
+		if l.isClosed.Load() {
+			return ErrClosed
+		}
 		return ctx.Err()
 	}
 	for next := sc.seq; sc.Next(); next = sc.seq {
@@ -404,11 +408,8 @@ func (l *Log) rewriteSegment(ctx context.Context, seg *segment, old *segFiles, k
 			return fail(err)
 		}
 	}
-	if !l.opts.NoSync {
-		if err := l.fs.SyncDir(l.dir); err != nil {
-			return fail(fmt.Errorf("fsync directory %s: %w", l.dir, err))
-		}
-	}
+	// Their names become durable with the marker's: the directory fsync
+	// that makes the marker durable makes every name in the directory so.
 	c.marker = compactMarker{base: seg.base, end: end, logBytes: written, indexBytes: int64(len(index)), timeBytes: int64(len(timeIndex))}
 	c.stats.LogBytesAfter = written
 	done = true
@@ -453,20 +454,14 @@ func (l *Log) commitCompaction(c *compaction) (decided bool, err error) {
 	l.compactedRecords.Add(c.stats.Removed)
 	l.compactedBytes.Add(c.stats.LogBytesBefore - c.stats.LogBytesAfter)
 	l.crashPoint("compact-swapped")
+	// The removal needs no fsync of its own: a marker a power cut brings
+	// back names files already renamed, and Open removes it. It cannot
+	// come back beside the next compaction's new files: the directory
+	// fsync that makes their names durable makes the removal so too (and
+	// the marker's log size tells its own new log from another).
 	if err := l.fs.Remove(l.compactMarkerPath(base)); err != nil {
 		seg.leftovers.Store(true)
 		l.logger.Warn("diskqueue: cannot remove a compaction marker; the next Open does", "segment", base, "err", err)
-		return true, nil
-	}
-	if !l.opts.NoSync {
-		// So that no power cut brings the marker back beside the next
-		// compaction's new files. (A directory fsync makes every name in
-		// it durable, so theirs would take the removal with them anyway,
-		// and the marker's log size tells its own new log from another.)
-		if err := l.fs.SyncDir(l.dir); err != nil {
-			seg.leftovers.Store(true)
-			l.logger.Warn("diskqueue: cannot fsync the directory after removing a compaction marker", "segment", base, "err", err)
-		}
 	}
 	return true, nil
 }

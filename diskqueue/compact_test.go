@@ -274,3 +274,50 @@ func TestCompactedSegmentFoundLast(t *testing.T) {
 		})
 	}
 }
+
+// Close while a compaction is under way: the compaction gives up with
+// ErrClosed and removes its files before Close returns; the segment stays
+// as it was.
+func TestCompactClose(t *testing.T) {
+	dir := t.TempDir()
+	l := compactFixture(t, dir, nil, 60, Options{})
+	target := sealedSegs(l)[0]
+	started, release := make(chan struct{}), make(chan struct{})
+	var once bool
+	result := make(chan error, 1)
+	go func() {
+		_, err := l.Compact(context.Background(), target.Base, func(rec Record) bool {
+			if !once {
+				once = true
+				close(started)
+				<-release
+			}
+			return rec.Seq%2 == 0
+		})
+		result <- err
+	}()
+	<-started
+	closed := make(chan error, 1)
+	go func() { closed <- l.Close() }()
+	<-l.closeCh // Close has begun
+	close(release)
+	if err := <-result; !errors.Is(err, ErrClosed) {
+		t.Fatalf("Compact under Close: %v, want ErrClosed", err)
+	}
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(dir, "*"+compactSuffix)); len(left) > 0 {
+		t.Fatalf("Close left %v", left)
+	}
+	l, err := OpenLog(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for seq := target.Base; seq < target.End; seq++ {
+		if rec, err := l.ReadAt(seq); err != nil || !bytes.Equal(rec.Body, compactTestBody(seq)) {
+			t.Fatalf("ReadAt(%d) after a compaction Close cut short: %q, %v", seq, rec.Body, err)
+		}
+	}
+}

@@ -502,7 +502,8 @@ func (l *Log) Sync(ctx context.Context) error {
 // Close fsyncs every record put so far (unless NoSync), cuts the active
 // segment's files to what was written, persists the read cursor and
 // releases the directory. Reads and Puts blocked in
-// other goroutines return [ErrClosed]. Records handed out by Read and not
+// other goroutines return [ErrClosed], and a [Log.Compact] under way gives
+// up (Close waits for it to remove its files). Records handed out by Read and not
 // acknowledged are delivered again after the next Open. A second Close
 // returns ErrClosed.
 func (l *Log) Close() error {
@@ -516,6 +517,10 @@ func (l *Log) Close() error {
 	l.isClosed.Store(true)
 	close(l.closeCh)
 	<-l.writerCh
+	// A Compact under way gives up at its next step and removes its
+	// files; none starts after. Before the files close and the directory
+	// is released, so nothing of it outlives Close.
+	l.compactCh <- struct{}{}
 
 	for _, c := range *l.cursorList.Load() {
 		c.closeFiles()
