@@ -152,9 +152,10 @@ type CompactStats struct {
 // only the records keep returns true for: in order, with their seqs,
 // timestamps and bytes unchanged. keep is called once for each record the
 // segment holds, in seq order, on the caller's goroutine; rec.Body is
-// valid only during the call. A segment nothing is removed from is left as
-// it is. Compactions of one log run one at a time; a second waits for the
-// first.
+// valid only during the call. keep may read the log, but must not call
+// Compact or Close (each would wait for this compaction). A segment
+// nothing is removed from is left as it is. Compactions of one log run one
+// at a time; a second waits for the first.
 //
 // After Compact returns, [Log.ReadAt] of a removed seq returns
 // [ErrCompacted], and every other lookup still costs one index read and

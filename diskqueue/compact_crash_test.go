@@ -198,8 +198,10 @@ func compactCrashCycles(t *testing.T, config string, cycles int) {
 	rng := rand.New(rand.NewPCG(uint64(seed), 1))
 	t.Logf("seed %d", seed)
 	plan := make([]string, cycles) // "" is a random kill
-	plan = append(plan, diskqueue.CompactCrashPoints...)
-	compactions := 0
+	for range max(1, cycles/5) {
+		plan = append(plan, diskqueue.CompactCrashPoints...) // each step, once per 5 random kills
+	}
+	compactions, puts, kept := 0, 0, 0
 	for cycle, point := range plan {
 		run := crashtest.Run{
 			Test: "TestCompactCrashChild", Dir: dir,
@@ -248,7 +250,11 @@ func compactCrashCycles(t *testing.T, config string, cycles int) {
 			_, i, _ := parseCrashBody(crashBodyOf(k))
 			return !superseded(i) && !finished[k] && !(got[k] && i%2 == 0)
 		}
+		puts += len(put)
 		for k := range put {
+			if mustKeep(k) {
+				kept++
+			}
 			if mustKeep(k) && !stored[k] {
 				t.Fatalf("cycle %d (%s): put %s, not superseded and not finished, cannot be looked up", cycle, point, k)
 			}
@@ -304,7 +310,7 @@ func compactCrashCycles(t *testing.T, config string, cycles int) {
 	if compactions == 0 {
 		t.Fatal("no compaction ran")
 	}
-	t.Logf("%d kills (%d at compaction steps), %d compactions", len(plan), len(diskqueue.CompactCrashPoints), compactions)
+	t.Logf("%d kills (%d at compaction steps), %d compactions, %d acknowledged puts, %d of them not superseded nor finished (each checked with ReadAt and the cursor)", len(plan), len(plan)-cycles, compactions, puts, kept)
 }
 
 // crashBodyOf is the body of the record named "P-I".

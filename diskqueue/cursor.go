@@ -697,7 +697,8 @@ func (c *Cursor) floorPosition(writePos Position) Position {
 type CursorStats struct {
 	Name string
 	// Depth is the records not yet acknowledged: the log's WriteSeq -
-	// ReadSeq, less those above ReadSeq acknowledged out of order.
+	// ReadSeq, less those above ReadSeq acknowledged out of order (see
+	// [Cursor.Depth] for records compaction removed).
 	Depth int64
 	// InFlight is the records handed out by Read and not yet acknowledged.
 	InFlight int64
@@ -977,7 +978,9 @@ func (c *Cursor) syncAcks() {
 }
 
 // Depth returns the number of records put and not yet acknowledged by this
-// cursor, including those handed out by Read and still in flight.
+// cursor, including those handed out by Read and still in flight. A record
+// [Log.Compact] removed before the cursor read it counts until Read passes
+// over it (Read does so without waiting, counting it acknowledged).
 func (c *Cursor) Depth() int64 {
 	return int64(c.log.nextSeq.Load()-c.ackFloor.Load()) - c.ackedAbove.Load()
 }
@@ -992,7 +995,8 @@ func (c *Cursor) Depth() int64 {
 //
 // Records whose bytes fail their checks are never returned: Read skips
 // them, copies their bytes to a .bad file, logs a warning and counts them in
-// [Stats].CorruptRecords. An I/O error is returned as is and the same
+// [Stats].CorruptRecords. Records [Log.Compact] removed are passed over
+// too, and counted acknowledged for this cursor (not in Acks). An I/O error is returned as is and the same
 // record is tried again by the next Read. After [Log.DeleteCursor] Read
 // returns [ErrClosed].
 func (c *Cursor) Read(ctx context.Context) (Record, error) {
@@ -1182,8 +1186,8 @@ func (c *Cursor) Ack(seq uint64) error {
 
 // Unacknowledged is [Log.Scan] of the records with from <= seq < to that
 // this cursor has not acknowledged (those out of order above the read
-// cursor, before a restart too, are left out), as Read would hand them
-// out. It moves no cursor.
+// cursor, before a restart too, are left out, and so are those
+// [Log.Compact] removed), as Read would hand them out. It moves no cursor.
 func (c *Cursor) Unacknowledged(from, to uint64) iter.Seq2[Record, error] {
 	return func(yield func(Record, error) bool) {
 		for rec, err := range c.log.Scan(max(from, c.ackFloor.Load()), to) {
