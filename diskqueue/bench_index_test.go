@@ -97,7 +97,7 @@ func buildSparseIndex(b *testing.B, q *Queue) *sparseIndex {
 	b.Helper()
 	var si sparseIndex
 	for _, seg := range q.segs {
-		f, err := q.segFiles(seg)
+		f, err := q.currentFiles(seg)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -122,7 +122,7 @@ func (si *sparseIndex) lookup(b *testing.B, q *Queue, seq uint64) uint64 {
 	i := sort.Search(len(si.seqs), func(i int) bool { return si.seqs[i] > seq }) - 1
 	seg, off := si.segs[i], si.offs[i]
 	w := window{chunk: 4096}
-	f, err := q.segFiles(seg)
+	f, err := q.currentFiles(seg)
 	if err != nil {
 		b.Fatal(err)
 	}

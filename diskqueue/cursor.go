@@ -551,6 +551,7 @@ func (c *Cursor) closeFiles() {
 
 func (c *Cursor) closeFilesLocked() {
 	c.closed = true
+	c.rd.forget(c.rd.seq)
 	for _, f := range c.retired {
 		f.Close()
 	}
@@ -706,7 +707,8 @@ func (c *Cursor) floorPosition(writePos Position) Position {
 type CursorStats struct {
 	Name string
 	// Depth is the records not yet acknowledged: the log's WriteSeq -
-	// ReadSeq, less those above ReadSeq acknowledged out of order.
+	// ReadSeq, less those above ReadSeq acknowledged out of order (see
+	// [Cursor.Depth] for records compaction removed).
 	Depth int64
 	// InFlight is the records handed out by Read and not yet acknowledged.
 	InFlight int64
@@ -986,7 +988,9 @@ func (c *Cursor) syncAcks() {
 }
 
 // Depth returns the number of records put and not yet acknowledged by this
-// cursor, including those handed out by Read and still in flight.
+// cursor, including those handed out by Read and still in flight. A record
+// [Log.Compact] removed before the cursor read it counts until Read passes
+// over it (Read does so without waiting, counting it acknowledged).
 func (c *Cursor) Depth() int64 {
 	return int64(c.log.nextSeq.Load()-c.ackFloor.Load()) - c.ackedAbove.Load()
 }
@@ -1001,7 +1005,8 @@ func (c *Cursor) Depth() int64 {
 //
 // Records whose bytes fail their checks are never returned: Read skips
 // them, copies their bytes to a .bad file, logs a warning and counts them in
-// [Stats].CorruptRecords. An I/O error is returned as is and the same
+// [Stats].CorruptRecords. Records [Log.Compact] removed are passed over
+// too, and counted acknowledged for this cursor (not in Acks). An I/O error is returned as is and the same
 // record is tried again by the next Read. After [Log.DeleteCursor] Read
 // returns [ErrClosed].
 func (c *Cursor) Read(ctx context.Context) (Record, error) {
@@ -1035,6 +1040,9 @@ func (c *Cursor) tryRead() (Record, error) {
 			return Record{}, ErrClosed
 		}
 		rec, err := c.rd.next()
+		if len(c.rd.removed) > 0 {
+			c.passRemovedLocked(c.rd.removed)
+		}
 		if err == nil {
 			seg := c.rd.seg
 			a, err := c.ackFor(seg)
@@ -1109,6 +1117,39 @@ func (c *Cursor) quarantine(d *damageError) {
 	}
 }
 
+// passRemovedLocked counts as acknowledged the records of gaps that
+// compaction removed and the reader has just passed: whoever compacted
+// them no longer needs them delivered, and a segment is deleted once every
+// cursor has acknowledged all of it. Their bits are set as Ack sets them
+// (readEnd raised first, as for damaged records), so Open counts them too;
+// they are not counted in Acks, and were never in flight. The caller holds
+// c.readMu.
+func (c *Cursor) passRemovedLocked(gaps []seqRange) {
+	var seg *segment
+	for _, g := range gaps {
+		for s := max(g.from, c.ackFloor.Load()); s < g.to; s++ {
+			if seg == nil || s < seg.base || s >= seg.endNow() {
+				if seg = c.log.segmentAt(s); seg == nil {
+					break
+				}
+			}
+			if seg.gone.Load() {
+				continue
+			}
+			a, err := c.ackFor(seg)
+			if err == nil {
+				err = a.raiseReadEnd(s+1, seg.base+a.cap)
+			}
+			if err == nil {
+				_, err = c.markAckedLocked(c.state(seg), s)
+			}
+			if err != nil {
+				c.logger.Warn("diskqueue: cannot acknowledge a record compaction removed; it stays in the cursor's depth until a restart passes it", "seq", s, "err", err)
+			}
+		}
+	}
+}
+
 // Ack acknowledges a record returned by [Cursor.Read]. Acknowledgements
 // may come in any order. When Ack returns nil the acknowledgement is
 // recorded in the segment's acknowledgement file, in the kernel: after a
@@ -1155,8 +1196,8 @@ func (c *Cursor) Ack(seq uint64) error {
 
 // Unacknowledged is [Log.Scan] of the records with from <= seq < to that
 // this cursor has not acknowledged (those out of order above the read
-// cursor, before a restart too, are left out), as Read would hand them
-// out. It moves no cursor.
+// cursor, before a restart too, are left out, and so are those
+// [Log.Compact] removed), as Read would hand them out. It moves no cursor.
 func (c *Cursor) Unacknowledged(from, to uint64) iter.Seq2[Record, error] {
 	return func(yield func(Record, error) bool) {
 		for rec, err := range c.log.Scan(max(from, c.ackFloor.Load()), to) {

@@ -67,10 +67,10 @@ func (c *Cursor) empty() error {
 // in flight. The caller holds l.mu and c.readMu.
 func (c *Cursor) moveToEndLocked(t *tail) {
 	end := t.end
-	if err := c.rd.reset(t.seg, t.size, end); err != nil {
+	if err := c.rd.moveTo(t.seg, t.size, end); err != nil {
 		// The active segment's read handles are made with it, so this
 		// does not happen; a reader without a segment finds it anyway.
-		c.rd.seg, c.rd.seq = nil, end
+		c.rd.forget(end)
 	}
 	c.ackFloor.Store(end)
 	c.ackedAbove.Store(0)
@@ -318,7 +318,7 @@ func (c *Cursor) giveUp(seg *segment) (int64, error) {
 	c.dropped.Add(lost)
 	c.log.droppedRecords.Add(lost)
 	if c.rd.seq >= seg.base && c.rd.seq < end {
-		c.rd.seg, c.rd.seq = nil, end // found again from end by the next Read
+		c.rd.forget(end) // found again from end by the next Read
 	}
 	if err := c.advanceFloorLocked(nil); err != nil {
 		c.logger.Warn("diskqueue: cannot advance the read cursor yet", "seq", c.ackFloor.Load(), "err", err)

@@ -8,7 +8,8 @@
 // [Queue.Ack] each one when done. [Log.ReadAt] finds any retained record
 // by sequence number with one index read and one log read;
 // [Log.SeekTime] finds the first record at or after a time; [Log.Scan]
-// replays a range without moving any cursor. Package
+// replays a range without moving any cursor; [Log.Compact] rewrites a
+// sealed segment without the records its owner no longer needs. Package
 // [github.com/spillq/spillq/diskqueue/godq] gives the same engine behind
 // github.com/nsqio/go-diskqueue's interface.
 //
@@ -52,6 +53,15 @@
 //     logs a warning and counts it in [Stats]; the records around it stay
 //     readable, found through the sequence index when the damage hides
 //     where the next one starts.
+//   - Compaction: [Log.Compact] keeps a sealed segment's seqs and
+//     one-index-read lookups; [Log.ReadAt] of a removed record returns
+//     [ErrCompacted], Scan skips it, and a cursor's Read passes over the
+//     removed records it had not read, counting them acknowledged (an Ack
+//     of one already handed out still succeeds). The new files are
+//     written beside the old and swapped in so that a crash or power cut
+//     at any step leaves the old segment or the new one, whole; Open
+//     finishes or undoes an interrupted compaction. Reads racing a
+//     compaction see one version or the other.
 //   - Errors: limits, a full disk, a locked directory and a closed queue are
 //     sentinel errors for errors.Is. A full disk shows before a byte of a
 //     record is written ([ErrDiskFull] wrapping ENOSPC) and Put works again
@@ -98,13 +108,24 @@
 // readers share its read position under its readMu and read the segment
 // files with pread (so a fault there is an I/O error).
 //
-// Lock order, outermost first: the log's mu (producer side: the active
+// A segment's read handles come in generations (segFiles): the files it
+// was created or found with, then each compaction's. A reader holds the
+// generation it reads (a reference count), so offsets from one index are
+// used in the same log, and a generation a compaction replaced is closed
+// by its last reader; a deletion closes every generation at once.
+// Compactions run one at a time (the log's compaction slot) and do their
+// long part, reading the old files and writing the new, on the caller's
+// goroutine; the swap runs on the writer goroutine.
+//
+// Lock order, outermost first: the log's compaction slot (held by
+// Compact throughout, never taken under another lock), the log's mu (producer side: the active
 // segment's tail with every cursor's bitmap of it, the segments waiting to
 // be sealed, the sticky error, the set of cursors), a cursor's readMu
 // (consumer side: its reader, its acknowledgement bitmaps and counts, its
 // floor; never two cursors' at once), the log's segMu (the segment list,
 // and the disk usage of segments joining, leaving or changing it), a
-// segment's filesMu (its lazily opened read handles). A segment's size and
+// segment's filesMu (its lazily opened read handles, and the swap of a
+// compacted generation, renames included). A segment's size and
 // end are atomics a producer publishes (size, then end); the writer
 // goroutine alone seals, deletes and closes handles, so it may use the
 // active segment's handles outside mu. A cursor's file is stored only by
@@ -113,7 +134,8 @@
 // # Format
 //
 // The bytes on disk are specified in FORMAT.md at the repository root and
-// pinned by the golden files in testdata/v1. Queues written before
+// pinned by the golden files in testdata/v1 (and testdata/v2, a compacted
+// segment: its log and index are format version 2). Queues written before
 // acknowledgement files existed open as they are: each segment gets its
 // acknowledgement file on first use.
 package diskqueue

@@ -57,6 +57,22 @@ var (
 	// ErrNotInFlight is returned by [Queue.Ack] for a sequence number that was
 	// not handed out by [Queue.Read], or was already acknowledged.
 	ErrNotInFlight = errors.New("diskqueue: record is not in flight")
+
+	// ErrCompacted is returned by [Log.ReadAt] for a sequence number whose
+	// record [Log.Compact] removed from its segment. The seq stays taken:
+	// no other record ever gets it.
+	ErrCompacted = errors.New("diskqueue: record removed by compaction")
+)
+
+// Errors returned by [Log.Compact].
+var (
+	// ErrNotCompactable is returned by [Log.Compact] for a segment it may
+	// not rewrite: the active segment, one rotated out but not yet sealed
+	// (cut to size and fsynced: try again after [Log.Sync]), or one whose
+	// compacted log would be 2 GiB or more; the message says which. A
+	// segment deleted (or being deleted) gives [ErrNotFound] instead, and
+	// one with damaged records [ErrCorrupt].
+	ErrNotCompactable = errors.New("diskqueue: segment cannot be compacted")
 )
 
 // errShortFrame is internal: a frame runs past the bytes available. At the

@@ -4,8 +4,15 @@ package diskqueue
 // into test binaries.
 
 // CrashPoints lists the moments log.go and writer.go name with crashPoint, where
-// SetCrashPoint can stop a test's child.
-var CrashPoints = []string{"index-flush", "rotate-sealed", "rotate-created", "cursor-persist", "retention-delete", "spare-rename"}
+// SetCrashPoint can stop a test's child. Those of compaction (compact.go)
+// are also in CompactCrashPoints, in the order a compaction passes them.
+var CrashPoints = append([]string{"index-flush", "rotate-sealed", "rotate-created", "cursor-persist", "retention-delete", "spare-rename"}, CompactCrashPoints...)
+
+// CompactCrashPoints are the steps of Log.Compact, in order: new files
+// written (not fsynced), new files durable, marker durable, new log
+// renamed into place, every new file renamed and the directory fsynced,
+// the new read handles swapped in (the marker not yet removed).
+var CompactCrashPoints = []string{"compact-writing", "compact-written", "compact-marked", "compact-renamed-log", "compact-renamed", "compact-swapped"}
 
 // SetCrashPoint makes opts call f at every named crash point.
 func SetCrashPoint(opts *Options, f func(point string)) { opts.crashPointForTesting = f }

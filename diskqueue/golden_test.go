@@ -3,14 +3,16 @@ package diskqueue
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 )
 
-var update = flag.Bool("update", false, "rewrite testdata/v1 from the current encoder")
+var update = flag.Bool("update", false, "rewrite testdata/v1 and testdata/v2 from the current encoder")
 
 // goldenRecords is what testdata/v1 holds: two segments, a compressed and a
 // plain record, an empty body, a clock that steps backwards, and one record
@@ -127,5 +129,99 @@ func TestGoldenV1(t *testing.T) {
 		if err != nil || rec.Seq != want {
 			t.Fatalf("after reopen: got seq %d, %v; want %d (1 and 3 were acknowledged)", rec.Seq, err, want)
 		}
+	}
+}
+
+// writeGoldenCompacted writes testdata/v2: the records of testdata/v1 in a
+// log of the same shape (no cursor), whose first segment is then
+// compacted: seqs 1 (compressed, in the middle) and 3 (the segment's last)
+// removed.
+func writeGoldenCompacted(t *testing.T, dir string) {
+	t.Helper()
+	i := 0
+	clock := func() time.Time { ts := goldenRecords[i].ts; i++; return time.Unix(0, ts) }
+	l, err := OpenLog(dir, Options{MaxSegmentBytes: 160, Compress: true, clockForTesting: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, r := range goldenRecords {
+		if err := l.Put(ctx, r.body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, err := l.Compact(ctx, 0, func(rec Record) bool { return rec.Seq != 1 && rec.Seq != 3 })
+	if err != nil || st.Removed != 2 {
+		t.Fatalf("Compact: %+v, %v", st, err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(filepath.Join(dir, lockName))
+}
+
+// TestGoldenV2 pins a compacted segment's format (its log and index at
+// version 2, the index's checksum, the time index over the records kept):
+// today's encoder must write exactly the committed bytes, and today's
+// decoder must read them.
+func TestGoldenV2(t *testing.T) {
+	golden := filepath.Join("testdata", "v2")
+	fresh := t.TempDir()
+	writeGoldenCompacted(t, fresh)
+	if *update {
+		os.RemoveAll(golden)
+		if err := os.CopyFS(golden, os.DirFS(fresh)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entries, err := os.ReadDir(golden)
+	if err != nil {
+		t.Fatalf("%v (run go test ./diskqueue -run TestGoldenV2 -update to create)", err)
+	}
+	for _, e := range entries {
+		want, _ := os.ReadFile(filepath.Join(golden, e.Name()))
+		got, err := os.ReadFile(filepath.Join(fresh, e.Name()))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s: the encoder no longer writes the v2 bytes", e.Name())
+		}
+	}
+	dir := t.TempDir()
+	if err := os.CopyFS(dir, os.DirFS(golden)); err != nil {
+		t.Fatal(err)
+	}
+	l, err := OpenLog(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for seq, want := range goldenRecords {
+		rec, err := l.ReadAt(uint64(seq))
+		if seq == 1 || seq == 3 {
+			if !errors.Is(err, ErrCompacted) {
+				t.Fatalf("ReadAt(%d) of a removed record: %v, want ErrCompacted", seq, err)
+			}
+			continue
+		}
+		if err != nil || !bytes.Equal(rec.Body, want.body) || rec.Time.UnixNano() != want.ts {
+			t.Fatalf("seq %d: got %q at %d, %v; want %q at %d", seq, rec.Body, rec.Time.UnixNano(), err, want.body, want.ts)
+		}
+	}
+	// Seq 1 (1_700_000_001) is gone: the first record at or after
+	// 1_700_000_000_600_000_000 is now seq 2.
+	if seq, err := l.SeekTime(time.Unix(0, 1_700_000_000_600_000_000)); err != nil || seq != 2 {
+		t.Fatalf("SeekTime: got %d, %v; want 2", seq, err)
+	}
+	var seqs []uint64
+	for rec, err := range l.Scan(0, maxSeq) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, rec.Seq)
+	}
+	if fmt.Sprint(seqs) != "[0 2 4]" {
+		t.Fatalf("Scan yields %v, want [0 2 4]", seqs)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"os"
 )
 
@@ -14,11 +15,54 @@ import (
 // The index's arithmetic, in one place: entry i (the record base+i) is the
 // big-endian uint32 log offset at indexEntryAt(i).
 
+// indexRemoved marks, in a compacted segment's index (format version 2),
+// the entry of a record compaction removed. Its other 31 bits hold the
+// offset of the next record kept (the log's size if none is), so the entry
+// before it still bounds its record's frame, and a reader looking for a
+// removed seq starts where the next record kept does. A compacted log is
+// smaller than 2 GiB, so no offset in it has this bit; in a segment never
+// compacted (version 1) the bit is part of the offset.
+const indexRemoved = 1 << 31
+
+// indexOffset decodes an index entry: the record's log offset and, in a
+// compacted segment's index, whether compaction removed the record (the
+// offset is then the next record kept's).
+func indexOffset(e uint32, compacted bool) (off int64, removed bool) {
+	if compacted && e&indexRemoved != 0 {
+		return int64(e &^ indexRemoved), true
+	}
+	return int64(e), false
+}
+
 // indexEntryAt is the byte offset of entry i in an index file.
 func indexEntryAt(i int64) int64 { return fileHeaderSize + i*indexEntrySize }
 
 // indexBytesFor is the size of an index file holding n entries.
 func indexBytesFor(n int64) int64 { return indexEntryAt(n) }
+
+// indexChecksumSize is the trailer of a compacted segment's index (format
+// version 2): the CRC-32C of the header and every entry, checked when the
+// segment's files are first opened. A version-1 entry is checked by the
+// record it points at; a removed record's entry points at no record of its
+// own, so the file carries the check.
+const indexChecksumSize = 4
+
+// compactedIndexBytes is the size of a compacted segment's index of n
+// entries.
+func compactedIndexBytes(n int64) int64 { return indexBytesFor(n) + indexChecksumSize }
+
+// appendIndexChecksum appends the trailer of a compacted segment's index
+// whose header and entries are b.
+func appendIndexChecksum(b []byte) []byte {
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, crcTable))
+}
+
+// indexChecksumOK reports whether b, a whole compacted index file, ends
+// with the checksum of what comes before.
+func indexChecksumOK(b []byte) bool {
+	n := len(b) - indexChecksumSize
+	return n >= fileHeaderSize && binary.BigEndian.Uint32(b[n:]) == crc32.Checksum(b[:n], crcTable)
+}
 
 // indexEntriesIn is how many whole entries an index file of size bytes has
 // room for.
@@ -43,12 +87,9 @@ func decodeIndexEntry(b []byte, i int64) (int64, bool) {
 	return int64(binary.BigEndian.Uint32(b[at:])), true
 }
 
-// indexEntries reads count consecutive index entries starting at seq's.
-func (l *Log) indexEntries(seg *segment, seq uint64, count int) ([]uint32, error) {
-	f, err := l.segFiles(seg)
-	if err != nil {
-		return nil, err
-	}
+// indexEntries reads count consecutive index entries starting at seq's,
+// from the generation f of seg's files (raw: see indexOffset).
+func (l *Log) indexEntries(seg *segment, f *segFiles, seq uint64, count int) ([]uint32, error) {
 	if f.index == nil || (seg.partialIndex && seq+uint64(count) > seg.indexedEnd) {
 		return nil, fmt.Errorf("%w: segment %d has no index entry for seq %d", ErrCorrupt, seg.base, seq)
 	}
@@ -74,9 +115,13 @@ type indexBuilder struct {
 	maxTime     int64
 	lastTimeOff int64
 	lastTimeSeq uint64 // maxSeq until the segment has an entry
+	// pending counts the entries at the end of idx for removed records
+	// (a compacted segment's) still waiting for the next offset.
+	pending int
 }
 
 func (b *indexBuilder) add(off int64, h recordHeader) {
+	b.fillRemoved(off)
 	b.idx = binary.BigEndian.AppendUint32(b.idx, uint32(off))
 	b.maxTime = max(b.maxTime, h.ts)
 	if b.lastTimeSeq == maxSeq || off-b.lastTimeOff >= timeIndexIntervalBytes {
@@ -89,32 +134,75 @@ func (b *indexBuilder) add(off int64, h recordHeader) {
 // pointing at the damage, so the index keeps one entry per seq and readers
 // find the damage (and skip it) rather than a wrong record.
 func (b *indexBuilder) damaged(off int64, count uint64) {
+	b.fillRemoved(off)
 	for ; count > 0; count-- {
 		b.idx = binary.BigEndian.AppendUint32(b.idx, uint32(off))
 	}
 }
 
+// removed gives index entries to count records compaction removed: each
+// marked indexRemoved, with the offset of whatever comes next (the next
+// record added, damage, or the log's end given to fillRemoved).
+func (b *indexBuilder) removed(count uint64) {
+	for ; count > 0; count-- {
+		b.idx = binary.BigEndian.AppendUint32(b.idx, indexRemoved)
+		b.pending++
+	}
+}
+
+// fillRemoved completes the pending removed entries with off, the offset
+// that follows them.
+func (b *indexBuilder) fillRemoved(off int64) {
+	n := len(b.idx) / indexEntrySize
+	for i := n - b.pending; i < n; i++ {
+		binary.BigEndian.PutUint32(b.idx[i*indexEntrySize:], indexRemoved|uint32(off))
+	}
+	b.pending = 0
+}
+
+// finish completes the entries of a segment of size log bytes whose
+// records end at end: the pending removed ones point at the end of the
+// log, and the time index gets its entry for the last seq.
+func (b *indexBuilder) finish(size int64, base, end uint64) {
+	b.fillRemoved(size)
+	if b.lastTimeSeq != end-1 && end > base {
+		b.tidx = appendTimeEntry(b.tidx, b.maxTime, end-1)
+		b.lastTimeSeq = end - 1
+	}
+}
+
 // rebuildIndexes rewrites a sealed segment's index and time index from its
 // log, atomically (temporary file, fsync, rename). Damaged records keep an
-// entry pointing at the damage.
+// entry pointing at the damage. In a compacted segment's log (compacted)
+// the seqs a frame skips are removed records, and their entries are
+// marked so (indexRemoved).
 //
-// It runs at Open or, from segFiles, while the queue is in use: it touches
-// no writer state, and the time index it writes holds the running maximum
-// within the segment (SeekTime takes the maximum across segments itself).
-func (l *Log) rebuildIndexes(seg *segment, log file) error {
+// It runs at Open or, from currentFiles, while the queue is in use: it
+// touches no writer state, and the time index it writes holds the running
+// maximum within the segment (SeekTime takes the maximum across segments
+// itself).
+func (l *Log) rebuildIndexes(seg *segment, log file, compacted bool) error {
 	maxBody := maxBodyForRead(l.opts.MaxRecordBytes)
 	end, size := seg.endNow(), seg.sizeNow()
 	b := indexBuilder{lastTimeSeq: maxSeq}
-	sc := newScanner(log, fileHeaderSize, seg.base, size, maxBody)
+	newScan := func(off int64, seq uint64) *scanner {
+		sc := newScanner(log, off, seq, size, maxBody)
+		if compacted {
+			sc.allowGaps(end)
+		}
+		return sc
+	}
+	sc := newScan(fileHeaderSize, seg.base)
 	for {
-		for sc.Next() {
+		for next := sc.seq; sc.Next(); next = sc.seq {
 			off, h, _ := sc.Record()
+			b.removed(h.seq - next)
 			b.add(off, h)
 		}
 		if sc.Err() == nil || sc.seq >= end {
 			break
 		}
-		if !errors.Is(sc.Err(), ErrCorrupt) && !errors.Is(sc.Err(), errShortFrame) {
+		if !isDamage(sc.Err()) {
 			return fmt.Errorf("diskqueue: open: rebuild index of %s: %w", seg.path(logSuffix), sc.Err())
 		}
 		off, seq, ok := resync(&sc.win, sc.off, size, sc.seq, end, maxBody)
@@ -123,28 +211,36 @@ func (l *Log) rebuildIndexes(seg *segment, log file) error {
 			break
 		}
 		b.damaged(sc.off, seq-sc.seq)
-		sc = newScanner(log, off, seq, size, maxBody)
+		sc = newScan(off, seq)
 	}
 	if n := uint64(len(b.idx) / indexEntrySize); n != end-seg.base {
 		// The log holds more records than its neighbour's base allows, or
-		// fewer were found: keep exactly the segment's count.
+		// fewer were found: keep exactly the segment's count. In a
+		// compacted log, seqs after the last record kept were removed.
 		want := int((end - seg.base) * indexEntrySize)
-		if len(b.idx) > want {
+		switch {
+		case len(b.idx) > want:
 			b.idx = b.idx[:want]
-		} else {
+			b.pending = min(b.pending, want/indexEntrySize)
+		case compacted && sc.Err() == nil:
+			b.removed((end - seg.base) - n)
+		default:
 			b.damaged(size, (end-seg.base)-n)
 		}
 	}
-	if b.lastTimeSeq != end-1 && end > seg.base {
-		b.tidx = appendTimeEntry(b.tidx, b.maxTime, end-1)
+	b.finish(size, seg.base, end)
+	index := appendFileHeader(nil, magicIndex, seg.base)
+	if compacted {
+		index = appendIndexChecksum(append(appendFileHeaderVersion(nil, magicIndex, formatVersionCompacted, seg.base), b.idx...))
+		b.idx = nil
 	}
-	if err := l.writeAtomically(seg.path(indexSuffix), appendFileHeader(nil, magicIndex, seg.base), b.idx); err != nil {
+	if err := l.writeAtomically(seg.path(indexSuffix), index, b.idx); err != nil {
 		return err
 	}
 	if err := l.writeAtomically(seg.path(timeIndexSuffix), appendFileHeader(nil, magicTimeIndex, seg.base), b.tidx); err != nil {
 		return err
 	}
-	seg.indexBytes.Store(int64(fileHeaderSize + len(b.idx)))
+	seg.indexBytes.Store(int64(len(index) + len(b.idx)))
 	seg.timeIndexBytes.Store(int64(fileHeaderSize + len(b.tidx)))
 	seg.maxTime.Store(b.maxTime)
 	l.indexRebuilds.Add(1)

@@ -76,6 +76,9 @@ type Log struct {
 	closeCh  chan struct{} // closed by Close: tells every wait to give up
 	isClosed atomic.Bool   // set with closeCh, for checks on hot paths
 	writerCh chan struct{} // closed when the writer goroutine has returned
+	// compactCh (capacity 1) is held by the Compact running: one at a
+	// time per log.
+	compactCh chan struct{}
 
 	// syncedSeq is the seq below which every record is on stable storage
 	// (with NoSync: in the kernel); the writer goroutine raises it and
@@ -102,17 +105,19 @@ type Log struct {
 	nextSeq atomic.Uint64 // seq the next Put gets; written under mu
 
 	// Gauges and counters for Stats, readable without a lock.
-	diskBytes      atomic.Int64 // bytes written to every segment's files
-	rollRequested  atomic.Bool
-	corruptRecords atomic.Int64
-	badFiles       atomic.Int64
-	indexRebuilds  atomic.Int64
-	readErrors     atomic.Int64
-	syncs          atomic.Int64
-	retriedWrites  atomic.Int64
-	droppedRecords atomic.Int64        // given up by drop-when-full cursors (discard.go)
-	sparesUsed     atomic.Int64        // rotations that renamed a spare into place
-	syncLatency    histogram.Histogram // duration of each fsync of the log
+	diskBytes        atomic.Int64 // bytes written to every segment's files
+	rollRequested    atomic.Bool
+	corruptRecords   atomic.Int64
+	badFiles         atomic.Int64
+	indexRebuilds    atomic.Int64
+	readErrors       atomic.Int64
+	syncs            atomic.Int64
+	retriedWrites    atomic.Int64
+	droppedRecords   atomic.Int64        // given up by drop-when-full cursors (discard.go)
+	compactedRecords atomic.Int64        // removed by Compact (compact.go)
+	compactedBytes   atomic.Int64        // log bytes Compact freed
+	sparesUsed       atomic.Int64        // rotations that renamed a spare into place
+	syncLatency      histogram.Histogram // duration of each fsync of the log
 }
 
 // Record is one record read from the log. Body belongs to the caller.
@@ -177,6 +182,7 @@ func newLog(dir string, o Options) *Log {
 		reqCh:      make(chan request),
 		closeCh:    make(chan struct{}),
 		writerCh:   make(chan struct{}),
+		compactCh:  make(chan struct{}, 1),
 	}
 	l.cursorList.Store(new([]*Cursor))
 	return l
@@ -506,7 +512,8 @@ func (l *Log) Sync(ctx context.Context) error {
 // Close fsyncs every record put so far (unless NoSync), cuts the active
 // segment's files to what was written, persists the read cursor and
 // releases the directory. Reads and Puts blocked in
-// other goroutines return [ErrClosed]. Records handed out by Read and not
+// other goroutines return [ErrClosed], and a [Log.Compact] under way gives
+// up (Close waits for it to remove its files). Records handed out by Read and not
 // acknowledged are delivered again after the next Open. A second Close
 // returns ErrClosed.
 func (l *Log) Close() error {
@@ -520,6 +527,10 @@ func (l *Log) Close() error {
 	l.isClosed.Store(true)
 	close(l.closeCh)
 	<-l.writerCh
+	// A Compact under way gives up at its next step and removes its
+	// files; none starts after. Before the files close and the directory
+	// is released, so nothing of it outlives Close.
+	l.compactCh <- struct{}{}
 
 	for _, c := range *l.cursorList.Load() {
 		c.closeFiles()
@@ -608,6 +619,10 @@ type Stats struct {
 	// since Open, summed over those cursors; [CursorStats].Dropped has each
 	// one's.
 	DroppedRecords int64
+	// CompactedRecords counts the records [Log.Compact] removed since
+	// Open; CompactedBytes the log bytes it freed doing so.
+	CompactedRecords int64
+	CompactedBytes   int64
 	// WritePath is how Put reaches the kernel, chosen at Open: "mmap"
 	// (records copied into preallocated, mapped segment files: no system
 	// call per Put) or "write" (the producer's own write(2), where the OS
@@ -665,6 +680,9 @@ func (l *Log) stats(c *Cursor) Stats {
 		ReadErrors:     l.readErrors.Load(),
 		RetriedWrites:  l.retriedWrites.Load(),
 		DroppedRecords: l.droppedRecords.Load(),
+
+		CompactedRecords: l.compactedRecords.Load(),
+		CompactedBytes:   l.compactedBytes.Load(),
 	}
 	st.ReadSeq = st.WriteSeq
 	if c != nil {

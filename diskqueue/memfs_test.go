@@ -178,6 +178,29 @@ func (m *memFS) crashCloneLocked() *memFS {
 	return c
 }
 
+// killCloneLocked returns the file system as a SIGKILL of the process
+// using it would leave it: the kernel keeps every byte written and every
+// name made, fsynced or not. The caller holds m.mu.
+func (m *memFS) killCloneLocked() *memFS {
+	c := newMemFS()
+	c.newStore, c.wrap = m.newStore, m.wrap
+	for d := range m.dirs {
+		c.dirs[d] = true
+	}
+	for name, n := range m.names {
+		data := n.synced
+		if n.store != nil {
+			data = make([]byte, n.store.Size())
+			if _, err := n.store.ReadAt(data, 0); err != nil && err != io.EOF {
+				panic(fmt.Sprintf("memFS: read %s for a clone: %v", name, err))
+			}
+		}
+		kept := &memNode{synced: data}
+		c.names[name], c.durable[name] = kept, kept
+	}
+	return c
+}
+
 // locked runs f with m.mu held, so that f is ordered against every fsync
 // and directory fsync (and so against every onSync call).
 func (m *memFS) locked(f func()) {

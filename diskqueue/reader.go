@@ -19,24 +19,68 @@ var errNoData = errors.New("diskqueue: no data")
 // reader walks the log in order. A cursor's reader (c.rd) is guarded by
 // c.readMu; a Scan owns its reader alone.
 type reader struct {
-	l    *Log
-	seg  *segment // nil until located
-	off  int64    // offset of the next record in seg
-	seq  uint64   // seq of the next record
-	win  window
-	slab slab // where small bodies handed out are copied
+	l     *Log
+	seg   *segment  // nil until located
+	files *segFiles // the generation of seg's files being read, held; nil with seg
+	off   int64     // offset of the next record in files
+	seq   uint64    // seq of the next record
+	win   window
+	slab  slab // where small bodies handed out are copied
+	// removed are the seqs the last call to next passed over because
+	// compaction removed their records (in order); a cursor counts them
+	// acknowledged.
+	removed []seqRange
+	// jumped says off came from a compacted segment's index, which has no
+	// checksum: a gap there is checked against the index before it is
+	// believed, and a frame that does not check out sends the reader to
+	// walk the log (seekLog). Gaps met walking from a segment's start are
+	// the log's own word: frames follow each other, each checked.
+	jumped bool
 }
 
-// reset points the reader at seq, which starts at off in seg. If seg's
-// files cannot be opened the reader stays where it was.
-func (r *reader) reset(seg *segment, off int64, seq uint64) error {
-	f, err := r.l.segFiles(seg)
+// seqRange is the seqs [from, to).
+type seqRange struct{ from, to uint64 }
+
+// reset points the reader at seq, which starts at off in seg's generation
+// f; the reader takes over the caller's hold on f and lets go of the
+// generation it held.
+func (r *reader) reset(seg *segment, f *segFiles, off int64, seq uint64) {
+	r.files.release() // f carries the caller's hold, even if it is the same generation
+	r.seg, r.files, r.off, r.seq = seg, f, off, seq
+	r.win.reset(f.log)
+}
+
+// moveTo points the reader at seq, which starts at off in seg's current
+// generation. If seg's files cannot be opened the reader stays where it
+// was.
+func (r *reader) moveTo(seg *segment, off int64, seq uint64) error {
+	f, err := r.l.acquireFiles(seg)
 	if err != nil {
 		return err
 	}
-	r.seg, r.off, r.seq = seg, off, seq
-	r.win.reset(f.log)
+	r.reset(seg, f, off, seq)
 	return nil
+}
+
+// forget lets go of the reader's segment, so the next call to next finds
+// seq afresh.
+func (r *reader) forget(seq uint64) {
+	r.files.release()
+	r.seg, r.files, r.seq = nil, nil, seq
+	r.win.reset(nil)
+}
+
+// passRemoved records that the reader passed the seqs [from, to), removed
+// by compaction.
+func (r *reader) passRemoved(from, to uint64) {
+	if to <= from {
+		return
+	}
+	if n := len(r.removed); n > 0 && r.removed[n-1].to == from {
+		r.removed[n-1].to = to
+		return
+	}
+	r.removed = append(r.removed, seqRange{from, to})
 }
 
 // window buffers a stretch of a file so that records are decoded from
@@ -104,29 +148,47 @@ func (w *window) frameAt(off, limit int64, maxBody int) (recordHeader, []byte, i
 // next returns the next record. It returns errNoData when it has caught up
 // with the writer, a *damageError (having moved past the damage) when
 // records had to be skipped, and an I/O error, without moving, when the read
-// failed: that one is worth retrying.
+// failed: that one is worth retrying. Seqs it passed because compaction
+// removed them are in r.removed afterwards, whatever it returns.
+//
+// A compaction that swaps in a new generation of the segment's files
+// while the reader is in it is noticed here: the reader lets go of the old
+// generation and finds its next seq in the new one.
 func (r *reader) next() (Record, error) {
+	r.removed = r.removed[:0]
 	for {
 		if r.seg != nil && r.seg.gone.Load() {
 			// Every record in it was acknowledged and its files deleted.
-			r.seq, r.seg = max(r.seq, r.seg.endNow()), nil
+			r.forget(max(r.seq, r.seg.endNow()))
+		}
+		if r.seg != nil && r.files != r.seg.files.Load() {
+			r.forget(r.seq) // compacted meanwhile
 		}
 		if r.seg == nil {
-			seg, off, seq, err := r.l.locate(r.seq)
+			seg, f, off, seq, err := r.l.locate(r.seq)
 			if err != nil {
 				return Record{}, err
 			}
-			if err := r.reset(seg, off, seq); err != nil {
-				return Record{}, err
-			}
+			r.reset(seg, f, off, seq)
+			r.jumped = f.compacted && off != fileHeaderSize
 		}
 		// sealed before the extent: rotation sets sealed after the last publish.
 		sealed := r.seg.sealed.Load()
-		limit := r.seg.sizeNow() // every frame below it has a seq below its end
+		limit := r.seg.limit(r.files) // every frame below it has a seq below its end
 		if r.off >= limit {
 			if !sealed {
 				return Record{}, errNoData
 			}
+			if end := r.seg.endNow(); r.files.compacted && r.seq < end {
+				if r.jumped && !r.removedInIndex(r.seq, end, r.off) {
+					r.seekLog()
+					continue
+				}
+				// The segment's last records were removed.
+				r.passRemoved(r.seq, end)
+				r.seq = end
+			}
+			r.jumped = false
 			nxt := r.l.segmentAfter(r.seg)
 			prev, from := r.seq, r.off
 			for nxt != nil && nxt.gone.Load() {
@@ -136,7 +198,7 @@ func (r *reader) next() (Record, error) {
 			if nxt == nil {
 				return Record{}, errNoData
 			}
-			if err := r.reset(nxt, fileHeaderSize, nxt.base); err != nil {
+			if err := r.moveTo(nxt, fileHeaderSize, nxt.base); err != nil {
 				return Record{}, err
 			}
 			if nxt.base > prev {
@@ -145,36 +207,79 @@ func (r *reader) next() (Record, error) {
 			continue
 		}
 		rec, n, err := r.decodeAt(r.off, limit)
+		if r.jumped {
+			r.jumped = false
+			if err == nil && rec.Seq > r.seq && !r.removedInIndex(r.seq, rec.Seq, r.off) || err != nil && isDamage(err) {
+				r.seekLog()
+				continue
+			}
+		}
 		if err == nil {
+			r.passRemoved(r.seq, rec.Seq)
 			r.off += int64(n)
-			r.seq++
+			r.seq = rec.Seq + 1
 			return rec, nil
 		}
-		if !errors.Is(err, ErrCorrupt) && !errors.Is(err, errShortFrame) {
+		if !isDamage(err) {
 			return Record{}, err
 		}
-		d := r.l.skipDamage(r.seg, r.off, r.seq, limit, err)
+		d := r.l.skipDamage(r.seg, r.files, r.off, r.seq, limit, err)
 		r.off, r.seq = d.to, d.next
 		return Record{}, d
 	}
 }
 
+// removedInIndex reports whether the index of the reader's generation
+// marks every seq of [from, to) removed, pointing at off.
+func (r *reader) removedInIndex(from, to uint64, off int64) bool {
+	offs, err := r.l.indexEntries(r.seg, r.files, from, int(to-from))
+	if err != nil {
+		return false
+	}
+	for _, e := range offs {
+		if o, removed := indexOffset(e, true); !removed || o != off {
+			return false
+		}
+	}
+	return true
+}
+
+// seekLog moves the reader to the first frame of its segment at or after
+// r.seq (or the first that does not check out) by walking the log from its
+// start: the index entry it came by disagrees with the log, and the log
+// wins.
+func (r *reader) seekLog() {
+	r.l.logger.Warn("diskqueue: a compacted segment's index disagrees with its log; walking the log (Verify reports the entry)", "segment", r.seg.base, "seq", r.seq)
+	limit := r.seg.limit(r.files)
+	maxBody := maxBodyForRead(r.l.opts.MaxRecordBytes)
+	off := int64(fileHeaderSize)
+	for off < limit {
+		h, _, n, err := r.win.frameAt(off, limit, maxBody)
+		if err != nil || h.seq >= r.seq {
+			break
+		}
+		off += int64(n)
+	}
+	r.off, r.jumped = off, false
+}
+
 // unread steps back over rec, just returned by next, so the next call
 // returns it again.
 func (r *reader) unread(rec Record) {
-	r.seg, r.seq = nil, rec.Seq
+	r.forget(rec.Seq)
 }
 
-// decodeAt decodes the record at off, which must be r.seq.
+// decodeAt decodes the record at off, which must be r.seq or, in a
+// compacted log, a later seq of the segment (those between were removed).
 func (r *reader) decodeAt(off, limit int64) (Record, int, error) {
 	h, body, n, err := r.win.frameAt(off, limit, maxBodyForRead(r.l.opts.MaxRecordBytes))
 	if err != nil {
-		if !errors.Is(err, ErrCorrupt) && !errors.Is(err, errShortFrame) {
+		if !isDamage(err) {
 			err = readError(r.seg, off, err)
 		}
 		return Record{}, 0, err
 	}
-	if h.seq != r.seq {
+	if h.seq != r.seq && !(r.files.compacted && h.seq > r.seq && h.seq < r.seg.endNow()) {
 		return Record{}, 0, fmt.Errorf("%w: record at offset %d has seq %d, want %d", ErrCorrupt, off, h.seq, r.seq)
 	}
 	rec, err := makeRecord(h, body, &r.slab)
@@ -238,10 +343,11 @@ func (l *Log) copyBad(seg *segment, from, to int64, name string) error {
 	if _, err := l.fs.Stat(name); err == nil {
 		return nil
 	}
-	f, err := l.segFiles(seg)
+	f, err := l.acquireFiles(seg)
 	if err != nil {
 		return err
 	}
+	defer f.release()
 	buf := make([]byte, to-from)
 	if _, err := f.log.ReadAt(buf, from); err != nil && err != io.EOF {
 		return err
@@ -257,22 +363,30 @@ func (l *Log) copyBad(seg *segment, from, to int64, name string) error {
 // been read or acknowledged, without moving any cursor. It costs one read of
 // the sequence index and one read of the log, whatever the queue's size:
 // the segment is found by binary search over the segment bases held in
-// memory, and the index entry sits at a computed offset.
+// memory, and the index entry sits at a computed offset. A compacted
+// segment costs the same.
 //
 // It returns [ErrNotFound] for a seq never written or no longer retained,
-// and [ErrCorrupt] if the record's bytes fail their checks.
+// [ErrCompacted] for one whose record [Log.Compact] removed, and
+// [ErrCorrupt] if the record's bytes fail their checks. A ReadAt racing a
+// compaction of the record's segment returns the record, or ErrCompacted if
+// the compaction removed it.
 func (l *Log) ReadAt(seq uint64) (Record, error) {
 	seg, err := l.segmentFor(seq)
 	if err != nil {
 		return Record{}, err
 	}
-	limit, end := seg.bounds()
-	f, err := l.segFiles(seg)
+	f, err := l.acquireFiles(seg)
 	if err != nil {
 		return Record{}, err
 	}
+	defer f.release()
+	limit, end := seg.bounds()
+	if f.size > 0 {
+		limit = f.size
+	}
 	if f.index == nil || (seg.partialIndex && seq >= seg.indexedEnd) {
-		return l.readAtSlow(seg, seq, limit, errors.New("no index entry to trust"))
+		return l.readAtSlow(seg, f, seq, limit, errors.New("no index entry to trust"))
 	}
 	if seg.partialIndex {
 		end = min(end, seg.indexedEnd)
@@ -281,16 +395,27 @@ func (l *Log) ReadAt(seq uint64) (Record, error) {
 	if seq+1 < end {
 		count = 2 // the next entry bounds the frame, so one read fetches it whole
 	}
-	offs, err := l.indexEntries(seg, seq, count)
+	offs, err := l.indexEntries(seg, f, seq, count)
 	if err != nil {
 		return Record{}, err
 	}
-	off, stop := int64(offs[0]), limit
+	off, removed := indexOffset(offs[0], f.compacted)
+	stop, nextRemoved := limit, false
 	if count == 2 {
-		stop = int64(offs[1])
+		stop, nextRemoved = indexOffset(offs[1], f.compacted)
+	}
+	if removed {
+		// A removed entry points where the next record kept starts, as
+		// the next entry does (or at the end): a check of the index
+		// against itself, since it has no checksum; the log decides when
+		// it fails.
+		if stop == off && (count == 2 || !nextRemoved) {
+			return Record{}, fmt.Errorf("%w: seq %d", ErrCompacted, seq)
+		}
+		return l.readAtSlow(seg, f, seq, limit, fmt.Errorf("index entry of a removed record points at %d, the next at %d", off, stop))
 	}
 	if off < fileHeaderSize || stop <= off || stop > limit {
-		return l.readAtSlow(seg, seq, limit, fmt.Errorf("index entry %d is out of range", off))
+		return l.readAtSlow(seg, f, seq, limit, fmt.Errorf("index entry %d is out of range", off))
 	}
 	buf := make([]byte, stop-off)
 	if _, err := f.log.ReadAt(buf, off); err != nil && err != io.EOF {
@@ -303,30 +428,35 @@ func (l *Log) ReadAt(seq uint64) (Record, error) {
 	if err == nil {
 		err = fmt.Errorf("record at the indexed offset has seq %d", h.seq)
 	}
-	return l.readAtSlow(seg, seq, limit, err)
+	return l.readAtSlow(seg, f, seq, limit, err)
 }
 
 // readAtSlow is ReadAt when the index disagrees with the log: the log wins.
-// It walks the segment from the start. (Open repairs the last segment's
-// index; a sealed segment's index is rebuilt only when its size or header
-// is wrong, so an entry scribbled over in place keeps costing a scan, and
-// Verify reports it.)
-func (l *Log) readAtSlow(seg *segment, seq uint64, limit int64, cause error) (Record, error) {
-	r := &reader{l: l}
-	if err := r.reset(seg, fileHeaderSize, seg.base); err != nil {
-		return Record{}, err
-	}
+// It walks the segment (generation f, held by the caller) from the start.
+// (Open repairs the last segment's index; a sealed segment's index is
+// rebuilt only when its size or header is wrong, so an entry scribbled over
+// in place keeps costing a scan, and Verify reports it.)
+func (l *Log) readAtSlow(seg *segment, f *segFiles, seq uint64, limit int64, cause error) (Record, error) {
+	r := &reader{l: l, seg: seg, files: f, off: fileHeaderSize, seq: seg.base}
+	r.win.reset(f.log)
 	for r.off < limit {
 		rec, n, err := r.decodeAt(r.off, limit)
 		if err != nil {
 			break
+		}
+		if rec.Seq > seq {
+			// Only a compacted log skips seqs.
+			return Record{}, fmt.Errorf("%w: seq %d", ErrCompacted, seq)
 		}
 		if rec.Seq == seq {
 			l.logger.Warn("diskqueue: index disagrees with log; found the record by scanning the segment (Verify reports the entry)", "segment", seg.base, "seq", seq, "err", cause)
 			return rec, nil
 		}
 		r.off += int64(n)
-		r.seq++
+		r.seq = rec.Seq + 1
+	}
+	if f.compacted && r.off >= limit {
+		return Record{}, fmt.Errorf("%w: seq %d", ErrCompacted, seq)
 	}
 	return Record{}, fmt.Errorf("%w: segment %s: seq %d: %v", ErrCorrupt, segmentName(seg.base, logSuffix), seq, cause)
 }
@@ -336,7 +466,10 @@ func (l *Log) readAtSlow(seg *segment, seq uint64, limit int64, cause error) (Re
 // Pass [math.MaxUint64] as to for "up to the newest record". Records that
 // fail their checks are yielded as an error wrapping [ErrCorrupt] and the
 // scan goes on; a from older than the first retained record yields
-// [ErrNotFound] and stops.
+// [ErrNotFound] and stops. Records [Log.Compact] removed are skipped, as if
+// never put (their seqs are missing from the sequence); a Scan racing a
+// compaction yields each record of the segment once, from the old files or
+// the new, and skips only records the compaction removed.
 func (l *Log) Scan(from, to uint64) iter.Seq2[Record, error] {
 	return func(yield func(Record, error) bool) {
 		if _, err := l.segmentFor(from); err != nil && errors.Is(err, ErrNotFound) && from < l.firstSeq() {
@@ -344,6 +477,7 @@ func (l *Log) Scan(from, to uint64) iter.Seq2[Record, error] {
 			return
 		}
 		r := &reader{l: l, seq: from}
+		defer r.forget(0)
 		for r.seq < to {
 			rec, err := r.next()
 			if err == errNoData {

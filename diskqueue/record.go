@@ -11,6 +11,12 @@ import (
 // FORMAT.md describes each byte.
 const (
 	formatVersion = 1
+	// formatVersionCompacted is the version of a compacted segment's log
+	// and sequence index (compact.go): the log skips the seqs of records
+	// compaction removed, and their index entries are marked
+	// (indexRemoved). Other files, and segments never compacted, stay at
+	// formatVersion.
+	formatVersionCompacted = 2
 
 	// fileHeaderSize is the size of the header that starts every file the
 	// queue writes: magic, version, three reserved bytes, base seq.
@@ -157,26 +163,46 @@ func decodeRecord(b []byte, maxBody int) (recordHeader, []byte, int, error) {
 //	0        4     5          8                 16
 //	| magic  | ver | reserved | base seq uint64 |
 func appendFileHeader(dst []byte, magic [4]byte, base uint64) []byte {
+	return appendFileHeaderVersion(dst, magic, formatVersion, base)
+}
+
+// appendFileHeaderVersion is appendFileHeader with a version: a compacted
+// segment's log and index have formatVersionCompacted.
+func appendFileHeaderVersion(dst []byte, magic [4]byte, version byte, base uint64) []byte {
 	dst = append(dst, magic[:]...)
-	dst = append(dst, formatVersion, 0, 0, 0)
+	dst = append(dst, version, 0, 0, 0)
 	return binary.BigEndian.AppendUint64(dst, base)
 }
 
-// decodeFileHeader validates a header of the wanted kind.
+// decodeFileHeader validates a header of the wanted kind, of version 1.
 func decodeFileHeader(b []byte, want [4]byte) (uint64, error) {
+	base, _, err := decodeHeader(b, want, formatVersion)
+	return base, err
+}
+
+// decodeSegmentHeader validates the header of a segment's log or index,
+// which may be of a compacted segment (version 2) or not (version 1).
+func decodeSegmentHeader(b []byte, want [4]byte) (base uint64, compacted bool, err error) {
+	base, version, err := decodeHeader(b, want, formatVersionCompacted)
+	return base, version == formatVersionCompacted, err
+}
+
+// decodeHeader validates a header of the wanted kind, of any version from
+// 1 to newest.
+func decodeHeader(b []byte, want [4]byte, newest byte) (uint64, byte, error) {
 	if len(b) < fileHeaderSize {
-		return 0, fmt.Errorf("%w: file header is %d bytes, want %d", ErrCorrupt, len(b), fileHeaderSize)
+		return 0, 0, fmt.Errorf("%w: file header is %d bytes, want %d", ErrCorrupt, len(b), fileHeaderSize)
 	}
 	if [4]byte(b[0:4]) != want {
-		return 0, fmt.Errorf("%w: bad magic %q, want %q", ErrCorrupt, b[0:4], want[:])
+		return 0, 0, fmt.Errorf("%w: bad magic %q, want %q", ErrCorrupt, b[0:4], want[:])
 	}
-	if b[4] != formatVersion {
-		return 0, fmt.Errorf("%w: format version %d (this build reads %d)", ErrUnsupportedVersion, b[4], formatVersion)
+	if b[4] < formatVersion || b[4] > newest {
+		return 0, 0, fmt.Errorf("%w: format version %d (this build reads %d to %d)", ErrUnsupportedVersion, b[4], formatVersion, newest)
 	}
 	if b[5]|b[6]|b[7] != 0 {
-		return 0, fmt.Errorf("%w: reserved header bytes are not zero", ErrCorrupt)
+		return 0, 0, fmt.Errorf("%w: reserved header bytes are not zero", ErrCorrupt)
 	}
-	return binary.BigEndian.Uint64(b[8:16]), nil
+	return binary.BigEndian.Uint64(b[8:16]), b[4], nil
 }
 
 // appendTimeEntry appends one time-index entry: the running maximum of

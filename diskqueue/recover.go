@@ -23,7 +23,7 @@ func (l *Log) recover() error {
 		return fmt.Errorf("diskqueue: open: %w", err)
 	}
 	var bases []uint64
-	var unknown []string
+	var unknown, compacting []string
 	bad := 0
 	l.listing = make(map[string]os.DirEntry, len(entries))
 	defer func() { l.listing = nil }()
@@ -41,6 +41,9 @@ func (l *Log) recover() error {
 			if !l.readOnly {
 				l.fs.Remove(filepath.Join(l.dir, name))
 			}
+		case strings.HasSuffix(name, compactSuffix):
+			// A compaction's marker or new files, which a crash cut short.
+			compacting = append(compacting, name)
 		case strings.HasSuffix(name, tmpSuffix):
 			// An atomic write that never finished; nothing refers to it.
 			if l.readOnly {
@@ -65,6 +68,10 @@ func (l *Log) recover() error {
 	}
 	if bad > 0 && !l.readOnly { // a read-only caller (Verify) lists them itself
 		l.logger.Warn("diskqueue: directory holds quarantined .bad files; inspect and delete them by hand", "count", bad)
+	}
+	// Before the segments are looked at: their files may be half renamed.
+	if err := l.finishCompactions(compacting); err != nil {
+		return err
 	}
 	slices.Sort(bases)
 	bases, ghosts := l.findTombstones(bases)
@@ -176,6 +183,12 @@ func (l *Log) dropLostTail(bases []uint64) []uint64 {
 		}
 		k--
 	}
+	if k < len(bases) && k > 0 && l.isCompacted(bases[k-1]) {
+		// A compacted segment never takes appends: the first lost one
+		// stays, as the segment they go on in, so that the compacted
+		// segment keeps its end (its trailing seqs may be removed ones).
+		k++
+	}
 	if k == 0 || k == len(bases) {
 		return bases // nothing before them to go on from, or none
 	}
@@ -242,7 +255,20 @@ func (l *Log) startSegment(base uint64) error {
 // then checking its tail costs a few reads and changes nothing.
 func (l *Log) maybeUnsealed(base uint64) bool {
 	size, err := l.listedSize(segmentName(base, logSuffix))
-	return err == nil && size > fileHeaderSize && size%allocUnit == 0
+	return err == nil && size > fileHeaderSize && size%allocUnit == 0 && !l.isCompacted(base)
+}
+
+// isCompacted reports whether the log at base has a compacted segment's
+// header: compaction rewrites only sealed segments, so such a log was
+// sealed, whatever its size.
+func (l *Log) isCompacted(base uint64) bool {
+	f, err := l.fs.OpenFile(filepath.Join(l.dir, segmentName(base, logSuffix)), os.O_RDONLY, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	ok, compacted := l.segmentHeaderOK(f, magicLog, base)
+	return ok && compacted
 }
 
 // removeOrphanIndexes deletes index files whose log is gone (a crash between
@@ -295,17 +321,25 @@ func (l *Log) openSegment(base, next uint64, last, unsealed bool) (*segment, err
 		seg.closeFiles()
 		return nil, fmt.Errorf("diskqueue: open: cannot stat %s", name)
 	}
-	damage, intact, err := l.checkLogHeader(seg, f, size)
-	if err == nil && damage != nil && l.readOnly && last && size >= fileHeaderSize && !l.beingCreated(f, size) {
+	hdr, err := l.checkLogHeader(seg, f, size)
+	if err == nil && hdr.damage != nil && l.readOnly && last && size >= fileHeaderSize && !l.beingCreated(f, size) {
 		// The header read as zeros and is not now: a live writer wrote it
 		// meanwhile (checkLogHeader read the first record after it). Read
 		// it again.
-		damage, intact, err = l.checkLogHeader(seg, f, size)
+		hdr, err = l.checkLogHeader(seg, f, size)
 	}
 	if err != nil {
 		seg.closeFiles()
 		return nil, err
 	}
+	if hdr.compacted {
+		// Compacted, so sealed: nothing appends to it again. It is last
+		// only when the segments after it were lost whole (dropLostTail
+		// keeps the one right after a compacted segment).
+		seg.closeFiles()
+		return l.openCompactedLast(base, next)
+	}
+	damage, intact := hdr.damage, hdr.intact
 	switch {
 	case damage != nil && !intact && l.readOnly && last && l.beingCreated(f, size):
 		// A live writer has just created this segment and not yet written
@@ -344,6 +378,41 @@ func (l *Log) openSegment(base, next uint64, last, unsealed bool) (*segment, err
 	return seg, nil
 }
 
+// openCompactedLast takes a compacted segment found last, or looking
+// unsealed, as the sealed segment it is. The last one's end is its
+// index's record count (compaction keeps one entry per seq), else its
+// time index's last seq; appends go on after it, so no seq is used twice.
+func (l *Log) openCompactedLast(base, next uint64) (*segment, error) {
+	seg := &segment{dir: l.dir, base: base}
+	if next == maxSeq {
+		end, ok := l.compactedEnd(seg)
+		if !ok {
+			return nil, fmt.Errorf("%w: %s is a compacted segment found last, and neither of its indexes says where it ends", ErrCorrupt, seg.path(logSuffix))
+		}
+		next = end
+	}
+	if err := l.openSealedLazily(seg, next); err != nil {
+		return nil, err
+	}
+	return seg, nil
+}
+
+// compactedEnd is the end of a compacted segment by its indexes.
+func (l *Log) compactedEnd(seg *segment) (uint64, bool) {
+	if f, err := l.fs.OpenFile(seg.path(indexSuffix), os.O_RDONLY, 0); err == nil {
+		defer f.Close()
+		if ok, compacted := l.segmentHeaderOK(f, magicIndex, seg.base); ok && compacted {
+			return seg.base + uint64(indexEntriesIn(fileSize(f)-indexChecksumSize)), true
+		}
+	}
+	if b, err := readFile(l.fs, seg.path(timeIndexSuffix)); err == nil {
+		if entries, err := decodeTimeIndex(b, seg.base); err == nil && len(entries) > 0 {
+			return entries[len(entries)-1].seq + 1, true
+		}
+	}
+	return 0, false
+}
+
 // beingCreated reports whether a log's header is missing or all zeros: a
 // segment a writer is creating at this moment (or a crash tore while it was
 // created, before any record could be written in it).
@@ -356,32 +425,42 @@ func (l *Log) beingCreated(f file, size int64) bool {
 	return err == nil && allZero(head)
 }
 
+// logHeader is what checkLogHeader found.
+type logHeader struct {
+	// damage reports a header that is damaged; intact then says whether
+	// the first record checks out under the base in the file name, in
+	// which case only the header is damaged (it carries nothing the name
+	// does not).
+	damage error
+	intact bool
+	// compacted says the header is a compacted segment's (version 2).
+	compacted bool
+}
+
 // checkLogHeader reads the header of seg's log. err is an I/O failure or a
-// format version this code does not know. damage reports a header that is
-// damaged; intact then says whether the first record checks out under the
-// base in the file name, in which case only the header is damaged (it
-// carries nothing the name does not), and that is logged here.
-func (l *Log) checkLogHeader(seg *segment, f file, size int64) (damage error, intact bool, err error) {
+// format version this code does not know. A damaged header whose records
+// are intact is logged here.
+func (l *Log) checkLogHeader(seg *segment, f file, size int64) (logHeader, error) {
 	head := make([]byte, fileHeaderSize)
 	if _, err := f.ReadAt(head, 0); err != nil && err != io.EOF {
-		return nil, false, fmt.Errorf("diskqueue: open: read %s: %w", seg.path(logSuffix), err)
+		return logHeader{}, fmt.Errorf("diskqueue: open: read %s: %w", seg.path(logSuffix), err)
 	}
-	got, herr := decodeFileHeader(head, magicLog)
+	got, compacted, herr := decodeSegmentHeader(head, magicLog)
 	if herr == nil && got != seg.base {
 		herr = fmt.Errorf("%w: header has base %d, file name says %d", ErrCorrupt, got, seg.base)
 	}
 	if errors.Is(herr, ErrUnsupportedVersion) {
-		return nil, false, fmt.Errorf("%s: %w", seg.path(logSuffix), herr)
+		return logHeader{}, fmt.Errorf("%s: %w", seg.path(logSuffix), herr)
 	}
 	if herr == nil {
-		return nil, true, nil
+		return logHeader{intact: true, compacted: compacted}, nil
 	}
 	h, _, _, ferr := l.readFrameAt(f, fileHeaderSize, size)
-	intact = size >= fileHeaderSize && ferr == nil && h.seq == seg.base
+	intact := size >= fileHeaderSize && ferr == nil && h.seq == seg.base
 	if intact {
 		l.logger.Warn("diskqueue: segment header is damaged but its records are intact; using the base in its name", "segment", seg.base, "err", herr)
 	}
-	return herr, intact, nil
+	return logHeader{damage: herr, intact: intact}, nil
 }
 
 // statSize is the size of the file at path, or -1 if it cannot be had.
@@ -449,6 +528,17 @@ func (l *Log) headerOK(f file, magic [4]byte, base uint64) bool {
 	}
 	got, err := decodeFileHeader(head, magic)
 	return err == nil && got == base
+}
+
+// segmentHeaderOK is headerOK for a sealed segment's log or index, which
+// may be a compacted one's: it also says which.
+func (l *Log) segmentHeaderOK(f file, magic [4]byte, base uint64) (ok, compacted bool) {
+	head := make([]byte, fileHeaderSize)
+	if _, err := f.ReadAt(head, 0); err != nil {
+		return false, false
+	}
+	got, compacted, err := decodeSegmentHeader(head, magic)
+	return err == nil && got == base, compacted
 }
 
 // recoverTail repairs the last segment, the only one that can hold bytes
@@ -589,7 +679,7 @@ func (l *Log) recoverTailFiles(w *tail, seg *segment, log file, size int64, maxB
 		// a torn tail. Looking 64 index entries ahead bounds Open's cost.
 		const lookahead = 64
 		stop := min(seg.base+uint64(entries), sc.seq+1+lookahead)
-		off, seq, ok := l.resumeAfter(seg.base, log, wIndex, sc.Offset(), sc.seq, size, stop)
+		off, seq, ok := l.resumeAfter(seg.base, &segFiles{log: log, index: wIndex}, sc.Offset(), sc.seq, size, stop)
 		if !ok {
 			break
 		}

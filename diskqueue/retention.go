@@ -274,6 +274,9 @@ func (l *Log) ghostSegment(s *segment) {
 		return
 	}
 	s.closeFiles()
+	if s.leftovers.Load() {
+		l.discardCompaction(s.base) // before the log, or Open would finish it
+	}
 	for _, suffix := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
 		if err := l.fs.Remove(s.path(suffix)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			l.logger.Warn("diskqueue: cannot remove an acknowledged segment", "segment", s.base, "err", err)
@@ -286,6 +289,9 @@ func (l *Log) ghostSegment(s *segment) {
 // A failure is logged: the files stay and are cleaned up at the next Open.
 func (l *Log) removeSegment(s *segment) {
 	s.closeFiles()
+	if s.leftovers.Load() {
+		l.discardCompaction(s.base) // before the log, or Open would finish it
+	}
 	cursors := *l.cursorList.Load()
 	for _, c := range cursors {
 		c.forget(s)
@@ -334,7 +340,9 @@ func (l *Log) empty() error {
 	cursors := slices.Clone(l.cursors)
 	for _, c := range cursors {
 		c.readMu.Lock()
-		c.rd.reset(t.seg, t.size, t.end)
+		if err := c.rd.moveTo(t.seg, t.size, t.end); err != nil {
+			c.rd.forget(t.end) // as in moveToEndLocked
+		}
 		c.ackFloor.Store(t.end)
 		c.ackedAbove.Store(0)
 		c.inFlight.Store(0)

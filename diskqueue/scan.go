@@ -28,6 +28,12 @@ func (d *damageError) Error() string {
 
 func (d *damageError) Unwrap() error { return ErrCorrupt }
 
+// isDamage reports whether err says bytes failed their checks (a frame
+// that is corrupt or cut short), as opposed to an I/O failure.
+func isDamage(err error) bool {
+	return errors.Is(err, ErrCorrupt) || errors.Is(err, errShortFrame)
+}
+
 // readError wraps an I/O error from a read. A closed file means the segment
 // was deleted while we read it.
 func readError(seg *segment, off int64, err error) error {
@@ -38,9 +44,9 @@ func readError(seg *segment, off int64, err error) error {
 }
 
 // skipDamage finds where reading can go on after a damaged record at off
-// (which should hold seq); if nothing after it in the readable segment
-// checks out, the rest of it is skipped.
-func (l *Log) skipDamage(seg *segment, off int64, seq uint64, limit int64, cause error) *damageError {
+// (which should hold seq) in generation f of seg's files; if nothing after
+// it in the readable segment checks out, the rest of it is skipped.
+func (l *Log) skipDamage(seg *segment, f *segFiles, off int64, seq uint64, limit int64, cause error) *damageError {
 	d := &damageError{seg: seg, from: off, first: seq, to: limit, next: seg.endNow(), cause: cause}
 	if seg.sealed.Load() || d.next < seq {
 		d.next = max(d.next, seq)
@@ -49,11 +55,8 @@ func (l *Log) skipDamage(seg *segment, off int64, seq uint64, limit int64, cause
 	if seg.partialIndex {
 		entries = min(entries, seg.indexedEnd)
 	}
-	// The reader holds seg's files open, so this does not fail.
-	if f, err := l.segFiles(seg); err == nil {
-		if o, s, ok := l.resumeAfter(seg.base, f.log, f.index, off, seq, limit, entries); ok {
-			d.to, d.next = o, s
-		}
+	if o, s, ok := l.resumeAfter(seg.base, f, off, seq, limit, entries); ok {
+		d.to, d.next = o, s
 	}
 	return d
 }
@@ -61,31 +64,42 @@ func (l *Log) skipDamage(seg *segment, off int64, seq uint64, limit int64, cause
 // resumeAfter finds the first record after a damaged one at bad (which
 // should hold seq) that checks out: the one the damaged frame's own length
 // points at, else the first of the sequence index's entries for seqs
-// (seq, stop) that points at its record. index may be nil.
-func (l *Log) resumeAfter(base uint64, log, index file, bad int64, seq uint64, limit int64, stop uint64) (int64, uint64, bool) {
-	try := func(o int64, s uint64) bool {
+// (seq, stop) that points at its record. f.index may be nil. In a
+// compacted log the record found may have any seq below stop: those
+// between were removed or damaged.
+func (l *Log) resumeAfter(base uint64, f *segFiles, bad int64, seq uint64, limit int64, stop uint64) (int64, uint64, bool) {
+	try := func(o int64, s uint64) (uint64, bool) {
 		if o <= bad || o >= limit {
-			return false
+			return 0, false
 		}
-		h, _, _, err := l.readFrameAt(log, o, limit)
-		return err == nil && h.seq == s
+		h, _, _, err := l.readFrameAt(f.log, o, limit)
+		if err != nil || h.seq != s && !(f.compacted && h.seq > seq && h.seq < stop) {
+			return 0, false
+		}
+		return h.seq, true
 	}
 	var head [lengthSize]byte
-	if _, err := log.ReadAt(head[:], bad); err == nil {
-		if n, err := frameLength(head[:], maxBodyForRead(l.opts.MaxRecordBytes)); err == nil && try(bad+int64(n), seq+1) {
-			return bad + int64(n), seq + 1, true
+	if _, err := f.log.ReadAt(head[:], bad); err == nil {
+		if n, err := frameLength(head[:], maxBodyForRead(l.opts.MaxRecordBytes)); err == nil {
+			if s, ok := try(bad+int64(n), seq+1); ok {
+				return bad + int64(n), s, true
+			}
 		}
 	}
-	if index == nil {
+	if f.index == nil {
 		return 0, 0, false
 	}
 	for s := seq + 1; s < stop; s++ {
-		o, err := readIndexEntry(index, int64(s-base))
+		e, err := readIndexEntry(f.index, int64(s-base))
 		if err != nil {
 			break
 		}
-		if try(o, s) {
-			return o, s, true
+		o, removed := indexOffset(uint32(e), f.compacted)
+		if removed {
+			continue
+		}
+		if found, ok := try(o, s); ok {
+			return o, found, true
 		}
 	}
 	return 0, 0, false
@@ -127,9 +141,12 @@ func resync(w *window, off, limit int64, after, before uint64, maxBody int) (int
 type scanner struct {
 	win     window
 	off     int64  // offset of the next frame: the end of the good prefix
-	seq     uint64 // seq the next frame must carry
+	seq     uint64 // seq the next frame must carry (at least, with gaps)
 	limit   int64
 	maxBody int
+	// gapsBelow, when not zero, lets frames skip seqs (a compacted log):
+	// the next frame may carry any seq from seq up to gapsBelow.
+	gapsBelow uint64
 
 	recOff int64
 	hdr    recordHeader
@@ -143,6 +160,9 @@ func newScanner(r io.ReaderAt, off int64, seq uint64, limit int64, maxBody int) 
 	return s
 }
 
+// allowGaps lets the frames skip seqs, as a compacted log's do, up to end.
+func (s *scanner) allowGaps(end uint64) { s.gapsBelow = end }
+
 // Next decodes the next frame. It returns false at the end of the data
 // (Err is nil) or at a frame that fails (Err says why: errShortFrame for one
 // cut short, ErrCorrupt for bad bytes, or an I/O error).
@@ -151,7 +171,7 @@ func (s *scanner) Next() bool {
 		return false
 	}
 	h, _, n, err := s.win.frameAt(s.off, s.limit, s.maxBody)
-	if err == nil && h.seq != s.seq {
+	if err == nil && h.seq != s.seq && !(h.seq > s.seq && h.seq < s.gapsBelow) {
 		err = fmt.Errorf("%w: record at offset %d has seq %d, want %d", ErrCorrupt, s.off, h.seq, s.seq)
 	}
 	if err != nil {
@@ -160,7 +180,7 @@ func (s *scanner) Next() bool {
 	}
 	s.recOff, s.hdr, s.n = s.off, h, n
 	s.off += int64(n)
-	s.seq++
+	s.seq = h.seq + 1
 	return true
 }
 

@@ -57,14 +57,20 @@ type segment struct {
 	base uint64 // seq of the first record; also the file name
 
 	// files are the read handles shared by Read, ReadAt and Scan (pread),
-	// nil until opened. A segment found sealed at Open is opened on first
-	// use (Log.segFiles), so opening a queue costs no file opens per
-	// sealed segment; the others get theirs when created. filesMu orders
-	// that first open against closeFiles, and closed (under filesMu) says
-	// the segment was deleted, so nothing opens it again.
+	// nil until opened: the segment's current generation (segFiles). A
+	// segment found sealed at Open is opened on first use
+	// (Log.currentFiles), so opening a queue costs no file opens per
+	// sealed segment; the others get theirs when created; a compaction
+	// swaps in a new generation. filesMu orders that first open and the
+	// swap against closeFiles, and against each other; closed (under
+	// filesMu) says the segment was deleted, so nothing opens it again.
+	// retired (under filesMu) are the generations compactions replaced,
+	// which readers may still hold: closed by their last release, or with
+	// the segment.
 	files   atomic.Pointer[segFiles]
 	filesMu sync.Mutex
 	closed  bool
+	retired []*segFiles
 
 	// extent packs the segment's size (low 32 bits: log bytes, header
 	// included, written and readable) and its record count (high 32 bits:
@@ -101,6 +107,16 @@ type segment struct {
 	// stays in the list, as its tombstone stays on disk, so the gap it
 	// leaves is not taken for lost data. Readers skip it.
 	gone atomic.Bool
+
+	// shrunk is how many log bytes compactions in this process removed:
+	// the extent keeps the size the first generation's readers go by, and
+	// diskBytes takes this off it. Changed under the log's segMu
+	// (write-locked), by the writer goroutine.
+	shrunk atomic.Int64
+	// leftovers says a compaction of the segment failed after its marker
+	// was written: the marker and the new files may still be there, and
+	// deleting the segment removes them first (compact.go).
+	leftovers atomic.Bool
 }
 
 // bounds returns the segment's size and end, consistent with each other.
@@ -128,36 +144,101 @@ func (s *segment) diskBytes() int64 {
 	if s.gone.Load() {
 		return ackHeaderSize
 	}
-	return s.sizeNow() + s.indexBytes.Load() + s.timeIndexBytes.Load() + int64(s.bitmaps.Load())*ackFileSize(s.endNow()-s.base)
+	return s.sizeNow() - s.shrunk.Load() + s.indexBytes.Load() + s.timeIndexBytes.Load() + int64(s.bitmaps.Load())*ackFileSize(s.endNow()-s.base)
 }
 
-// segFiles are a segment's read handles. index is nil when the segment has
-// no sequence index to use; readers then scan the log.
+// segFiles are one generation of a segment's read handles: the files the
+// segment was created or found with, then those each compaction swaps in.
+// index is nil when the segment has no sequence index to use; readers then
+// scan the log. The fields are set before the generation is published and
+// never change, except refs.
+//
+// A reader uses one generation throughout (offsets from its index are
+// offsets in its log), holding it with acquireFiles and letting go with
+// release. refs counts the holders: one for the segment while the
+// generation is its current one, and one per reader. The last release
+// closes the files, so a reader that holds a generation a compaction has
+// replaced finishes on it, reading the old files (unlinked, but open).
+// Deleting the segment closes every generation at once (closeFiles),
+// whatever refs says: a pread running then keeps its descriptor alive
+// until it returns (os.File counts references), and the next one fails
+// with os.ErrClosed, which callers turn into ErrNotFound.
 type segFiles struct {
 	log, index file
+	// size is the log bytes this generation holds; zero for the first
+	// generation, which goes by the segment's published extent (it may
+	// still be growing).
+	size int64
+	// compacted says the log is a compacted one (format version 2): it
+	// skips the seqs of records compaction removed, and their index
+	// entries are marked (indexRemoved).
+	compacted bool
+	refs      atomic.Int64 // holders; zero or less once closed
+}
+
+// newSegFiles makes a generation held by its segment alone.
+func newSegFiles(log, index file, size int64, compacted bool) *segFiles {
+	f := &segFiles{log: log, index: index, size: size, compacted: compacted}
+	f.refs.Store(1)
+	return f
+}
+
+// tryAcquire takes a reference to the generation unless it is closed.
+func (f *segFiles) tryAcquire() bool {
+	for {
+		n := f.refs.Load()
+		if n <= 0 {
+			return false
+		}
+		if f.refs.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// release gives a reference back; the last one closes the files. Nil is
+// allowed.
+func (f *segFiles) release() {
+	if f != nil && f.refs.Add(-1) == 0 {
+		f.closeHandles()
+	}
+}
+
+func (f *segFiles) closeHandles() {
+	if f.log != nil {
+		f.log.Close()
+	}
+	if f.index != nil {
+		f.index.Close()
+	}
+}
+
+// limit is how far seg's log is readable in generation f.
+func (s *segment) limit(f *segFiles) int64 {
+	if f.size > 0 {
+		return f.size
+	}
+	return s.sizeNow()
 }
 
 // setFiles publishes handles opened eagerly (at creation, or for the last
-// segment at Open).
+// segment at Open) as the segment's first generation.
 func (s *segment) setFiles(log, index file) {
-	s.files.Store(&segFiles{log: log, index: index})
+	s.files.Store(newSegFiles(log, index, 0, false))
 }
 
-// closeFiles releases the read handles. A pread running concurrently keeps
-// the descriptor alive until it returns (os.File counts references) and the
-// next one fails with os.ErrClosed, which callers turn into ErrNotFound.
+// closeFiles releases the read handles of every generation, at once: the
+// segment is being deleted (or the log closed).
 func (s *segment) closeFiles() {
 	s.filesMu.Lock()
 	defer s.filesMu.Unlock()
 	s.closed = true
-	if f := s.files.Load(); f != nil {
-		if f.log != nil {
-			f.log.Close()
-		}
-		if f.index != nil {
-			f.index.Close()
+	for _, f := range append(s.retired, s.files.Load()) {
+		if f != nil && f.refs.Swap(0) > 0 {
+			f.closeHandles()
 		}
 	}
+	s.retired = nil
 }
 
 // segmentAt returns the segment (gone or not) whose range holds seq, or nil.
@@ -172,14 +253,17 @@ func (l *Log) segmentAt(seq uint64) *segment {
 	return segs[i]
 }
 
-// locate finds where seq starts. A seq older than the oldest segment (its
-// records were acknowledged and deleted) moves to the oldest record kept.
-func (l *Log) locate(seq uint64) (*segment, int64, uint64, error) {
+// locate finds where seq starts: its segment, that segment's current
+// generation of files (held: the caller releases it) and the offset there.
+// A seq older than the oldest segment (its records were acknowledged and
+// deleted) moves to the oldest record kept. A seq compaction removed
+// starts where the next record kept does, which a reader tells by its seq.
+func (l *Log) locate(seq uint64) (*segment, *segFiles, int64, uint64, error) {
 	l.segMu.RLock()
 	segs := l.segs
 	l.segMu.RUnlock()
 	if len(segs) == 0 {
-		return nil, 0, 0, ErrClosed
+		return nil, nil, 0, 0, ErrClosed
 	}
 	i := sort.Search(len(segs), func(i int) bool { return segs[i].base > seq }) - 1
 	if i < 0 {
@@ -189,26 +273,47 @@ func (l *Log) locate(seq uint64) (*segment, int64, uint64, error) {
 		i++
 		seq = max(seq, segs[i].base)
 	}
+	at := func(seg *segment, off func(*segFiles) (int64, error), seq uint64) (*segment, *segFiles, int64, uint64, error) {
+		f, err := l.acquireFiles(seg)
+		if err != nil {
+			return nil, nil, 0, 0, err
+		}
+		o, err := off(f)
+		if err != nil {
+			f.release()
+			return nil, nil, 0, 0, err
+		}
+		return seg, f, o, seq, nil
+	}
+	start := func(*segFiles) (int64, error) { return fileHeaderSize, nil }
 	if i < len(segs) && segs[i].base == seq && segs[i].endNow() > seq {
-		return segs[i], fileHeaderSize, seq, nil
+		return at(segs[i], start, seq)
 	}
 	seg := segs[i]
 	sealed := seg.sealed.Load()
 	size, end := seg.bounds()
 	if seq >= end {
 		if sealed && i+1 < len(segs) {
-			return segs[i+1], fileHeaderSize, segs[i+1].base, nil
+			return at(segs[i+1], start, segs[i+1].base)
 		}
 		if seq > end {
-			return nil, 0, 0, fmt.Errorf("%w: seq %d is past the end %d", ErrNotFound, seq, end)
+			return nil, nil, 0, 0, fmt.Errorf("%w: seq %d is past the end %d", ErrNotFound, seq, end)
 		}
-		return seg, size, end, nil
+		return at(seg, func(f *segFiles) (int64, error) {
+			if f.size > 0 {
+				return f.size, nil
+			}
+			return size, nil
+		}, end)
 	}
-	offs, err := l.indexEntries(seg, seq, 1)
-	if err != nil {
-		return nil, 0, 0, err
-	}
-	return seg, int64(offs[0]), seq, nil
+	return at(seg, func(f *segFiles) (int64, error) {
+		offs, err := l.indexEntries(seg, f, seq, 1)
+		if err != nil {
+			return 0, err
+		}
+		off, _ := indexOffset(offs[0], f.compacted)
+		return off, nil
+	}, seq)
 }
 
 // segmentAfter returns the segment following s, or nil.
@@ -242,10 +347,11 @@ func (l *Log) segmentFor(seq uint64) (*segment, error) {
 
 // position returns where seq starts, for Stats.
 func (l *Log) position(seq uint64) (Position, error) {
-	seg, off, _, err := l.locate(seq)
+	seg, f, off, _, err := l.locate(seq)
 	if err != nil {
 		return Position{}, err
 	}
+	f.release()
 	return Position{Segment: seg.base, Offset: off}, nil
 }
 
@@ -286,10 +392,29 @@ func (l *Log) openSealedLazily(seg *segment, next uint64) error {
 	return nil
 }
 
-// segFiles returns seg's read handles, opening them on first use. A failure
-// to open is returned as is and tried again by the next call: it is not
-// damage. A deleted segment gives ErrNotFound.
-func (l *Log) segFiles(seg *segment) (*segFiles, error) {
+// acquireFiles returns seg's current generation of read handles, held
+// (the caller releases it), opening them on first use. A failure to open
+// is returned as is and tried again by the next call: it is not damage. A
+// deleted segment gives ErrNotFound.
+func (l *Log) acquireFiles(seg *segment) (*segFiles, error) {
+	for {
+		f, err := l.currentFiles(seg)
+		if err != nil {
+			return nil, err
+		}
+		if f.tryAcquire() {
+			return f, nil
+		}
+		if seg.files.Load() == f {
+			// Closed with the segment, not replaced by a compaction.
+			return nil, fmt.Errorf("%w: segment %d was deleted", ErrNotFound, seg.base)
+		}
+	}
+}
+
+// currentFiles returns seg's current generation, opening it on first use,
+// without holding it.
+func (l *Log) currentFiles(seg *segment) (*segFiles, error) {
 	if f := seg.files.Load(); f != nil {
 		return f, nil
 	}
@@ -327,42 +452,67 @@ func (l *Log) openSealed(seg *segment) (*segFiles, error) {
 		log.Close()
 		return nil, err
 	}
-	damage, intact, err := l.checkLogHeader(seg, log, seg.sizeNow())
+	hdr, err := l.checkLogHeader(seg, log, seg.sizeNow())
 	if err != nil {
 		return fail(err)
 	}
-	if damage != nil && !intact {
-		l.logger.Warn("diskqueue: segment header is damaged; its records are checked one by one and damaged ones skipped", "segment", seg.base, "err", damage)
+	if hdr.damage != nil && !hdr.intact {
+		l.logger.Warn("diskqueue: segment header is damaged; its records are checked one by one and damaged ones skipped", "segment", seg.base, "err", hdr.damage)
 	}
 	count := int64(seg.endNow() - seg.base)
 	timeBytes := l.statSize(seg.path(timeIndexSuffix))
 	timeOK := timeBytes >= fileHeaderSize+timeIndexEntrySize && (timeBytes-fileHeaderSize)%timeIndexEntrySize == 0
 	index, err := l.fs.OpenFile(seg.path(indexSuffix), os.O_RDONLY, 0)
 	indexBytes := fileSize(index)
+	compacted := hdr.compacted
 	rebuild := false
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		rebuild = true
 	case err != nil:
 		return fail(fmt.Errorf("diskqueue: %w", err))
-	case !timeOK || indexBytes != indexBytesFor(count) || !l.headerOK(index, magicIndex, seg.base):
-		index.Close()
-		index, rebuild = nil, true
+	default:
+		ok, indexCompacted := l.segmentHeaderOK(index, magicIndex, seg.base)
+		if hdr.damage != nil {
+			// The index says what the log's header no longer can.
+			compacted = indexCompacted
+		}
+		// An index of the other version belongs to the other generation
+		// of the log (a compaction's files renamed into place by hand). A
+		// compacted one is read whole once, for its checksum.
+		want := indexBytesFor(count)
+		if compacted {
+			want = compactedIndexBytes(count)
+		}
+		if !timeOK || indexBytes != want || !ok || indexCompacted != compacted || compacted && !l.indexFileOK(index, indexBytes) {
+			index.Close()
+			index, rebuild = nil, true
+		}
 	}
 	seg.indexBytes.Store(max(indexBytes, 0))
 	seg.timeIndexBytes.Store(max(timeBytes, 0))
 	if !rebuild {
-		return &segFiles{log: log, index: index}, nil
+		return newSegFiles(log, index, 0, compacted), nil
 	}
 	if l.readOnly {
 		l.logger.Warn("diskqueue: a sealed segment's indexes are damaged (read-only: not rebuilt); lookups in it scan the log", "segment", seg.base)
-		return &segFiles{log: log}, nil
+		return newSegFiles(log, nil, 0, compacted), nil
 	}
-	if err := l.rebuildIndexes(seg, log); err != nil {
+	if err := l.rebuildIndexes(seg, log, compacted); err != nil {
 		return fail(err)
 	}
 	if index, err = l.fs.OpenFile(seg.path(indexSuffix), os.O_RDONLY, 0); err != nil {
 		return fail(fmt.Errorf("diskqueue: %w", err))
 	}
-	return &segFiles{log: log, index: index}, nil
+	return newSegFiles(log, index, 0, compacted), nil
+}
+
+// indexFileOK reads a compacted segment's index of size bytes whole and
+// checks its checksum.
+func (l *Log) indexFileOK(f file, size int64) bool {
+	b := make([]byte, size)
+	if _, err := f.ReadAt(b, 0); err != nil {
+		return false
+	}
+	return indexChecksumOK(b)
 }

@@ -70,6 +70,7 @@ func (l *Log) SeekTime(t time.Time) (uint64, error) {
 		start = entries[k].seq + 1
 	}
 	r := &reader{l: l, seq: start}
+	defer r.forget(0)
 	for {
 		rec, err := r.next()
 		var d *damageError
@@ -92,7 +93,10 @@ type timeEntry struct {
 	seq     uint64
 }
 
-// timeEntries reads a segment's time index, up to what the writer published.
+// timeEntries reads a segment's time index, up to what the writer
+// published, or what the file holds if that is less: a compaction may have
+// replaced it since it was counted (whichever file was opened, its entries
+// are whole and sorted, so a prefix of them does).
 func (l *Log) timeEntries(seg *segment) ([]timeEntry, error) {
 	n := seg.timeIndexBytes.Load()
 	f, err := l.fs.OpenFile(seg.path(timeIndexSuffix), os.O_RDONLY, 0)
@@ -103,6 +107,9 @@ func (l *Log) timeEntries(seg *segment) ([]timeEntry, error) {
 		return nil, err
 	}
 	defer f.Close()
+	if size := fileSize(f); size >= 0 {
+		n = min(n, size)
+	}
 	buf := make([]byte, n)
 	if _, err := f.ReadAt(buf, 0); err != nil && err != io.EOF {
 		return nil, fmt.Errorf("diskqueue: read %s: %w", seg.path(timeIndexSuffix), err)
@@ -191,12 +198,16 @@ func (l *Log) segMaxTime(seg *segment) int64 {
 	if err != nil {
 		l.logger.Warn("diskqueue: time index is damaged; scanning the segment for its newest timestamp", "segment", seg.base, "err", err)
 		t = unknownTime + 1
-		if f, err := l.segFiles(seg); err == nil {
-			sc := newScanner(f.log, fileHeaderSize, seg.base, seg.sizeNow(), maxBodyForRead(l.opts.MaxRecordBytes))
+		if f, err := l.acquireFiles(seg); err == nil {
+			sc := newScanner(f.log, fileHeaderSize, seg.base, seg.limit(f), maxBodyForRead(l.opts.MaxRecordBytes))
+			if f.compacted {
+				sc.allowGaps(seg.endNow())
+			}
 			for sc.Next() {
 				_, h, _ := sc.Record()
 				t = max(t, h.ts)
 			}
+			f.release()
 		}
 	}
 	seg.maxTime.CompareAndSwap(unknownTime, t)

@@ -16,7 +16,10 @@ import (
 type Report struct {
 	Segments int
 	Records  uint64 // records that checked out
-	Bytes    int64  // bytes of log, index and time-index files
+	// Removed is how many seqs of compacted segments name records
+	// [Log.Compact] removed (their index entries say so).
+	Removed  uint64
+	Bytes    int64 // bytes of log, index and time-index files
 	FirstSeq uint64
 	ReadSeq  uint64 // the stored read cursor
 	WriteSeq uint64
@@ -59,9 +62,15 @@ func (p Problem) String() string {
 // log. Problems are reported in the Report; the error is for failures to
 // read at all.
 func Verify(dir string) (Report, error) {
+	return verify(dir, Options{})
+}
+
+// verify is Verify with options (a test's file system).
+func verify(dir string, opts Options) (Report, error) {
 	var rep Report
 	warn := &collectHandler{}
-	l, err := openLogReadOnly(dir, Options{Logger: slog.New(warn)})
+	opts.Logger = slog.New(warn)
+	l, err := openLogReadOnly(dir, opts)
 	if err != nil {
 		return rep, err
 	}
@@ -98,7 +107,7 @@ func (l *Log) verifySegment(seg *segment, rep *Report) {
 	}
 	logName := segmentName(seg.base, logSuffix)
 	size, end := seg.bounds()
-	f, err := l.segFiles(seg)
+	f, err := l.acquireFiles(seg)
 	if err != nil && errors.Is(err, os.ErrNotExist) && !seg.writing.Load() {
 		// A live writer deleted it, every record acknowledged, since the
 		// view opened.
@@ -108,8 +117,12 @@ func (l *Log) verifySegment(seg *segment, rep *Report) {
 		rep.Problems = append(rep.Problems, Problem{File: logName, Offset: -1, Err: err})
 		return
 	}
+	defer f.release()
 	if f.log == nil {
 		return // the in-memory segment of an empty queue
+	}
+	if f.size > 0 {
+		size = f.size // a compacted generation's
 	}
 	if n := fileSize(f.log); n > size && !seg.sealed.Load() {
 		// The last segment ends in space preallocated for appends (zeros)
@@ -127,33 +140,70 @@ func (l *Log) verifySegment(seg *segment, rep *Report) {
 	indexName := segmentName(seg.base, indexSuffix)
 	// A live writer may be writing a new segment's headers this moment.
 	creating := !seg.sealed.Load() && end == seg.base
-	if _, err := decodeFileHeader(index, magicIndex); err != nil {
+	if _, indexCompacted, err := decodeSegmentHeader(index, magicIndex); err != nil {
 		if !creating || len(index) >= fileHeaderSize && !allZero(index[:fileHeaderSize]) {
 			rep.Problems = append(rep.Problems, Problem{File: indexName, Offset: 0, Err: err})
 		}
 		index = nil
+	} else if indexCompacted != f.compacted {
+		rep.Problems = append(rep.Problems, Problem{File: indexName, Offset: 0,
+			Err: fmt.Errorf("%w: index and log disagree on whether the segment is compacted (index: %v)", ErrCorrupt, indexCompacted)})
+		index = nil
+	} else if f.compacted && !indexChecksumOK(index) {
+		rep.Problems = append(rep.Problems, Problem{File: indexName, Offset: int64(len(index)) - indexChecksumSize,
+			Err: fmt.Errorf("%w: compacted index checksum mismatch", ErrCorrupt)})
 	}
-	sc := newScanner(f.log, fileHeaderSize, seg.base, size, maxBodyForRead(l.opts.MaxRecordBytes))
+	// checkEntry checks the index entry of record seq: at off, or, for a
+	// record compaction removed, marked so and pointing at off, where the
+	// next record kept starts.
+	checkEntry := func(seq uint64, off int64, removed bool) {
+		i := int64(seq - seg.base)
+		raw, have := decodeIndexEntry(index, i)
+		entry, marked := indexOffset(uint32(raw), f.compacted)
+		var err error
+		switch {
+		case index == nil:
+		case !have:
+			if seg.sealed.Load() {
+				err = errors.New("no index entry")
+			}
+		case raw == 0 && !seg.sealed.Load():
+			// Not written yet: a live writer copies the record first.
+		case marked != removed && removed:
+			err = fmt.Errorf("entry says offset %d, but compaction removed the record", entry)
+		case marked != removed:
+			err = fmt.Errorf("entry marks the record removed, but it is at %d", off)
+		case entry != off:
+			err = fmt.Errorf("entry says offset %d, the record is at %d", entry, off)
+		}
+		if err != nil {
+			rep.Problems = append(rep.Problems, Problem{File: indexName, Offset: indexEntryAt(i), Seq: seq, Err: err})
+		}
+	}
+	newScan := func(off int64, seq uint64) *scanner {
+		sc := newScanner(f.log, off, seq, size, maxBodyForRead(l.opts.MaxRecordBytes))
+		if f.compacted {
+			sc.allowGaps(end)
+		}
+		return sc
+	}
+	sc := newScan(fileHeaderSize, seg.base)
 	for {
-		for sc.Next() {
+		for next := sc.seq; sc.Next(); next = sc.seq {
 			off, h, _ := sc.Record()
 			rep.Records++
-			i := int64(h.seq - seg.base)
-			entry, have := decodeIndexEntry(index, i)
-			switch {
-			case index == nil:
-			case !have:
-				if seg.sealed.Load() {
-					rep.Problems = append(rep.Problems, Problem{File: indexName, Offset: indexEntryAt(i), Seq: h.seq, Err: errors.New("no index entry")})
-				}
-			case entry == 0 && !seg.sealed.Load():
-				// Not written yet: a live writer copies the record first.
-			case entry != off:
-				rep.Problems = append(rep.Problems, Problem{File: indexName, Offset: indexEntryAt(i), Seq: h.seq,
-					Err: fmt.Errorf("entry says offset %d, the record is at %d", entry, off)})
+			for s := next; s < h.seq; s++ {
+				checkEntry(s, off, true)
 			}
+			checkEntry(h.seq, off, false)
 		}
 		if sc.Err() == nil {
+			if f.compacted {
+				for s := sc.seq; s < end; s++ {
+					checkEntry(s, size, true) // removed after the last record kept
+				}
+				rep.Removed += compactedCount(index, int64(end-seg.base))
+			}
 			break
 		}
 		p := Problem{File: logName, Offset: sc.Offset(), Seq: sc.seq, Err: sc.Err()}
@@ -168,9 +218,9 @@ func (l *Log) verifySegment(seg *segment, rep *Report) {
 		if !ok {
 			break
 		}
-		sc = newScanner(f.log, off, seq, size, maxBodyForRead(l.opts.MaxRecordBytes))
+		sc = newScan(off, seq)
 	}
-	if seg.sealed.Load() && sc.seq != end && sc.Err() == nil {
+	if seg.sealed.Load() && sc.seq != end && sc.Err() == nil && !f.compacted {
 		rep.Problems = append(rep.Problems, Problem{File: logName, Offset: -1,
 			Err: fmt.Errorf("holds seqs up to %d, but the next segment starts at %d", sc.seq, end)})
 	}
@@ -236,6 +286,22 @@ func (h *collectHandler) messages() []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return append([]string(nil), h.msgs...)
+}
+
+// compactedCount is how many of the first count entries of a compacted
+// segment's index are marked removed.
+func compactedCount(index []byte, count int64) uint64 {
+	var n uint64
+	for i := int64(0); i < count; i++ {
+		raw, ok := decodeIndexEntry(index, i)
+		if !ok {
+			break
+		}
+		if _, removed := indexOffset(uint32(raw), true); removed {
+			n++
+		}
+	}
+	return n
 }
 
 // tailBytes returns how many bytes of log from size up to n come before the
