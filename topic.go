@@ -1,6 +1,7 @@
 package spillq
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -410,10 +411,13 @@ func (s *cursorSource) Read(ctx context.Context) (uint64, []byte, error) {
 	return rec.Seq, rec.Body, err
 }
 
+// Unread keeps back in seq order, so records given back by two closings
+// (the first's not all read again before the second) come in order.
 func (s *cursorSource) Unread(seq uint64, body []byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.back = append(s.back, diskqueue.Record{Seq: seq, Body: body})
+	i, _ := slices.BinarySearchFunc(s.back, seq, func(r diskqueue.Record, seq uint64) int { return cmp.Compare(r.Seq, seq) })
+	s.back = slices.Insert(s.back, i, diskqueue.Record{Seq: seq, Body: body})
 }
 
 // Ack acknowledges seq for the channel. The channel acknowledges each
@@ -429,9 +433,17 @@ func (s *cursorSource) Ack(seq uint64) error {
 func (s *cursorSource) Depth() int64 { return s.c.Depth() }
 
 // Discarded reports whether seq, which the channel read and has not
-// acknowledged, was discarded by Cursor.Empty or the lag policy since: both
-// move the cursor's floor (its oldest unacknowledged record) past it.
-func (s *cursorSource) Discarded(seq uint64) bool { return seq < s.c.Stats().ReadSeq }
+// acknowledged, was discarded since by Cursor.Empty or the lag policy. Both
+// acknowledge it for the cursor: below the floor (its oldest record not
+// acknowledged) that is certain; above it, only a lag policy that gave up
+// a segment behind a held one can have, and then the bitmap says.
+func (s *cursorSource) Discarded(seq uint64) bool {
+	st := s.c.Stats()
+	if seq < st.ReadSeq {
+		return true
+	}
+	return st.Dropped > 0 && s.c.Acknowledged(seq)
+}
 
 func (s *cursorSource) Empty() error {
 	s.mu.Lock()

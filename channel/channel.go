@@ -34,6 +34,7 @@ type Channel struct {
 	diskCh chan *Message // the pump's read-ahead of backend records; nil without a Backend
 
 	closeCh   chan struct{}   // closed by Close
+	closeDone chan struct{}   // closed when Close has finished
 	closeCtx  context.Context // cancelled by Close, for blocking backend calls
 	cancel    context.CancelFunc
 	clockWake chan struct{} // capacity 1: the deferred heap changed
@@ -170,6 +171,7 @@ func newChannel(opts Options, src Source, fan *Fanout) (*Channel, error) {
 		fan:       fan,
 		log:       o.Logger,
 		closeCh:   make(chan struct{}),
+		closeDone: make(chan struct{}),
 		clockWake: make(chan struct{}, 1),
 	}
 	if c.minBody, c.maxBody, err = bodyLimits(o.Backend); err != nil {
@@ -336,9 +338,11 @@ func (c *Channel) addReadyLocked(m *Message) {
 // that must not reach a consumer: discarded by Empty, or expired.
 func (c *Channel) deliver(m *Message) (*Message, bool) {
 	if m.gen != c.gen.Load() {
+		c.keyDone(m) // emptied: it holds its key no more
 		return nil, false
 	}
 	if m.src == srcBackend && c.discards != nil && c.discards.Discarded(m.seq) {
+		c.keyDone(m)
 		return nil, false
 	}
 	if m.expires != 0 && time.Now().UnixNano() > m.expires {
@@ -939,8 +943,13 @@ func (c *Channel) Replay(ctx context.Context, from, to uint64) (int, error) {
 // ErrClosed.
 func (c *Channel) Close() error {
 	if !c.isClosed.CompareAndSwap(false, true) {
+		// Returned once the first Close is done, so a caller that closes
+		// what it closes next (a topic, its log) does not pull it from
+		// under that one.
+		<-c.closeDone
 		return ErrClosed
 	}
+	defer close(c.closeDone)
 	if c.fan != nil {
 		// First, so the topic hands it nothing more through memory.
 		c.fan.leave(c)
@@ -948,10 +957,19 @@ func (c *Channel) Close() error {
 	close(c.closeCh)
 	c.cancel()
 	// Wait for Puts that were handing a message over: taking the write
-	// lock once is the barrier (they hold it shared), and none can start
-	// after, since isClosed is set.
+	// lock is the barrier (they hold it shared), and none can start after,
+	// since isClosed is set. Held while what the channel holds is stored
+	// again below, so a snapshot of the key state (KeyState) sees that
+	// done or not begun, never halfway.
 	c.prod.putMu.Lock()
-	c.prod.putMu.Unlock() //lint:ignore SA2001 the empty critical section is the barrier
+	putLocked := true
+	unlockPut := func() {
+		if putLocked {
+			putLocked = false
+			c.prod.putMu.Unlock()
+		}
+	}
+	defer unlockPut()
 
 	c.wg.Wait()
 
@@ -1054,6 +1072,7 @@ func (c *Channel) Close() error {
 			errs = append(errs, fmt.Errorf("channel: close: %w", err))
 		}
 	}
+	unlockPut() // the backend's Close may take a last KeyState
 	if c.timers != nil {
 		if err := c.timers.store.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("channel: close timer store: %w", err))

@@ -40,8 +40,10 @@ const (
 	// graceful restarts included: at Close a keyed message read from the
 	// backend stays where it is there (its attempts since it was stored
 	// are then not counted), except that messages held in the memory
-	// buffer (Options.MemQueueSize) go to the backend behind the others.
-	// Nothing of it is kept across a restart: the next run holds no key.
+	// buffer (Options.MemQueueSize) go to the backend behind the others,
+	// and that on a topic's channel what it held in memory or deferred goes
+	// to its timer store and comes first. Nothing of it is kept across a
+	// restart: the next run holds no key.
 	KeySerial
 )
 

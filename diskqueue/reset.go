@@ -40,15 +40,22 @@ func (l *Log) resetCursor(name string, start Start) error {
 	if err != nil {
 		return err
 	}
-	if err := l.storeReset(c.dir, seq); err != nil {
-		// The cursor is out of the log until the next Open, which loads
-		// whatever the files say.
-		return fmt.Errorf("diskqueue: reset cursor %q: %w", name, err)
-	}
+	serr := l.storeReset(c.dir, seq)
+	// Registered again whatever happened, from what its files say now
+	// (its old place if the new one was not stored): out of the log, it
+	// would let housekeeping delete records it has not acknowledged.
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	nc, err := l.openCursor(name, start, false)
+	if serr != nil {
+		err = errors.Join(serr, err)
+	}
 	if err != nil {
+		if nc != nil {
+			if rerr := l.registerLocked(nc); rerr != nil {
+				nc.closeFiles()
+			}
+		}
 		return fmt.Errorf("diskqueue: reset cursor %q: %w", name, err)
 	}
 	if err := l.registerLocked(nc); err != nil {
