@@ -30,8 +30,8 @@ type Message struct {
 	Timestamp time.Time // when the message was first Put
 	Attempts  uint16    // deliveries so far, this one included
 
-	// Owned by the channel; guarded by its in-flight shard's lock while in
-	// flight (see flightList), by ch.mu while ready or deferred, and by the
+	// Owned by the channel; guarded by ch.flights.mu while in flight (see
+	// flightList), by ch.mu while ready or deferred, and by the
 	// goroutine holding it otherwise. The small fields sit next to
 	// Attempts so a Message fits the 144-byte size class.
 	src      msgSource // where seq is a record to acknowledge when done
