@@ -66,7 +66,8 @@ func (c *Channel) PutWith(ctx context.Context, body []byte, po PutOptions) error
 	if err := checkBody(body, c.minBody, c.maxBody-keyOverhead(po.Key)); err != nil {
 		return err
 	}
-	if po.Key != nil && c.keys != nil {
+	if po.Key != nil && c.keys != nil && c.opts.Keys != KeySerial {
+		// KeySerial acts at delivery only: its Put is any other.
 		return c.putKeyed(ctx, body, po)
 	}
 	if po.Delay <= 0 && c.memCh != nil && c.diskPending.Load() == 0 {
