@@ -1,6 +1,7 @@
 package spillq
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -293,4 +294,60 @@ func (k *keyedBackend) Close() error {
 		}
 	}
 	return errors.Join(err, k.limitedDiskBackend.Close())
+}
+
+// CompactStats is what [Queue.Compact] did.
+type CompactStats struct {
+	Segments int   // sealed segments rewritten
+	Removed  int64 // records removed from them
+	// LogBytesBefore and LogBytesAfter are those segments' log bytes
+	// before and after.
+	LogBytesBefore, LogBytesAfter int64
+}
+
+// Compact rewrites the queue's sealed segments without the records its key
+// policy will never deliver: under channel.KeyReplace, the versions of a
+// key that a newer stored version has superseded (the channel would
+// acknowledge them unseen when it reached them), acknowledged or not.
+// Every other record stays, and under any other policy Compact removes
+// nothing. It runs beside Puts and deliveries (see [diskqueue.Log.Compact]:
+// each segment is swapped crash-safely, and a lookup of a removed record
+// returns diskqueue.ErrCompacted). A segment it cannot compact (damaged, or
+// deleted meanwhile) is skipped; the first such error is returned with what
+// it did.
+func (q *Queue) Compact(ctx context.Context) (CompactStats, error) {
+	var st CompactStats
+	if q.Channel.Stats().KeysPending == 0 {
+		return st, nil // nothing can be superseded
+	}
+	keep := func(rec diskqueue.Record) bool {
+		m, err := channel.UnmarshalMessage(rec.Body)
+		return err != nil || m.Key == nil || !q.Channel.Superseded(m.Key, m.ID)
+	}
+	var first error
+	for _, seg := range q.disk.Segments() {
+		if !seg.Sealed {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return st, err
+		}
+		cs, err := q.disk.Compact(ctx, seg.Base, keep)
+		switch {
+		case errors.Is(err, diskqueue.ErrNotFound):
+			continue // deleted meanwhile: nothing left to compact
+		case err != nil:
+			if first == nil {
+				first = fmt.Errorf("spillq: compact segment %d: %w", seg.Base, err)
+			}
+			continue
+		}
+		if cs.Removed > 0 {
+			st.Segments++
+			st.Removed += cs.Removed
+			st.LogBytesBefore += cs.LogBytesBefore
+			st.LogBytesAfter += cs.LogBytesAfter
+		}
+	}
+	return st, first
 }
