@@ -681,8 +681,14 @@ func (c *Channel) waitUnpaused(ctx context.Context) error {
 // Empty discards every message: in memory, in the backend, deferred,
 // requeued and in flight (Finish on those returns ErrNotInFlight).
 //
-// Messages put while Empty runs may or may not be discarded.
+// Puts wait while Empty runs; a message deferred or requeued meanwhile
+// may or may not be discarded.
 func (c *Channel) Empty() error {
+	// Puts wait meanwhile: a keyed Put between the new gen and the key
+	// table's clearing would otherwise keep its message and lose its entry
+	// (two pending messages of one key under KeyUnique).
+	c.prod.putMu.Lock()
+	defer c.prod.putMu.Unlock()
 	if c.isClosed.Load() {
 		return ErrClosed
 	}
