@@ -77,9 +77,9 @@ type Channel struct {
 	// every delivery. The pad keeps them on different cache lines.
 	_ [64]byte
 
-	// flights are the messages in flight, under a lock of their own (see
-	// flightList).
-	flights flightList
+	// flights are the messages in flight, in shards with their own locks
+	// (see flightList).
+	flights [flightShards]flightList
 
 	// mu guards the fields below, and every message's state while it is
 	// ready or deferred.
@@ -105,10 +105,8 @@ type Channel struct {
 	// advances it on every scan, Touch to the present. In-flight deadlines
 	// use it, since timeouts are only found on those scans anyway, which
 	// saves a clock read per delivery. Each deadline is now+MsgTimeout
-	// with now read under flights.mu, so the in-flight list, appended to
-	// in lock order, stays sorted by deadline. BenchmarkBacklog/backlog=0
-	// justifies it: a clock read per delivery costs 13% more CPU per
-	// message.
+	// with now read under the message's shard lock, so a shard's list,
+	// appended to in lock order, stays sorted by deadline.
 	now atomic.Int64
 	// paused is written under mu (with unpausedCh) and read without it on
 	// the receive path.
@@ -363,7 +361,7 @@ func (c *Channel) deliver(m *Message) (*Message, bool) {
 			return nil, false // parked behind its key's message (KeySerial)
 		}
 	}
-	f := &c.flights
+	f := c.flightFor(m)
 	f.mu.Lock()
 	m.Attempts++
 	m.deadline = c.now.Load() + int64(c.opts.MsgTimeout)
@@ -435,7 +433,7 @@ func (m *Message) Finish() error {
 		return m.acker.Finish(m)
 	}
 	c := m.ch
-	f := &c.flights
+	f := c.flightFor(m)
 	f.mu.Lock()
 	landed := f.land(m)
 	f.mu.Unlock()
@@ -483,8 +481,7 @@ const timeEvery = 8
 // timed finish) only one finish in timeEvery is timed, and the others are
 // counted with the latency of the last timed one: the count stays exact
 // and the shape (and the sum) is a 1-in-8 sample of a busy channel. Without
-// a backlog every finish is timed. BenchmarkBacklog/backlog=512 justifies
-// it: timing every finish there costs 11% more CPU per message.
+// a backlog every finish is timed.
 func (c *Channel) recordLatency(m *Message, n int64) {
 	put := m.Timestamp.UnixNano()
 	if n%timeEvery != 1 && put < c.cons.lastTimed.Load() {
@@ -541,7 +538,7 @@ func (m *Message) Requeue(delay time.Duration) error {
 		defer c.prod.putMu.RUnlock()
 		toTimers = !c.isClosed.Load()
 	}
-	f := &c.flights
+	f := c.flightFor(m)
 	f.mu.Lock()
 	if !f.land(m) {
 		f.mu.Unlock()
@@ -561,7 +558,7 @@ func (m *Message) Requeue(delay time.Duration) error {
 		c.deferToTimers(c.closeCtx, again, time.Now().Add(delay).UnixNano())
 		return nil
 	}
-	// Still holding flights.mu: see flightList for why.
+	// Still holding the shard: see flightList for why.
 	c.mu.Lock()
 	if delay > 0 {
 		again.due = time.Now().Add(delay).UnixNano()
@@ -586,7 +583,7 @@ func (m *Message) Touch() error {
 		return m.acker.Touch(m)
 	}
 	c := m.ch
-	f := &c.flights
+	f := c.flightFor(m)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if m.state != stateInFlight {
@@ -699,8 +696,8 @@ func (c *Channel) Empty() error {
 		default:
 		}
 	}
-	c.flights.mu.Lock()
-	c.flights.dropLocked()
+	c.lockFlights()
+	c.dropFlightsLocked()
 	c.mu.Lock()
 	c.ready = nil
 	c.readyN.Store(0)
@@ -712,7 +709,7 @@ func (c *Channel) Empty() error {
 		c.timers.empty()
 	}
 	c.mu.Unlock()
-	c.flights.mu.Unlock()
+	c.unlockFlights()
 	if c.src != nil {
 		if err := c.src.Empty(); err != nil {
 			return fmt.Errorf("channel: empty backend: %w", err)
@@ -860,7 +857,7 @@ type Stats struct {
 
 // Stats returns a snapshot of the channel's state and counters.
 func (c *Channel) Stats() Stats {
-	inFlight := c.flights.len()
+	inFlight := c.inFlight()
 	c.mu.Lock()
 	st := Stats{
 		InFlight: inFlight,
@@ -994,18 +991,18 @@ func (c *Channel) Close() error {
 	if c.unsent != nil {
 		ahead = append(ahead, c.unsent)
 	}
-	c.flights.mu.Lock()
+	c.lockFlights()
 	c.mu.Lock()
 	held = append(held, c.ready...)
 	held = append(held, c.deferred...)
-	held = append(held, c.flights.dropLocked()...)
+	held = append(held, c.dropFlightsLocked()...)
 	if c.keys != nil {
 		held = append(held, c.keys.parked()...)
 	}
 	c.ready, c.deferred = nil, nil
 	c.readyN.Store(0)
 	c.mu.Unlock()
-	c.flights.mu.Unlock()
+	c.unlockFlights()
 
 	if c.src == nil {
 		if len(held) > 0 {

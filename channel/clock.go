@@ -51,10 +51,14 @@ func (c *Channel) expireInFlight() {
 	now := c.monotonic()
 	var dead []*Message
 	readied := false
-	f := &c.flights
-	f.mu.Lock()
-	if f.head != nil && f.head.deadline <= now {
-		// Still holding f.mu while they go to the ready list: see
+	for i := range c.flights {
+		f := &c.flights[i]
+		f.mu.Lock()
+		if f.head == nil || f.head.deadline > now {
+			f.mu.Unlock()
+			continue
+		}
+		// Still holding the shard while they go to the ready list: see
 		// flightList.
 		c.mu.Lock()
 		for m := f.head; m != nil && m.deadline <= now; m = f.head {
@@ -68,8 +72,8 @@ func (c *Channel) expireInFlight() {
 			readied = true
 		}
 		c.mu.Unlock()
+		f.mu.Unlock()
 	}
-	f.mu.Unlock()
 	if readied {
 		c.readyBell.Notify()
 	}

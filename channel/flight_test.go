@@ -6,12 +6,12 @@ import (
 	"time"
 )
 
-// TestFlightListStaysSorted: deliveries and Touches in any mix leave the
-// in-flight list sorted by deadline, which expireInFlight relies on to stop
-// at the first message not yet due. (Touch used to read a finer clock than
-// deliveries did, so a message delivered after a Touch could sit behind it
-// with an earlier deadline.)
-func TestFlightListStaysSorted(t *testing.T) {
+// TestFlightListsStaySorted: deliveries and Touches in any mix leave every
+// shard's in-flight list sorted by deadline, which expireInFlight relies
+// on to stop at the first message not yet due. (Touch used to read a finer
+// clock than deliveries did, so a message delivered after a Touch could
+// sit behind it with an earlier deadline.)
+func TestFlightListsStaySorted(t *testing.T) {
 	c, err := New(Options{MemQueueSize: 1000, MsgTimeout: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -35,11 +35,13 @@ func TestFlightListStaysSorted(t *testing.T) {
 			}
 		}
 	}
-	c.flights.mu.Lock()
-	defer c.flights.mu.Unlock()
-	for m := c.flights.head; m != nil && m.next != nil; m = m.next {
-		if m.next.deadline < m.deadline {
-			t.Fatalf("deadline %d after %d", m.next.deadline, m.deadline)
+	c.lockFlights()
+	defer c.unlockFlights()
+	for i := range c.flights {
+		for m := c.flights[i].head; m != nil && m.next != nil; m = m.next {
+			if m.next.deadline < m.deadline {
+				t.Fatalf("shard %d: deadline %d after %d", i, m.next.deadline, m.deadline)
+			}
 		}
 	}
 }

@@ -33,8 +33,8 @@ type Message struct {
 	// channel's key policy (Options.Keys) goes by.
 	Key []byte
 
-	// Owned by the channel; guarded by ch.flights.mu while in flight (see
-	// flightList), by ch.mu while ready or deferred, and by the
+	// Owned by the channel; guarded by its in-flight shard's lock while in
+	// flight (see flightList), by ch.mu while ready or deferred, and by the
 	// goroutine holding it otherwise. The small fields sit next to
 	// Attempts so a Message fits the 144-byte size class.
 	src      msgSource // where seq is a record to acknowledge when done
