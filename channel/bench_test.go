@@ -29,6 +29,41 @@ func newBenchChannel(b *testing.B) *channel.Channel {
 	return c
 }
 
+// BenchmarkBacklog: one goroutine puts, receives and finishes, with
+// backlog messages waiting ahead of each one it receives. Nothing runs
+// beside it, so it measures the work of one message through memory, clock
+// reads included: Put's timestamp, the delivery's deadline (Channel.now),
+// Finish's latency. With backlog=0 every finish is timed; with 512, one in
+// 8 (see recordLatency).
+func BenchmarkBacklog(b *testing.B) {
+	for _, backlog := range []int{0, 512} {
+		b.Run(fmt.Sprintf("backlog=%d", backlog), func(b *testing.B) {
+			c := newBenchChannel(b)
+			ctx := context.Background()
+			body := make([]byte, 100)
+			for range backlog {
+				if err := c.Put(ctx, body); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := c.Put(ctx, body); err != nil {
+					b.Fatal(err)
+				}
+				m, err := c.Receive(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := m.Finish(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkPipeline: one producer goroutine puts while consumer
 // goroutines receive and finish, so the producer's and the consumers'
 // writes to the channel land on different cores. With work=crc each
