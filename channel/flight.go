@@ -22,7 +22,6 @@ type flightList struct {
 	mu         sync.Mutex
 	head, tail *Message
 	n          int
-	_          [64 - 8 - 16 - 8]byte // one cache line each
 }
 
 func (c *Channel) flightFor(m *Message) *flightList {
