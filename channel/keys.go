@@ -67,7 +67,7 @@ func (p KeyPolicy) String() string {
 const DefaultDedupWindow = 10 * time.Minute
 
 // keyTable is a channel's key state under its policy. Its mu is taken
-// after the in-flight list's lock and after Channel.mu, never before.
+// after the in-flight shards' locks and after Channel.mu, never before.
 type keyTable struct {
 	policy KeyPolicy
 	window int64 // KeyDedup: ns
