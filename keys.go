@@ -229,7 +229,7 @@ func loadKeyState(dir string, q *diskqueue.Queue, policy channel.KeyPolicy, wind
 // more as the channel closes it, after the channel has stored what it held
 // and before the disk queue closes.
 type keyedBackend struct {
-	limitedDiskBackend
+	diskBackend
 	dir    string
 	logger *slog.Logger
 	ch     *channel.Channel // set once the channel exists
@@ -293,7 +293,7 @@ func (k *keyedBackend) Close() error {
 			err = fmt.Errorf("spillq: close: store key state: %w", serr)
 		}
 	}
-	return errors.Join(err, k.limitedDiskBackend.Close())
+	return errors.Join(err, k.diskBackend.Close())
 }
 
 // CompactStats is what [Queue.Compact] did.

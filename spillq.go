@@ -129,7 +129,7 @@ func Open(dir string, opts Options) (*Queue, error) {
 		dq.Close()
 		return nil, fmt.Errorf("spillq: timer store: %w", err)
 	}
-	var backend channel.Backend = limitedDiskBackend{diskBackend{dq}, dopts.MinRecordBytes, dopts.MaxRecordBytes}
+	var backend channel.Backend = diskBackend{dq}
 	var keyState *channel.KeyState
 	var keyed *keyedBackend
 	if opts.Keys == channel.KeyUnique || opts.Keys == channel.KeyReplace || opts.Keys == channel.KeyDedup {
@@ -146,7 +146,7 @@ func Open(dir string, opts Options) (*Queue, error) {
 			dq.Close()
 			return nil, err
 		}
-		keyed = &keyedBackend{limitedDiskBackend: backend.(limitedDiskBackend), dir: dir, logger: logger}
+		keyed = &keyedBackend{diskBackend: diskBackend{dq}, dir: dir, logger: logger}
 		backend = keyed
 	}
 	ch, err := channel.New(channel.Options{
@@ -226,24 +226,18 @@ func (q *Queue) Timers() *diskqueue.Queue { return q.timers }
 // record in q (as [Open] does); without, a restart reads q's backlog in
 // the background to count the deferred messages in it.
 //
-// A diskqueue.Queue does not report its record limits, so a channel over
-// this backend cannot refuse a body out of range at Put: with a memory
-// buffer, such a message is refused only when it reaches the queue, which
-// may be at Close. [Open] knows the limits and refuses at Put.
+// The channel reads q's record limits (Options.MaxRecordBytes and
+// MinRecordBytes) and refuses at Put a body whose envelope would not fit
+// them (up to [channel.MaxEnvelopeOverhead] bytes more than the body).
 func DiskBackend(q *diskqueue.Queue) channel.Backend { return diskBackend{q} }
 
 type diskBackend struct{ q *diskqueue.Queue }
 
-// limitedDiskBackend is a diskBackend that knows its queue's
-// Options.MinRecordBytes and MaxRecordBytes, and tells the channel (a
-// channel.RecordLimiter).
-type limitedDiskBackend struct {
-	diskBackend
-	minRecord, maxRecord int
-}
-
-func (d limitedDiskBackend) MinRecordBytes() int { return d.minRecord }
-func (d limitedDiskBackend) MaxRecordBytes() int { return d.maxRecord }
+// MinRecordBytes and MaxRecordBytes make a diskBackend a
+// channel.RecordLimiter: the channel refuses a body its envelope would not
+// fit at Put, wherever the message would go first.
+func (d diskBackend) MinRecordBytes() int { return d.q.MinRecordBytes() }
+func (d diskBackend) MaxRecordBytes() int { return d.q.MaxRecordBytes() }
 
 func (d diskBackend) Put(ctx context.Context, body []byte) error { return d.q.Put(ctx, body) }
 

@@ -128,7 +128,7 @@ func OpenTopic(dir string, opts TopicOptions) (*Topic, error) {
 	if err != nil {
 		return nil, openErr(err, maxBody)
 	}
-	fan, err := channel.NewFanout(topicLog{l, dopts.MinRecordBytes, dopts.MaxRecordBytes})
+	fan, err := channel.NewFanout(l) // a *Log tells its record limits
 	if err != nil {
 		l.Close()
 		return nil, fmt.Errorf("spillq: %w", err)
@@ -166,16 +166,6 @@ func (t *Topic) removeOrphans(logger *slog.Logger) error {
 	}
 	return nil
 }
-
-// topicLog is the topic's log as the Fanout sees it: with its record
-// limits (a channel.RecordLimiter).
-type topicLog struct {
-	*diskqueue.Log
-	minRecord, maxRecord int
-}
-
-func (l topicLog) MinRecordBytes() int { return l.minRecord }
-func (l topicLog) MaxRecordBytes() int { return l.maxRecord }
 
 // Put sends body to every channel of the topic, with one write to the log
 // however many channels there are. The topic takes ownership of body. A

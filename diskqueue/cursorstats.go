@@ -29,3 +29,9 @@ func (c *Cursor) Acknowledged(seq uint64) bool { return c.acknowledged(seq) }
 // Acknowledged reports whether the queue's cursor has acknowledged record
 // seq (see [Cursor.Acknowledged]).
 func (q *Queue) Acknowledged(seq uint64) bool { return q.c.Acknowledged(seq) }
+
+// MaxRecordBytes and MinRecordBytes are the record limits Put enforces
+// (Options, defaults applied), so callers that wrap records (a channel's
+// envelope) can refuse what would not fit before they build it.
+func (l *Log) MaxRecordBytes() int { return l.opts.MaxRecordBytes }
+func (l *Log) MinRecordBytes() int { return l.opts.MinRecordBytes }
