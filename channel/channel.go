@@ -461,7 +461,7 @@ func (c *Channel) keyDone(m *Message) {
 	if c.keys == nil || m.Key == nil {
 		return
 	}
-	next := c.keys.done(string(m.Key), m.ID)
+	next := c.keys.done(m.Key, m.ID)
 	if next == nil {
 		return
 	}
@@ -1072,6 +1072,9 @@ func (c *Channel) Close() error {
 			if err := c.putEnvelope(context.Background(), &cp, env); err != nil {
 				errs = append(errs, fmt.Errorf("channel: close: keep message %s: %w", m.ID, err))
 				continue
+			}
+			if c.keys != nil && cp.Key != nil && c.seqs != nil {
+				c.keys.stored(cp.Key, cp.ID, cp.seq)
 			}
 		}
 		if err := c.ack(m); err != nil {

@@ -73,20 +73,22 @@ type keyTable struct {
 	window int64 // KeyDedup: ns
 
 	mu sync.Mutex
-	// entries is the state per key: under KeyUnique its pending message,
-	// under KeyReplace its newest, under KeyDedup when it was last put,
-	// under KeySerial the message being worked on.
-	entries map[string]keyEntry
+	// entries is the Put-time policies' state per key: under KeyUnique its
+	// pending message, under KeyReplace its newest, under KeyDedup when it
+	// was last put. Pointers, so a Put finds its entry again after the
+	// backend's Put without a second lookup (commit).
+	entries map[string]*keyEntry
 	// seenQ holds KeyDedup's puts in order, for expiry.
 	seenQ []seenKey
-	// waiting holds, per key, the messages behind its held one
-	// (KeySerial), in put order.
+	// held is, under KeySerial, the message being worked on per key, and
+	// waiting the messages behind it, in put order.
+	held    map[string]ID
 	waiting map[string][]*Message
 
 	duplicates, superseded atomic.Int64
 }
 
-// keyEntry is one key's state.
+// keyEntry is one key's state under a Put-time policy.
 type keyEntry struct {
 	// id is, under KeyReplace, the newest version whose Put succeeded
 	// (0 while none has): a version still being put supersedes nothing,
@@ -95,14 +97,14 @@ type keyEntry struct {
 	id ID
 	// seq is the backend record of message id, once known (hasSeq): what
 	// a restart checks the entry against.
-	seq    uint64
-	hasSeq bool
+	seq uint64
+	at  int64 // KeyDedup: Unix ns of the put
 	// n counts, under KeyReplace, the versions put and not yet done, so
 	// the entry outlives every older version it supersedes; -1 when
 	// restored (unknown: the entry then goes once the backend's floor has
 	// passed seq, see snapshot).
-	n  int
-	at int64 // KeyDedup: Unix ns of the put
+	n      int32
+	hasSeq bool
 }
 
 type seenKey struct {
@@ -111,108 +113,109 @@ type seenKey struct {
 }
 
 func newKeyTable(policy KeyPolicy, window time.Duration) *keyTable {
-	t := &keyTable{policy: policy, window: int64(window), entries: map[string]keyEntry{}}
+	t := &keyTable{policy: policy, window: int64(window)}
 	if policy == KeySerial {
-		t.waiting = map[string][]*Message{}
+		t.held, t.waiting = map[string]ID{}, map[string][]*Message{}
+	} else {
+		t.entries = map[string]*keyEntry{}
 	}
 	return t
 }
 
-// admitted is what admit changed, for undo.
+// admitted is what admit did, for commit and undo.
 type admitted struct {
-	k    string
-	id   ID
-	prev keyEntry
-	had  bool
-	set  bool // admit changed an entry
+	e    *keyEntry // the entry the Put counts in; nil if none
+	prev *keyEntry // KeyUnique, KeyDedup: the entry e replaced in the table
+	made bool      // e is new in the table
 }
 
 // admit decides a Put of a message with key and id at now (Unix ns): it
 // returns ErrDuplicate for one the policy refuses, and otherwise records it
-// and returns what undo takes back if the Put then fails.
+// and returns what commit completes once the Put succeeded, or undo takes
+// back if it failed.
 func (t *keyTable) admit(key []byte, id ID, now int64) (admitted, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	e, had := t.entries[string(key)]
-	var ne keyEntry
+	e := t.entries[string(key)]
 	switch t.policy {
 	case KeyUnique:
-		if had {
+		if e != nil {
 			t.duplicates.Add(1)
 			return admitted{}, fmt.Errorf("%w: key %q has a message pending", ErrDuplicate, key)
 		}
-		ne = keyEntry{id: id}
+		ne := &keyEntry{id: id}
+		t.entries[string(key)] = ne
+		return admitted{e: ne, made: true}, nil
 	case KeyReplace:
-		ne = e // the newest stored version stays the one that supersedes
-		switch {
-		case !had:
-			ne.n = 1
-		case e.n >= 0:
-			ne.n++
+		// The newest stored version stays the one that supersedes until
+		// this one's Put has succeeded (commit).
+		if e == nil {
+			ne := &keyEntry{n: 1}
+			t.entries[string(key)] = ne
+			return admitted{e: ne, made: true}, nil
 		}
+		if e.n >= 0 {
+			e.n++
+		}
+		return admitted{e: e}, nil
 	case KeyDedup:
 		t.expireLocked(now)
-		if had && now-e.at < t.window {
+		if e != nil && now-e.at < t.window {
 			t.duplicates.Add(1)
 			return admitted{}, fmt.Errorf("%w: key %q was put %v ago, within the dedup window", ErrDuplicate, key, time.Duration(now-e.at).Round(time.Millisecond))
 		}
-		ne = keyEntry{id: id, at: now}
-	default:
-		return admitted{}, nil
-	}
-	k := string(key)
-	t.entries[k] = ne
-	if t.policy == KeyDedup {
+		k := string(key)
+		ne := &keyEntry{id: id, at: now}
+		t.entries[k] = ne
 		t.seenQ = append(t.seenQ, seenKey{now, k})
+		return admitted{e: ne, prev: e, made: true}, nil
 	}
-	return admitted{k: k, id: id, prev: e, had: had, set: true}, nil
+	return admitted{}, nil
 }
 
-// undo takes back what admit did for a Put that then failed.
-func (t *keyTable) undo(a admitted) {
-	if !a.set {
+// undo takes back what admit did for a Put of key that then failed.
+func (t *keyTable) undo(key []byte, a admitted) {
+	if a.e == nil {
 		return
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	live := t.entries[string(key)] == a.e
 	if t.policy == KeyReplace {
-		cur, ok := t.entries[a.k]
-		if !ok || cur.n <= 0 {
-			return // restored (versions not counted), or gone
+		if a.e.n <= 0 {
+			return // restored (versions not counted), or all done
 		}
-		if cur.n--; cur.n == 0 {
-			delete(t.entries, a.k)
-		} else {
-			t.entries[a.k] = cur
+		if a.e.n--; a.e.n == 0 && live {
+			delete(t.entries, string(key))
 		}
 		return
 	}
-	if cur, ok := t.entries[a.k]; ok && cur.id == a.id {
-		if a.had {
-			t.entries[a.k] = a.prev
-		} else {
-			delete(t.entries, a.k)
-		}
+	switch {
+	case !live:
+	case a.prev != nil:
+		t.entries[string(key)] = a.prev
+	default:
+		delete(t.entries, string(key))
 	}
 }
 
-// commit records that the Put of message id with key succeeded, in
+// commit records that the Put admit let in, of message id, succeeded, in
 // backend record seq if hasSeq: under KeyReplace it is now the version
-// that supersedes the older ones.
-func (t *keyTable) commit(key []byte, id ID, seq uint64, hasSeq bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	e, ok := t.entries[string(key)]
-	if !ok {
+// that supersedes the older ones. An entry that has left the table
+// meanwhile (every version done already) is changed to no effect.
+func (t *keyTable) commit(a admitted, id ID, seq uint64, hasSeq bool) {
+	e := a.e
+	if e == nil {
 		return
 	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	if t.policy == KeyReplace && id > e.id {
 		e.id, e.seq, e.hasSeq = id, 0, false
 	}
 	if e.id == id && hasSeq {
 		e.seq, e.hasSeq = seq, true
 	}
-	t.entries[string(key)] = e
 }
 
 // stored records the backend record that message id with key went to
@@ -220,9 +223,8 @@ func (t *keyTable) commit(key []byte, id ID, seq uint64, hasSeq bool) {
 func (t *keyTable) stored(key []byte, id ID, seq uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if e, ok := t.entries[string(key)]; ok && e.id == id {
+	if e := t.entries[string(key)]; e != nil && e.id == id {
 		e.seq, e.hasSeq = seq, true
-		t.entries[string(key)] = e
 	}
 }
 
@@ -231,7 +233,7 @@ func (t *keyTable) expireLocked(now int64) {
 	i := 0
 	for i < len(t.seenQ) && now-t.seenQ[i].at >= t.window {
 		e := t.seenQ[i]
-		if cur, ok := t.entries[e.key]; ok && cur.at == e.at {
+		if cur := t.entries[e.key]; cur != nil && cur.at == e.at {
 			delete(t.entries, e.key)
 		}
 		i++
@@ -247,21 +249,21 @@ func (t *keyTable) expireLocked(now int64) {
 func (t *keyTable) take(m *Message) (deliver, drop bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	k := string(m.Key)
 	switch t.policy {
 	case KeyReplace:
 		// Newer, not merely other: a version taken before its own Put
 		// has committed is the newest.
-		if e, ok := t.entries[k]; ok && e.id > m.ID {
+		if e := t.entries[string(m.Key)]; e != nil && e.id > m.ID {
 			t.superseded.Add(1)
 			return false, true
 		}
 	case KeySerial:
-		if e, ok := t.entries[k]; ok && e.id != m.ID {
+		if id, ok := t.held[string(m.Key)]; ok && id != m.ID {
+			k := string(m.Key)
 			t.waiting[k] = append(t.waiting[k], m)
 			return false, false
 		}
-		t.entries[k] = keyEntry{id: m.ID}
+		t.held[string(m.Key)] = m.ID
 	}
 	return true, false
 }
@@ -269,44 +271,38 @@ func (t *keyTable) take(m *Message) (deliver, drop bool) {
 // done records that the message id with key will not be delivered again:
 // finished, dead-lettered, expired or superseded. Under KeySerial it
 // returns the message now next for the key, if one waits.
-func (t *keyTable) done(key string, id ID) *Message {
+func (t *keyTable) done(key []byte, id ID) *Message {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	e, ok := t.entries[key]
-	if !ok {
-		return nil
-	}
 	switch t.policy {
 	case KeyUnique:
-		if e.id == id {
-			delete(t.entries, key)
+		if e := t.entries[string(key)]; e != nil && e.id == id {
+			delete(t.entries, string(key))
 		}
 	case KeyReplace:
 		// Any version: the entry goes with the last of them.
-		if e.n > 0 {
+		if e := t.entries[string(key)]; e != nil && e.n > 0 {
 			if e.n--; e.n == 0 {
-				delete(t.entries, key)
-			} else {
-				t.entries[key] = e
+				delete(t.entries, string(key))
 			}
 		}
 	case KeySerial:
-		if e.id != id {
+		if held, ok := t.held[string(key)]; !ok || held != id {
 			return nil
 		}
-		delete(t.entries, key)
-		q := t.waiting[key]
+		q := t.waiting[string(key)]
 		if len(q) == 0 {
+			delete(t.held, string(key))
 			return nil
 		}
 		next := q[0]
 		q[0] = nil
 		if q = q[1:]; len(q) == 0 {
-			delete(t.waiting, key)
+			delete(t.waiting, string(key))
 		} else {
-			t.waiting[key] = q
+			t.waiting[string(key)] = q
 		}
-		t.entries[key] = keyEntry{id: next.ID}
+		t.held[string(key)] = next.ID
 		return next
 	}
 	return nil
@@ -320,6 +316,7 @@ func (t *keyTable) empty() {
 	if t.policy != KeyDedup {
 		clear(t.entries)
 	}
+	clear(t.held)
 	clear(t.waiting)
 }
 
@@ -341,8 +338,8 @@ func (t *keyTable) parked() []*Message {
 func (t *keyTable) supersededBy(key []byte, id ID) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	e, ok := t.entries[string(key)]
-	return ok && e.hasSeq && e.id > id
+	e := t.entries[string(key)]
+	return e != nil && e.hasSeq && e.id > id
 }
 
 // stats is the table's part of Stats.
@@ -352,7 +349,7 @@ func (t *keyTable) stats() (pending int, waiting int) {
 	for _, q := range t.waiting {
 		waiting += len(q)
 	}
-	return len(t.entries), waiting
+	return len(t.entries) + len(t.held), waiting
 }
 
 // KeyState is a snapshot of a channel's key policy state ([Channel.KeyState]),
@@ -428,18 +425,18 @@ func (t *keyTable) restore(st *KeyState, now int64) {
 		k := e.Key
 		switch t.policy {
 		case KeyUnique:
-			t.entries[k] = keyEntry{id: e.ID, seq: e.Seq, hasSeq: true}
+			t.entries[k] = &keyEntry{id: e.ID, seq: e.Seq, hasSeq: true}
 		case KeyReplace:
-			t.entries[k] = keyEntry{id: e.ID, seq: e.Seq, hasSeq: true, n: -1}
+			t.entries[k] = &keyEntry{id: e.ID, seq: e.Seq, hasSeq: true, n: -1}
 		case KeyDedup:
 			at := e.At.UnixNano()
 			if now-at >= t.window {
 				continue
 			}
-			if cur, ok := t.entries[k]; ok && cur.at >= at {
+			if cur := t.entries[k]; cur != nil && cur.at >= at {
 				continue
 			}
-			t.entries[k] = keyEntry{id: e.ID, seq: e.Seq, hasSeq: true, at: at}
+			t.entries[k] = &keyEntry{id: e.ID, seq: e.Seq, hasSeq: true, at: at}
 			t.seenQ = append(t.seenQ, seenKey{at, k})
 		}
 	}

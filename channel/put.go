@@ -115,7 +115,7 @@ func (c *Channel) putKeyed(ctx context.Context, body []byte, po PutOptions) erro
 	case c.memCh != nil && c.diskPending.Load() == 0:
 		select {
 		case c.memCh <- m.kept():
-			c.keys.commit(m.Key, m.ID, 0, false)
+			c.keys.commit(adm, m.ID, 0, false)
 			return nil
 		default:
 		}
@@ -124,11 +124,11 @@ func (c *Channel) putKeyed(ctx context.Context, body []byte, po PutOptions) erro
 		err = c.putFull(ctx, &m)
 	}
 	if err != nil {
-		c.keys.undo(adm)
+		c.keys.undo(m.Key, adm)
 		return err
 	}
 	// putEnvelope left the record's seq in m when it knows it.
-	c.keys.commit(m.Key, m.ID, m.seq, m.src == srcBackend)
+	c.keys.commit(adm, m.ID, m.seq, m.src == srcBackend)
 	return nil
 }
 
@@ -242,16 +242,16 @@ func (c *Channel) putBackend(ctx context.Context, m *Message) error {
 	return nil
 }
 
-// putEnvelope stores env, m's envelope, in the backend, telling the key
-// policy which record holds m when it needs to know (a SeqBackend).
+// putEnvelope stores env, m's envelope, in the backend, and leaves in m
+// the record it went to when the key policy needs to know it (a keyed
+// message, a SeqBackend): putKeyed's commit, or Close, tells the policy.
 func (c *Channel) putEnvelope(ctx context.Context, m *Message, env []byte) error {
 	if c.keys == nil || m.Key == nil || c.seqs == nil {
 		return c.backend.Put(ctx, env)
 	}
 	seq, err := c.seqs.PutSeq(ctx, env)
 	if err == nil {
-		c.keys.stored(m.Key, m.ID, seq)
-		m.seq, m.src = seq, srcBackend // for putKeyed's commit
+		m.seq, m.src = seq, srcBackend
 	}
 	return err
 }
