@@ -1,7 +1,6 @@
 package spillq
 
 import (
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -224,26 +223,34 @@ func loadKeyState(dir string, q *diskqueue.Queue, policy channel.KeyPolicy, wind
 	return st, nil
 }
 
-// keyedBackend is the disk backend of a queue with a key policy that keeps
-// state: it stores the channel's key state every keySaveInterval, and once
-// more as the channel closes it, after the channel has stored what it held
-// and before the disk queue closes.
-type keyedBackend struct {
+// queueBackend is the disk backend of a queue that works in the
+// background beside its channel: it stores the key state every
+// keySaveInterval (with a key policy that keeps state), and compacts the
+// log once enough of it is new (comp, when compaction can remove
+// anything). Close stops both, then stores the key state a last time,
+// after the channel has stored what it held and before the disk queue
+// closes.
+type queueBackend struct {
 	diskBackend
-	dir    string
-	logger *slog.Logger
-	ch     *channel.Channel // set once the channel exists
-	stop   chan struct{}
-	done   chan struct{}
-	last   [3]int64 // the counters at the last store, to skip idle rounds
+	dir      string
+	logger   *slog.Logger
+	saveKeys bool
+	comp     *compactor       // nil without compaction
+	ch       *channel.Channel // set once the channel exists
+	stop     chan struct{}
+	done     chan struct{}
+	last     [3]int64 // the counters at the last store, to skip idle rounds
 	// next is when the next store may run: a store of a large state
 	// waits 20 times what the last one took, so storing takes at most
 	// about 5% of the time (and the tail a restart reads grows as much).
 	next time.Time
 }
 
-func (k *keyedBackend) start(ch *channel.Channel) {
+func (k *queueBackend) start(ch *channel.Channel) {
 	k.ch, k.stop, k.done = ch, make(chan struct{}), make(chan struct{})
+	if k.comp != nil {
+		k.comp.ch = ch
+	}
 	go func() {
 		defer close(k.done)
 		t := time.NewTicker(keySaveInterval)
@@ -251,7 +258,12 @@ func (k *keyedBackend) start(ch *channel.Channel) {
 		for {
 			select {
 			case <-t.C:
-				k.save(false)
+				if k.saveKeys {
+					k.save(false)
+				}
+				if k.comp != nil {
+					k.comp.maybeStart()
+				}
 			case <-k.stop:
 				return
 			}
@@ -261,7 +273,7 @@ func (k *keyedBackend) start(ch *channel.Channel) {
 
 // save stores the key state, unless nothing changed since the last time
 // (and force is not set).
-func (k *keyedBackend) save(force bool) error {
+func (k *queueBackend) save(force bool) error {
 	began := time.Now()
 	if !force && began.Before(k.next) {
 		return nil
@@ -284,70 +296,19 @@ func (k *keyedBackend) save(force bool) error {
 	return nil
 }
 
-func (k *keyedBackend) Close() error {
+func (k *queueBackend) Close() error {
 	var err error
 	if k.stop != nil {
 		close(k.stop)
 		<-k.done
-		if serr := k.save(true); serr != nil {
-			err = fmt.Errorf("spillq: close: store key state: %w", serr)
+		if k.comp != nil {
+			k.comp.stop()
+		}
+		if k.saveKeys {
+			if serr := k.save(true); serr != nil {
+				err = fmt.Errorf("spillq: close: store key state: %w", serr)
+			}
 		}
 	}
 	return errors.Join(err, k.diskBackend.Close())
-}
-
-// CompactStats is what [Queue.Compact] did.
-type CompactStats struct {
-	Segments int   // sealed segments rewritten
-	Removed  int64 // records removed from them
-	// LogBytesBefore and LogBytesAfter are those segments' log bytes
-	// before and after.
-	LogBytesBefore, LogBytesAfter int64
-}
-
-// Compact rewrites the queue's sealed segments without the records its key
-// policy will never deliver: under channel.KeyReplace, the versions of a
-// key that a newer stored version has superseded (the channel would
-// acknowledge them unseen when it reached them), acknowledged or not.
-// Every other record stays, and under any other policy Compact removes
-// nothing. It runs beside Puts and deliveries (see [diskqueue.Log.Compact]:
-// each segment is swapped crash-safely, and a lookup of a removed record
-// returns diskqueue.ErrCompacted). A segment it cannot compact (damaged, or
-// deleted meanwhile) is skipped; the first such error is returned with what
-// it did.
-func (q *Queue) Compact(ctx context.Context) (CompactStats, error) {
-	var st CompactStats
-	if q.Channel.Stats().KeysPending == 0 {
-		return st, nil // nothing can be superseded
-	}
-	keep := func(rec diskqueue.Record) bool {
-		m, err := channel.UnmarshalMessage(rec.Body)
-		return err != nil || m.Key == nil || !q.Channel.Superseded(m.Key, m.ID)
-	}
-	var first error
-	for _, seg := range q.disk.Segments() {
-		if !seg.Sealed {
-			continue
-		}
-		if err := ctx.Err(); err != nil {
-			return st, err
-		}
-		cs, err := q.disk.Compact(ctx, seg.Base, keep)
-		switch {
-		case errors.Is(err, diskqueue.ErrNotFound):
-			continue // deleted meanwhile: nothing left to compact
-		case err != nil:
-			if first == nil {
-				first = fmt.Errorf("spillq: compact segment %d: %w", seg.Base, err)
-			}
-			continue
-		}
-		if cs.Removed > 0 {
-			st.Segments++
-			st.Removed += cs.Removed
-			st.LogBytesBefore += cs.LogBytesBefore
-			st.LogBytesAfter += cs.LogBytesAfter
-		}
-	}
-	return st, first
 }

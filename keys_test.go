@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -26,8 +27,9 @@ type keyModel struct {
 }
 
 // TestKeyPolicyProperty: random puts over a small key space, receives,
-// finishes, requeues and restarts, under each policy; what Put returns and
-// what consumers see must match the model:
+// finishes, requeues, compactions and restarts, under each policy; what
+// Put returns and what consumers see must match the model, and once all is
+// drained no key is left pending:
 //
 //   - KeyUnique: Put of a key with a version pending is ErrDuplicate;
 //   - KeyReplace: a delivered version is the newest put of its key;
@@ -50,11 +52,16 @@ func TestKeyPolicyProperty(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, uint64(policy)))
 			t.Logf("SPILLQ_SEED=%d", seed)
 			dir := t.TempDir()
-			opts := spillq.Options{Keys: policy, DedupWindow: time.Hour, MsgTimeout: time.Hour, Disk: diskqueue.Options{MaxSegmentBytes: 4 << 10}}
+			opts := spillq.Options{Keys: policy, DedupWindow: time.Hour, MsgTimeout: time.Hour, Disk: diskqueue.Options{MaxSegmentBytes: 1 << 10}}
+			if policy != channel.KeyReplace {
+				// Compaction then removes the finished versions a newer one replaced.
+				opts.Disk.RetainBytes = 1 << 20
+			}
 			q := open(t, dir, opts)
 			defer func() { q.Close() }()
 			model := keyModel{policy: policy, pending: map[string][]int{}, seen: map[string]bool{}}
 			var inFlight []*channel.Message
+			var removed int64 // by compactions
 			ctx := context.Background()
 			for step := range steps {
 				switch op := rng.IntN(10); {
@@ -125,6 +132,12 @@ func TestKeyPolicyProperty(t *testing.T) {
 						}
 					}
 					model.pending[k] = vs
+				case rng.IntN(2) == 0: // compact
+					cs, err := q.Compact(ctx)
+					if err != nil {
+						t.Fatalf("step %d: Compact: %v", step, err)
+					}
+					removed += cs.Removed
 				default: // restart
 					if err := q.Close(); err != nil {
 						t.Fatalf("step %d: Close: %v", step, err)
@@ -133,6 +146,36 @@ func TestKeyPolicyProperty(t *testing.T) {
 					q = open(t, dir, opts)
 				}
 			}
+			// Drained, every key is done: nothing compaction removed
+			// stays counted as pending.
+			for _, m := range inFlight {
+				if err := m.Finish(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for {
+				done, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+				m, err := q.Receive(done)
+				cancel()
+				if err != nil {
+					break
+				}
+				k, v := parseKV(t, m)
+				if vs := model.pending[k]; policy == channel.KeyReplace && (len(vs) == 0 || vs[len(vs)-1] != v) {
+					t.Fatalf("drain: delivered %s:%d, newest is %v", k, v, vs)
+				}
+				if err := m.Finish(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			q.KeyState() // prunes restored entries the floor has passed
+			if st := q.Stats(); policy != channel.KeyDedup && (st.KeysPending != 0 || st.KeyWaiting != 0) {
+				t.Fatalf("drained: %d keys pending, %d waiting; want none", st.KeysPending, st.KeyWaiting)
+			}
+			if cs := q.CompactStats(); cs.Err != nil {
+				t.Fatalf("compaction: %v", cs.Err)
+			}
+			t.Logf("compactions removed %d records", removed)
 		})
 	}
 }
@@ -211,5 +254,192 @@ func TestCompactReplace(t *testing.T) {
 	defer cancel2()
 	if m, err := q.Receive(nothing); err == nil {
 		t.Fatalf("unexpected %q after the newest of each key", m.Body)
+	}
+}
+
+// TestCompactReplacePending: the versions Compact removes before any
+// consumer reached them count as superseded, once each, and leave no key
+// pending once the newest versions are finished.
+func TestCompactReplacePending(t *testing.T) {
+	dir := t.TempDir()
+	opts := spillq.Options{Keys: channel.KeyReplace, CompactDirtyRatio: -1, Disk: diskqueue.Options{MaxSegmentBytes: 2 << 10}}
+	q := open(t, dir, opts)
+	defer q.Close()
+	ctx := context.Background()
+	const keys, versions = 50, 3
+	for v := range versions {
+		for k := range keys {
+			if err := q.PutWith(ctx, []byte(fmt.Sprintf("k%d:%d", k, v)), channel.PutOptions{Key: []byte(fmt.Sprintf("k%d", k))}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	waitSealed(t, q, 3)
+	st, err := q.Compact(ctx)
+	if err != nil || st.Removed == 0 {
+		t.Fatalf("Compact: %+v, %v; want superseded versions removed", st, err)
+	}
+	if cs := q.Stats(); cs.Superseded != st.Removed || cs.KeysPending != keys {
+		t.Fatalf("after Compact removed %d: %d superseded, %d keys pending; want %d and %d", st.Removed, cs.Superseded, cs.KeysPending, st.Removed, keys)
+	}
+	for range keys {
+		m, err := q.Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, v := parseKV(t, m); v != versions-1 {
+			t.Fatalf("delivered %q; want only newest versions", m.Body)
+		}
+		if err := m.Finish(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if cs := q.Stats(); cs.Superseded != keys*(versions-1) || cs.KeysPending != 0 {
+		t.Fatalf("drained: %d superseded, %d keys pending; want %d and 0", cs.Superseded, cs.KeysPending, keys*(versions-1))
+	}
+	if cs := q.CompactStats(); cs.Runs != 1 || cs.Removed != st.Removed || cs.LogBytesAfter >= cs.LogBytesBefore {
+		t.Fatalf("CompactStats %+v after one compaction of %+v", cs, st)
+	}
+}
+
+// waitSealed waits until the queue's log has at least n sealed segments
+// (the writer goroutine seals a rotated segment soon after).
+func waitSealed(t *testing.T, q *spillq.Queue, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		sealed := 0
+		for _, s := range q.Disk().Segments() {
+			if s.Sealed {
+				sealed++
+			}
+		}
+		if sealed >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sealed segments after 10s, want %d", sealed, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestCompactRetained: with retention and no key policy, Compact removes
+// the acknowledged records of a key a newer record replaced, and keeps the
+// newest of each key, records without a key, and every record not yet
+// acknowledged, however old.
+func TestCompactRetained(t *testing.T) {
+	dir := t.TempDir()
+	opts := spillq.Options{CompactDirtyRatio: -1, Disk: diskqueue.Options{MaxSegmentBytes: 1 << 10, RetainBytes: 1 << 20}}
+	q := open(t, dir, opts)
+	defer q.Close()
+	ctx := context.Background()
+	const keys, versions = 20, 3
+	put := func(body, key string) {
+		t.Helper()
+		var po channel.PutOptions
+		if key != "" {
+			po.Key = []byte(key)
+		}
+		if err := q.PutWith(ctx, []byte(body), po); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("held:0", "held")
+	for v := range versions {
+		for k := range keys {
+			put(fmt.Sprintf("k%d:%d", k, v), fmt.Sprintf("k%d", k))
+		}
+		put(fmt.Sprintf("plain:%d", v), "")
+	}
+	put("held:1", "held")
+	var held *channel.Message
+	for range 1 + versions*(keys+1) + 1 {
+		m, err := q.Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(m.Body) == "held:0" {
+			held = m // in flight: not acknowledged, though replaced
+			continue
+		}
+		if err := m.Finish(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitSealed(t, q, 3)
+	st, err := q.Compact(ctx)
+	if err != nil || st.Removed == 0 {
+		t.Fatalf("Compact: %+v, %v", st, err)
+	}
+	left := map[string]bool{}
+	for rec, err := range q.Disk().Scan(0, math.MaxUint64) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := channel.UnmarshalMessage(rec.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		left[string(m.Body)] = true
+	}
+	for k := range keys {
+		for v := range versions {
+			body := fmt.Sprintf("k%d:%d", k, v)
+			// Superseded versions in the active segment stay until it is sealed.
+			if v == versions-1 && !left[body] {
+				t.Errorf("newest version %s removed", body)
+			}
+		}
+	}
+	for _, body := range []string{"held:0", "held:1", "plain:0", "plain:1", "plain:2"} {
+		if !left[body] {
+			t.Errorf("%s removed; want kept (not acknowledged, newest, or without a key)", body)
+		}
+	}
+	if int64(len(left)) != 1+versions*(keys+1)+1-st.Removed {
+		t.Errorf("%d records left after removing %d", len(left), st.Removed)
+	}
+	if err := held.Finish(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCompactAutomatic: under KeyReplace the queue compacts by itself once
+// its sealed log is dirty enough, and removes the superseded versions.
+func TestCompactAutomatic(t *testing.T) {
+	dir := t.TempDir()
+	opts := spillq.Options{Keys: channel.KeyReplace, Disk: diskqueue.Options{MaxSegmentBytes: 2 << 10}}
+	q := open(t, dir, opts)
+	defer q.Close()
+	ctx := context.Background()
+	for i := range 500 {
+		k := fmt.Sprintf("k%d", i%10)
+		if err := q.PutWith(ctx, []byte(fmt.Sprintf("%s:%d", k, i)), channel.PutOptions{Key: []byte(k)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for q.CompactStats().Removed == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no compaction removed anything in 30s: %+v", q.CompactStats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if cs := q.CompactStats(); cs.Err != nil || cs.LogBytesAfter >= cs.LogBytesBefore {
+		t.Fatalf("automatic compaction: %+v", cs)
+	}
+	seen := map[string]bool{}
+	for range 10 {
+		m, err := q.Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, v := parseKV(t, m)
+		if seen[k] || v < 490 {
+			t.Fatalf("delivered %s:%d; want the newest version of each key, once", k, v)
+		}
+		seen[k] = true
+		m.Finish()
 	}
 }

@@ -86,6 +86,16 @@ type Options struct {
 	DedupWindow  time.Duration
 	DuplicatesOK bool
 
+	// CompactDirtyRatio starts a compaction in the background (see
+	// [Queue.Compact]) once at least two sealed segments are on disk and
+	// the sealed log bytes put since the last compaction are at least this
+	// fraction of all of them, looked at every second (Kafka's
+	// min.cleanable.dirty.ratio). It applies where compaction can remove
+	// anything: under channel.KeyReplace, and with Disk.RetainBytes or
+	// Disk.RetainAge. Zero means [DefaultCompactDirtyRatio] (0.5); a
+	// negative ratio turns automatic compaction off (Compact still runs).
+	CompactDirtyRatio float64
+
 	// Logger receives warnings from both layers. Nil discards.
 	Logger *slog.Logger
 }
@@ -96,6 +106,7 @@ type Queue struct {
 	*channel.Channel
 	disk   *diskqueue.Queue
 	timers *diskqueue.Queue
+	comp   *compactor // nil when compaction removes nothing
 }
 
 // Open opens (or creates) the queue in dir and delivers again whatever was
@@ -131,23 +142,27 @@ func Open(dir string, opts Options) (*Queue, error) {
 	}
 	var backend channel.Backend = diskBackend{dq}
 	var keyState *channel.KeyState
-	var keyed *keyedBackend
-	if opts.Keys == channel.KeyUnique || opts.Keys == channel.KeyReplace || opts.Keys == channel.KeyDedup {
+	logger := dopts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	saveKeys := opts.Keys == channel.KeyUnique || opts.Keys == channel.KeyReplace || opts.Keys == channel.KeyDedup
+	if saveKeys {
 		window := opts.DedupWindow
 		if window <= 0 {
 			window = channel.DefaultDedupWindow
-		}
-		logger := dopts.Logger
-		if logger == nil {
-			logger = slog.New(slog.DiscardHandler)
 		}
 		if keyState, err = loadKeyState(dir, dq, opts.Keys, window, logger); err != nil {
 			tq.Close()
 			dq.Close()
 			return nil, err
 		}
-		keyed = &keyedBackend{diskBackend: diskBackend{dq}, dir: dir, logger: logger}
-		backend = keyed
+	}
+	comp := newCompactor(dq, opts, logger)
+	var qb *queueBackend
+	if saveKeys || comp != nil {
+		qb = &queueBackend{diskBackend: diskBackend{dq}, dir: dir, logger: logger, saveKeys: saveKeys, comp: comp}
+		backend = qb
 	}
 	ch, err := channel.New(channel.Options{
 		MemQueueSize:        opts.MemQueueSize,
@@ -168,10 +183,10 @@ func Open(dir string, opts Options) (*Queue, error) {
 		dq.Close()
 		return nil, fmt.Errorf("spillq: %w", err)
 	}
-	if keyed != nil {
-		keyed.start(ch)
+	if qb != nil {
+		qb.start(ch)
 	}
-	return &Queue{Channel: ch, disk: dq, timers: tq}, nil
+	return &Queue{Channel: ch, disk: dq, timers: tq, comp: comp}, nil
 }
 
 // logOptions turns the caller's disk options, whose record limits are on

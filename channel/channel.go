@@ -777,13 +777,17 @@ func storeMax[V int64 | uint64, A atomicNumber[V]](v A, x V) {
 	}
 }
 
-// Superseded reports whether, under KeyReplace, the message with key and
-// id has been replaced by a newer one with its key that is stored in the
-// backend: it will never be delivered, so its record need not be kept (a
-// compaction may drop it; spillq's Queue.Compact does). False under any
-// other policy.
-func (c *Channel) Superseded(key []byte, id ID) bool {
-	return c.opts.Keys == KeyReplace && c.keys != nil && c.keys.supersededBy(key, id)
+// Compacted tells the channel that a compaction of its backend removed
+// the record of message id with key, which was never delivered and never
+// will be: under KeyReplace a version a newer one superseded, now counted
+// in Stats.Superseded and no longer in Stats.KeysPending. A compaction
+// calls it once the removal is in place, for each removed record that was
+// not acknowledged (spillq's Queue.Compact does). It does nothing under
+// the other policies, whose pending messages a compaction never removes.
+func (c *Channel) Compacted(key []byte, id ID) {
+	if c.keys != nil {
+		c.keys.compacted(key, id)
+	}
 }
 
 // KeyState returns a snapshot of the key policy's state for a restart to

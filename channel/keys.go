@@ -99,13 +99,57 @@ type keyEntry struct {
 	// a restart checks the entry against.
 	seq uint64
 	at  int64 // KeyDedup: Unix ns of the put
-	// n counts, under KeyReplace, the versions put and not yet done, so
-	// the entry outlives every older version it supersedes; -1 when
-	// restored (unknown: the entry then goes once the backend's floor has
-	// passed seq, see snapshot).
-	n      int32
-	hasSeq bool
+	// v0 and more are, under KeyReplace, the versions put and not yet
+	// done (v0 the oldest, 0 when none; IDs are never 0), so the entry
+	// outlives every older version it supersedes. By ID, not a count, so
+	// that a version done twice over (taken from a segment's old files
+	// while compaction removed it from the new) counts once.
+	v0   ID
+	more []ID
+	// restored says the entry came from a KeyState: its versions are not
+	// known, and it goes once the backend's floor has passed seq (see
+	// snapshot).
+	restored bool
+	hasSeq   bool
 }
+
+// addVersion counts version id of the key as pending (KeyReplace).
+func (e *keyEntry) addVersion(id ID) {
+	switch {
+	case e.restored:
+	case e.v0 == 0:
+		e.v0 = id
+	default:
+		e.more = append(e.more, id)
+	}
+}
+
+// dropVersion forgets version id, and reports whether it was pending.
+// Versions are mostly done in put order, so the oldest is looked at first.
+func (e *keyEntry) dropVersion(id ID) bool {
+	if e.v0 == id {
+		e.v0 = 0
+		if len(e.more) > 0 {
+			e.v0, e.more = e.more[0], e.more[1:]
+			if len(e.more) == 0 {
+				e.more = nil
+			}
+		}
+		return true
+	}
+	if i := slices.Index(e.more, id); i >= 0 {
+		e.more = slices.Delete(e.more, i, i+1)
+		return true
+	}
+	return false
+}
+
+// hasVersion reports whether version id is pending.
+func (e *keyEntry) hasVersion(id ID) bool { return e.v0 == id || slices.Contains(e.more, id) }
+
+// pending reports whether the entry has a version not done, as far as it
+// knows.
+func (e *keyEntry) pending() bool { return e.restored || e.v0 != 0 }
 
 type seenKey struct {
 	at  int64
@@ -150,13 +194,11 @@ func (t *keyTable) admit(key []byte, id ID, now int64) (admitted, error) {
 		// The newest stored version stays the one that supersedes until
 		// this one's Put has succeeded (commit).
 		if e == nil {
-			ne := &keyEntry{n: 1}
+			ne := &keyEntry{v0: id}
 			t.entries[string(key)] = ne
 			return admitted{e: ne, made: true}, nil
 		}
-		if e.n >= 0 {
-			e.n++
-		}
+		e.addVersion(id)
 		return admitted{e: e}, nil
 	case KeyDedup:
 		t.expireLocked(now)
@@ -173,8 +215,9 @@ func (t *keyTable) admit(key []byte, id ID, now int64) (admitted, error) {
 	return admitted{}, nil
 }
 
-// undo takes back what admit did for a Put of key that then failed.
-func (t *keyTable) undo(key []byte, a admitted) {
+// undo takes back what admit did for a Put of message id with key that
+// then failed.
+func (t *keyTable) undo(key []byte, id ID, a admitted) {
 	if a.e == nil {
 		return
 	}
@@ -182,10 +225,7 @@ func (t *keyTable) undo(key []byte, a admitted) {
 	defer t.mu.Unlock()
 	live := t.entries[string(key)] == a.e
 	if t.policy == KeyReplace {
-		if a.e.n <= 0 {
-			return // restored (versions not counted), or all done
-		}
-		if a.e.n--; a.e.n == 0 && live {
+		if a.e.dropVersion(id) && !a.e.pending() && live {
 			delete(t.entries, string(key))
 		}
 		return
@@ -254,7 +294,9 @@ func (t *keyTable) take(m *Message) (deliver, drop bool) {
 		// Newer, not merely other: a version taken before its own Put
 		// has committed is the newest.
 		if e := t.entries[string(m.Key)]; e != nil && e.id > m.ID {
-			t.superseded.Add(1)
+			if e.restored || e.hasVersion(m.ID) {
+				t.superseded.Add(1) // else compaction counted it (compacted)
+			}
 			return false, true
 		}
 	case KeySerial:
@@ -281,10 +323,8 @@ func (t *keyTable) done(key []byte, id ID) *Message {
 		}
 	case KeyReplace:
 		// Any version: the entry goes with the last of them.
-		if e := t.entries[string(key)]; e != nil && e.n > 0 {
-			if e.n--; e.n == 0 {
-				delete(t.entries, string(key))
-			}
+		if e := t.entries[string(key)]; e != nil && e.dropVersion(id) && !e.pending() {
+			delete(t.entries, string(key))
 		}
 	case KeySerial:
 		if held, ok := t.held[string(key)]; !ok || held != id {
@@ -333,13 +373,20 @@ func (t *keyTable) parked() []*Message {
 	return out
 }
 
-// supersededBy reports whether, under KeyReplace, a newer message with
-// key than id is stored.
-func (t *keyTable) supersededBy(key []byte, id ID) bool {
+// compacted records that compaction removed message id with key from the
+// backend, unseen: under KeyReplace a superseded version, done now.
+func (t *keyTable) compacted(key []byte, id ID) {
+	if t.policy != KeyReplace {
+		return
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	e := t.entries[string(key)]
-	return e != nil && e.hasSeq && e.id > id
+	if e := t.entries[string(key)]; e != nil && e.dropVersion(id) {
+		t.superseded.Add(1)
+		if !e.pending() {
+			delete(t.entries, string(key))
+		}
+	}
 }
 
 // stats is the table's part of Stats.
@@ -391,7 +438,7 @@ func (t *keyTable) snapshot(floor uint64) []KeyEntry {
 	for k, e := range t.entries {
 		switch t.policy {
 		case KeyUnique, KeyReplace:
-			if t.policy == KeyReplace && e.n < 0 && e.hasSeq && e.seq < floor {
+			if t.policy == KeyReplace && e.restored && e.hasSeq && e.seq < floor {
 				// Restored, its versions not counted: the newest is
 				// acknowledged, and so is every older one (all in the
 				// backend, a restart holding none elsewhere: under
@@ -416,8 +463,8 @@ func (t *keyTable) snapshot(floor uint64) []KeyEntry {
 	return out
 }
 
-// restore loads a KeyState: restored KeyReplace entries count their
-// versions as unknown (see keyEntry.n).
+// restore loads a KeyState: restored KeyReplace entries know none of
+// their versions (see keyEntry.restored).
 func (t *keyTable) restore(st *KeyState, now int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -427,7 +474,7 @@ func (t *keyTable) restore(st *KeyState, now int64) {
 		case KeyUnique:
 			t.entries[k] = &keyEntry{id: e.ID, seq: e.Seq, hasSeq: true}
 		case KeyReplace:
-			t.entries[k] = &keyEntry{id: e.ID, seq: e.Seq, hasSeq: true, n: -1}
+			t.entries[k] = &keyEntry{id: e.ID, seq: e.Seq, hasSeq: true, restored: true}
 		case KeyDedup:
 			at := e.At.UnixNano()
 			if now-at >= t.window {

@@ -197,6 +197,8 @@ var diskMetrics = []struct {
 	{def{"spillq_disk_index_rebuilds_total", "Index files rebuilt from their log.", counter}, func(s diskqueue.Stats) float64 { return float64(s.IndexRebuilds) }},
 	{def{"spillq_disk_read_errors_total", "I/O errors returned by reads (not corruption).", counter}, func(s diskqueue.Stats) float64 { return float64(s.ReadErrors) }},
 	{def{"spillq_disk_retried_writes_total", "Batches written again after the disk was full.", counter}, func(s diskqueue.Stats) float64 { return float64(s.RetriedWrites) }},
+	{def{"spillq_disk_compacted_records_total", "Records compaction removed from sealed segments since the queue was opened.", counter}, func(s diskqueue.Stats) float64 { return float64(s.CompactedRecords) }},
+	{def{"spillq_disk_compacted_bytes_total", "Log bytes compaction freed since the queue was opened.", counter}, func(s diskqueue.Stats) float64 { return float64(s.CompactedBytes) }},
 }
 
 // cursorMetrics are a topic's, per channel: its place in the log.

@@ -3,6 +3,7 @@ package metrics_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -16,6 +17,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/spillq/spillq"
+	"github.com/spillq/spillq/channel"
 	"github.com/spillq/spillq/diskqueue"
 	"github.com/spillq/spillq/metrics"
 )
@@ -139,8 +141,8 @@ func TestNilParts(t *testing.T) {
 	q := workload(t)
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(metrics.NewCollector("disk-only", nil, q.Disk()))
-	if n := testutil.CollectAndCount(metrics.NewCollector("disk-only", nil, q.Disk())); n != 16 {
-		t.Fatalf("disk-only collector exports %d metrics, want 16", n)
+	if n := testutil.CollectAndCount(metrics.NewCollector("disk-only", nil, q.Disk())); n != 18 {
+		t.Fatalf("disk-only collector exports %d metrics, want 18", n)
 	}
 }
 
@@ -262,5 +264,48 @@ func TestHistogramLayoutIsFixed(t *testing.T) {
 	}
 	if got, want := histogramOf(t, reg, fsync).GetSampleSum(), q.Disk().SyncLatencySumSeconds(); got != want || want <= 0 {
 		t.Fatalf("fsync _sum %v, want %v", got, want)
+	}
+}
+
+// TestCompactionMetrics: what a compaction removed shows in the disk
+// metrics.
+func TestCompactionMetrics(t *testing.T) {
+	q, err := spillq.Open(t.TempDir(), spillq.Options{Keys: channel.KeyReplace, CompactDirtyRatio: -1, Disk: diskqueue.Options{MaxSegmentBytes: 1 << 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	ctx := context.Background()
+	for i := range 200 {
+		if err := q.PutWith(ctx, []byte("version"), channel.PutOptions{Key: []byte("k")}); err != nil {
+			t.Fatal(err)
+		}
+		if i%50 == 0 {
+			if _, err := q.Compact(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for q.CompactStats().Removed == 0 {
+		if _, err := q.Compact(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := q.Disk().Stats()
+	if st.CompactedRecords != q.CompactStats().Removed || st.CompactedBytes == 0 {
+		t.Fatalf("disk Stats: %d records, %d bytes compacted; the queue's compactions: %+v", st.CompactedRecords, st.CompactedBytes, q.CompactStats())
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(metrics.NewCollector("jobs", q.Channel, q.Disk()))
+	want := fmt.Sprintf(`
+# HELP spillq_disk_compacted_bytes_total Log bytes compaction freed since the queue was opened.
+# TYPE spillq_disk_compacted_bytes_total counter
+spillq_disk_compacted_bytes_total{queue="jobs"} %d
+# HELP spillq_disk_compacted_records_total Records compaction removed from sealed segments since the queue was opened.
+# TYPE spillq_disk_compacted_records_total counter
+spillq_disk_compacted_records_total{queue="jobs"} %d
+`, st.CompactedBytes, st.CompactedRecords)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "spillq_disk_compacted_records_total", "spillq_disk_compacted_bytes_total"); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,0 +1,298 @@
+package spillq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/spillq/spillq/channel"
+	"github.com/spillq/spillq/diskqueue"
+)
+
+// DefaultCompactDirtyRatio is Options.CompactDirtyRatio's default, Kafka's
+// min.cleanable.dirty.ratio.
+const DefaultCompactDirtyRatio = 0.5
+
+// CompactStats is what [Queue.Compact] did or, from [Queue.CompactStats],
+// what every compaction since Open did.
+type CompactStats struct {
+	Runs     int64 // compactions (CompactStats only; Compact's is 1)
+	Segments int64 // sealed segments rewritten
+	Removed  int64 // records removed from them
+	// LogBytesBefore and LogBytesAfter are those segments' log bytes
+	// before and after: the difference is the space compaction gave back.
+	LogBytesBefore, LogBytesAfter int64
+	// Last is when the last compaction ended (CompactStats only), and Err
+	// the error it returned, if any.
+	Last time.Time
+	Err  error
+}
+
+// compactor compacts a queue's log, on demand (Queue.Compact) and in the
+// background once the log's dirty ratio reaches the option's.
+type compactor struct {
+	dq      *diskqueue.Queue
+	ch      *channel.Channel // set by queueBackend.start
+	replace bool             // the channel's policy is KeyReplace
+	ratio   float64          // <0: no automatic compaction
+	logger  *slog.Logger
+
+	mu sync.Mutex // one compaction at a time; guards cleanEnd
+	// cleanEnd is the seq the last compaction looked at the records up
+	// to: segments from it on are dirty, new since.
+	cleanEnd uint64
+
+	statsMu sync.Mutex
+	total   CompactStats
+
+	ctx     context.Context
+	cancel  context.CancelFunc
+	running sync.WaitGroup
+	busy    sync.Mutex // held by the background compaction while it runs
+}
+
+// newCompactor returns the compactor of a queue whose records compaction
+// can remove, or nil: under KeyReplace the versions a newer one
+// superseded, and with retention (Disk.RetainBytes, Disk.RetainAge) the
+// acknowledged records of a key a newer record has replaced.
+func newCompactor(dq *diskqueue.Queue, opts Options, logger *slog.Logger) *compactor {
+	replace := opts.Keys == channel.KeyReplace
+	if !replace && opts.Disk.RetainBytes == 0 && opts.Disk.RetainAge == 0 {
+		return nil
+	}
+	ratio := opts.CompactDirtyRatio
+	if ratio == 0 {
+		ratio = DefaultCompactDirtyRatio
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &compactor{dq: dq, replace: replace, ratio: ratio, logger: logger, ctx: ctx, cancel: cancel}
+}
+
+// dirty reports whether the log is due a compaction: at least two sealed
+// segments, and the sealed log bytes from cleanEnd on at least ratio of
+// all sealed log bytes.
+func (c *compactor) dirty() bool {
+	c.mu.Lock()
+	clean := c.cleanEnd
+	c.mu.Unlock()
+	var sealed, total, dirty int64
+	for _, s := range c.dq.Segments() {
+		if !s.Sealed {
+			continue
+		}
+		sealed++
+		total += s.Bytes
+		if s.Base >= clean {
+			dirty += s.Bytes
+		}
+	}
+	return sealed >= 2 && total > 0 && float64(dirty) >= c.ratio*float64(total)
+}
+
+// maybeStart starts a background compaction if the log is due one and
+// none is running.
+func (c *compactor) maybeStart() {
+	if c.ratio < 0 || c.ctx.Err() != nil || !c.dirty() || !c.busy.TryLock() {
+		return
+	}
+	c.running.Add(1)
+	go func() {
+		defer c.running.Done()
+		defer c.busy.Unlock()
+		if _, err := c.compact(c.ctx); err != nil && c.ctx.Err() == nil {
+			c.logger.Warn("spillq: compaction failed; it is tried again once more of the log is new", "err", err)
+		}
+	}()
+}
+
+// stop ends a background compaction and waits for it.
+func (c *compactor) stop() {
+	c.cancel()
+	c.running.Wait()
+}
+
+func (c *compactor) stats() CompactStats {
+	c.statsMu.Lock()
+	defer c.statsMu.Unlock()
+	return c.total
+}
+
+// removedVersion is a pending KeyReplace version a compaction removed.
+type removedVersion struct {
+	key []byte
+	id  channel.ID
+}
+
+// compact rewrites the sealed segments without the records no consumer
+// will need. It first finds the newest version of each key among the
+// records put so far, and makes those records durable (Sync): a record is
+// removed only for a newer one with its key that a power cut cannot take
+// away. Versions compare by message ID, which grows with every Put, not
+// by seq: Close stores again what it held, so an older version can sit at
+// a higher seq.
+func (c *compactor) compact(ctx context.Context) (CompactStats, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := CompactStats{Runs: 1}
+	err := c.compactLocked(ctx, &st)
+	st.Last, st.Err = time.Now(), err
+	c.statsMu.Lock()
+	c.total.Runs++
+	c.total.Segments += st.Segments
+	c.total.Removed += st.Removed
+	c.total.LogBytesBefore += st.LogBytesBefore
+	c.total.LogBytesAfter += st.LogBytesAfter
+	c.total.Last, c.total.Err = st.Last, err
+	c.statsMu.Unlock()
+	return st, err
+}
+
+func (c *compactor) compactLocked(ctx context.Context, st *CompactStats) error {
+	segs := c.dq.Segments()
+	if len(segs) < 2 {
+		return nil // the active segment alone: nothing sealed
+	}
+	end := c.dq.Stats().WriteSeq
+	if err := c.dq.Sync(ctx); err != nil {
+		return fmt.Errorf("spillq: compact: sync the log: %w", err)
+	}
+	newest, superseding, err := c.newestVersions(ctx, end)
+	if err != nil {
+		return err
+	}
+	c.cleanEnd = end
+	if superseding == 0 {
+		return nil // no key has two versions: nothing to remove
+	}
+	var first error
+	for _, seg := range segs {
+		if !seg.Sealed {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		var gone []removedVersion
+		keep := func(rec diskqueue.Record) bool {
+			m, err := channel.UnmarshalMessage(rec.Body)
+			if err != nil || m.Key == nil {
+				return true
+			}
+			if id, ok := newest[string(m.Key)]; !ok || id <= m.ID {
+				return true
+			}
+			acked := c.dq.Acknowledged(rec.Seq)
+			if !c.replace {
+				return !acked // only history: pending work stays
+			}
+			if !acked {
+				gone = append(gone, removedVersion{key: append([]byte(nil), m.Key...), id: m.ID})
+			}
+			return false
+		}
+		cs, err := c.dq.Compact(ctx, seg.Base, keep)
+		switch {
+		case errors.Is(err, diskqueue.ErrNotFound):
+			continue // deleted meanwhile: nothing left to compact
+		case err != nil:
+			if first == nil {
+				first = fmt.Errorf("spillq: compact segment %d: %w", seg.Base, err)
+			}
+			continue
+		}
+		// Removed now, so the channel will never see them: they are done.
+		for _, v := range gone {
+			c.ch.Compacted(v.key, v.id)
+		}
+		if cs.Removed > 0 {
+			st.Segments++
+			st.Removed += cs.Removed
+			st.LogBytesBefore += cs.LogBytesBefore
+			st.LogBytesAfter += cs.LogBytesAfter
+		}
+	}
+	return first
+}
+
+// newestVersions returns the newest message ID of each key among the
+// records below end, and how many records a newer one with their key
+// supersedes. Its memory is one entry per key. Segments that retention
+// deletes meanwhile are passed over: what they held was acknowledged.
+func (c *compactor) newestVersions(ctx context.Context, end uint64) (map[string]channel.ID, int, error) {
+	newest := map[string]channel.ID{}
+	superseding := 0
+	from := c.dq.Stats().FirstSeq
+	for from < end {
+		next := from
+		var failed error
+		for rec, err := range c.dq.Scan(from, end) {
+			if errors.Is(err, diskqueue.ErrCorrupt) {
+				continue // never delivered: supersedes nothing
+			}
+			if err != nil {
+				failed = err
+				break
+			}
+			if err := ctx.Err(); err != nil {
+				return nil, 0, err
+			}
+			next = rec.Seq + 1
+			m, err := channel.UnmarshalMessage(rec.Body)
+			if err != nil || m.Key == nil {
+				continue
+			}
+			id, ok := newest[string(m.Key)]
+			if ok {
+				superseding++
+			}
+			if !ok || m.ID > id {
+				newest[string(m.Key)] = m.ID
+			}
+		}
+		switch {
+		case failed == nil:
+			return newest, superseding, nil
+		case errors.Is(failed, diskqueue.ErrNotFound) && c.dq.Stats().FirstSeq > next:
+			from = c.dq.Stats().FirstSeq // deleted under the scan
+		default:
+			return nil, 0, fmt.Errorf("spillq: compact: read the log: %w", failed)
+		}
+	}
+	return newest, superseding, nil
+}
+
+// Compact rewrites the queue's sealed segments without the records no
+// consumer will need: under channel.KeyReplace, every version of a key
+// that a newer one superseded (it would be acknowledged unseen), pending
+// or not; with retention (Disk.RetainBytes, Disk.RetainAge), under any
+// policy, the acknowledged records of a key that a newer record replaced,
+// so the history kept holds the newest of each key (Kafka's compacted
+// topic). Records without a key, and the newest record of each key, stay.
+// Under other options it removes nothing.
+//
+// The queue compacts by itself once the log is dirty enough
+// (Options.CompactDirtyRatio); Compact runs one now, after any running
+// one. It reads the log through once to find each key's newest version
+// (memory: one map entry per key), fsyncs the log, then rewrites each
+// sealed segment that holds a removable record, beside Puts and
+// deliveries: see [diskqueue.Log.Compact] (each segment is swapped
+// crash-safely, and a lookup of a removed record returns
+// diskqueue.ErrCompacted). A segment it cannot compact (damaged, say) is
+// skipped; the first such error is returned with what it did.
+func (q *Queue) Compact(ctx context.Context) (CompactStats, error) {
+	if q.comp == nil {
+		return CompactStats{Runs: 1}, nil
+	}
+	return q.comp.compact(ctx)
+}
+
+// CompactStats returns what every compaction since Open did, from memory.
+func (q *Queue) CompactStats() CompactStats {
+	if q.comp == nil {
+		return CompactStats{}
+	}
+	return q.comp.stats()
+}
