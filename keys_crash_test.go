@@ -17,6 +17,16 @@ import (
 	"github.com/spillq/spillq/internal/crashtest"
 )
 
+// keysCrashOptions are TestKillKeysChild's options, and its parent's:
+// with compact, segments small enough for compaction to have sealed ones.
+func keysCrashOptions(policy channel.KeyPolicy, compact bool) spillq.Options {
+	opts := spillq.Options{Keys: policy, DedupWindow: time.Hour}
+	if compact {
+		opts.Disk.MaxSegmentBytes = 8 << 10
+	}
+	return opts
+}
+
 func keyPolicyByName(name string) channel.KeyPolicy {
 	for _, p := range []channel.KeyPolicy{channel.KeyUnique, channel.KeyReplace, channel.KeyDedup} {
 		if p.String() == name {
@@ -48,12 +58,29 @@ func TestKillKeysChild(t *testing.T) {
 	case channel.KeyDedup:
 		space = 1 << 20
 	}
-	q, err := spillq.Open(dir, spillq.Options{Keys: policy, DedupWindow: time.Hour})
+	compact := os.Getenv("SPILLQ_KEYS_COMPACT") == "1"
+	q, err := spillq.Open(dir, keysCrashOptions(policy, compact))
 	if err != nil {
 		crashtest.Report("open-error", err)
 		select {}
 	}
 	ctx := context.Background()
+	if compact {
+		// Beside the automatic compactions, as many more as fit.
+		go func() {
+			for {
+				st, err := q.Compact(ctx)
+				if err != nil {
+					crashtest.Report("compact-error", err)
+					return
+				}
+				if st.Removed > 0 {
+					crashtest.Report("compacted", st.Removed)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}()
+	}
 	for p := range producers {
 		go func() {
 			for v := start + p; ; v += producers {
@@ -78,7 +105,10 @@ func TestKillKeysChild(t *testing.T) {
 			if err != nil {
 				return
 			}
-			if rand.IntN(2) == 0 {
+			switch {
+			case compact:
+				time.Sleep(20 * time.Millisecond) // a backlog, for sealed segments to stay
+			case rand.IntN(2) == 0:
 				time.Sleep(100 * time.Microsecond)
 			}
 			crashtest.Report("fin", string(m.Body))
@@ -96,7 +126,8 @@ func TestKillKeysChild(t *testing.T) {
 //     Put of it is ErrDuplicate;
 //   - KeyReplace: every version delivered is at least the newest put of its
 //     key (older ones are superseded), and each key with a version put and
-//     not finished delivers one;
+//     not finished delivers one; also with small segments compacted all
+//     the time (a compaction removes no version but superseded ones);
 //   - KeyDedup: every key put is a duplicate within the window.
 func TestKeysSIGKILL(t *testing.T) {
 	if testing.Short() {
@@ -107,9 +138,18 @@ func TestKeysSIGKILL(t *testing.T) {
 		cycles = n
 	}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 4))
-	for _, policy := range []channel.KeyPolicy{channel.KeyUnique, channel.KeyReplace, channel.KeyDedup} {
-		t.Run(policy.String(), func(t *testing.T) {
-			acked := 0
+	type variant struct {
+		policy  channel.KeyPolicy
+		compact bool // small segments, compacted all the time
+	}
+	for _, vt := range []variant{{channel.KeyUnique, false}, {channel.KeyReplace, false}, {channel.KeyReplace, true}, {channel.KeyDedup, false}} {
+		policy := vt.policy
+		name := policy.String()
+		if vt.compact {
+			name += "-compact"
+		}
+		t.Run(name, func(t *testing.T) {
+			acked, compactions := 0, 0
 			for cycle := range cycles {
 				dir := t.TempDir()
 				res := crashtest.Start(t, crashtest.Run{
@@ -118,12 +158,18 @@ func TestKeysSIGKILL(t *testing.T) {
 					// stores of the key state (one a second), so Open reads
 					// a snapshot and the tail after it; the others mostly
 					// die before the first, and Open rebuilds from the log.
-					Env:       []string{"SPILLQ_KEYS=" + policy.String(), "SPILLQ_KILL_START=0", "SPILLQ_KEYS_SLOW=" + strconv.Itoa(cycle%2)},
+					Env:       []string{"SPILLQ_KEYS=" + policy.String(), "SPILLQ_KILL_START=0", "SPILLQ_KEYS_SLOW=" + strconv.Itoa(cycle%2), "SPILLQ_KEYS_COMPACT=" + map[bool]string{true: "1"}[vt.compact]},
 					KillAfter: 100 + rng.IntN(2000) + cycle%2*(3000+rng.IntN(3000)), KillKind: "put",
 				})
 				if _, err := os.Stat(filepath.Join(dir, spillq.KeysDir, "state")); cycle%2 == 1 && err != nil {
 					t.Fatalf("cycle %d: the slow run stored no key state before the kill: %v", cycle, err)
 				}
+				for _, kind := range []string{"open-error", "put-error", "compact-error"} {
+					if e := res.Events[kind]; len(e) > 0 {
+						t.Fatalf("cycle %d: the child reported %s %v", cycle, kind, e)
+					}
+				}
+				compactions += len(res.Events["compacted"])
 				puts, fins := res.Events["put"], res.Set("fin")
 				acked += len(puts)
 				newest := map[string]int{}      // key -> newest version put
@@ -135,7 +181,7 @@ func TestKeysSIGKILL(t *testing.T) {
 						unfinished[k] = true
 					}
 				}
-				q := open(t, dir, spillq.Options{Keys: policy, DedupWindow: time.Hour})
+				q := open(t, dir, keysCrashOptions(policy, vt.compact))
 				ctx := context.Background()
 				switch policy {
 				case channel.KeyUnique, channel.KeyDedup:
@@ -182,7 +228,7 @@ func TestKeysSIGKILL(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			t.Logf("%v: %d kills, %d acknowledged keyed puts, the policy held after each", policy, cycles, acked)
+			t.Logf("%s: %d kills, %d acknowledged keyed puts, %d compactions that removed records, the policy held after each", name, cycles, acked, compactions)
 		})
 	}
 }
