@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/spillq/spillq"
 	"github.com/spillq/spillq/channel"
@@ -21,6 +22,13 @@ import (
 // message has a key of its own ("order-N"), so none is refused: the cost
 // measured is the policy's bookkeeping, and for KeyUnique, KeyReplace and
 // KeyDedup the record seq each Put reports back for the key state.
+//
+// With table=growing nothing is finished, so under KeyUnique, KeyReplace
+// and KeyDedup the table holds every key put (b.N of them: a map larger
+// than the caches). With table=1000 the benchmark receives and finishes
+// the messages after every 1,000 Puts (untimed, for every case alike), and
+// KeyDedup's window is a millisecond, so the table stays about 1,000 keys,
+// as in a queue whose consumers keep up.
 func BenchmarkKeyedPut(b *testing.B) {
 	body := make([]byte, 100)
 	cases := []struct {
@@ -35,36 +43,57 @@ func BenchmarkKeyedPut(b *testing.B) {
 		{"dedup", channel.KeyDedup, true},
 		{"serial", channel.KeySerial, true},
 	}
-	for _, c := range cases {
-		b.Run("policy="+c.name, func(b *testing.B) {
-			q, err := spillq.Open(b.TempDir(), spillq.Options{Keys: c.policy})
-			if err != nil {
-				b.Fatal(err)
+	for _, bounded := range []bool{false, true} {
+		for _, c := range cases {
+			table := "growing"
+			if bounded {
+				table = "1000"
 			}
-			defer q.Close()
-			ctx := context.Background()
-			keys := make([][]byte, 1<<16)
-			for i := range keys {
-				keys[i] = []byte("order-" + strconv.Itoa(i))
-			}
-			b.ReportAllocs()
-			i := 0
-			for b.Loop() {
-				var po channel.PutOptions
-				if c.keyed {
-					// Fresh keys past the table: b.N may exceed it.
-					if i < len(keys) {
-						po.Key = keys[i]
-					} else {
-						po.Key = []byte("order-" + strconv.Itoa(i))
-					}
+			b.Run("table="+table+"/policy="+c.name, func(b *testing.B) {
+				opts := spillq.Options{Keys: c.policy}
+				if bounded {
+					opts.DedupWindow = time.Millisecond
 				}
-				if err := q.PutWith(ctx, body, po); err != nil {
+				q, err := spillq.Open(b.TempDir(), opts)
+				if err != nil {
 					b.Fatal(err)
 				}
-				i++
-			}
-		})
+				defer q.Close()
+				ctx := context.Background()
+				keys := make([][]byte, 1<<16)
+				for i := range keys {
+					keys[i] = []byte("order-" + strconv.Itoa(i))
+				}
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					var po channel.PutOptions
+					if c.keyed {
+						// Fresh keys past the table: b.N may exceed it.
+						if i < len(keys) {
+							po.Key = keys[i]
+						} else {
+							po.Key = []byte("order-" + strconv.Itoa(i))
+						}
+					}
+					if err := q.PutWith(ctx, body, po); err != nil {
+						b.Fatal(err)
+					}
+					i++
+					if bounded && i%1000 == 0 {
+						b.StopTimer()
+						for range 1000 {
+							m, err := q.Receive(ctx)
+							if err != nil {
+								b.Fatal(err)
+							}
+							m.Finish()
+						}
+						b.StartTimer()
+					}
+				}
+			})
+		}
 	}
 }
 

@@ -153,12 +153,15 @@ func TestKeyPolicyProperty(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			for {
-				done, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+			for q.Stats().BackendDepth > 0 {
+				done, cancel := context.WithTimeout(ctx, 10*time.Second)
 				m, err := q.Receive(done)
 				cancel()
 				if err != nil {
-					break
+					if q.Stats().BackendDepth == 0 {
+						break // the last were superseded
+					}
+					t.Fatalf("drain: Receive: %v; %+v", err, q.Stats())
 				}
 				k, v := parseKV(t, m)
 				if vs := model.pending[k]; policy == channel.KeyReplace && (len(vs) == 0 || vs[len(vs)-1] != v) {

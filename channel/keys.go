@@ -78,8 +78,11 @@ type keyTable struct {
 	// was last put. Pointers, so a Put finds its entry again after the
 	// backend's Put without a second lookup (commit).
 	entries map[string]*keyEntry
-	// seenQ holds KeyDedup's puts in order, for expiry.
-	seenQ []seenKey
+	// seenQ holds KeyDedup's puts in order, for expiry, from seenQ[seenHead]
+	// on: expiry moves the head, and the slice is copied down only once
+	// the head has passed half of it, so each put is copied once at most.
+	seenQ    []seenKey
+	seenHead int
 	// held is, under KeySerial, the message being worked on per key, and
 	// waiting the messages behind it, in put order.
 	held    map[string]ID
@@ -270,16 +273,19 @@ func (t *keyTable) stored(key []byte, id ID, seq uint64) {
 
 // expireLocked forgets the keys put before the dedup window.
 func (t *keyTable) expireLocked(now int64) {
-	i := 0
+	i := t.seenHead
 	for i < len(t.seenQ) && now-t.seenQ[i].at >= t.window {
 		e := t.seenQ[i]
+		t.seenQ[i] = seenKey{} // lets the key's string go
 		if cur := t.entries[e.key]; cur != nil && cur.at == e.at {
 			delete(t.entries, e.key)
 		}
 		i++
 	}
-	if i > 0 {
-		t.seenQ = append(t.seenQ[:0:0], t.seenQ[i:]...)
+	t.seenHead = i
+	if i > len(t.seenQ)/2 {
+		t.seenQ = append(t.seenQ[:0], t.seenQ[i:]...)
+		t.seenHead = 0
 	}
 }
 
