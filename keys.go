@@ -214,7 +214,11 @@ func loadKeyState(dir string, q *diskqueue.Queue, policy channel.KeyPolicy, wind
 		}
 		e := channel.KeyEntry{Key: string(m.Key), ID: m.ID, Seq: rec.Seq, At: m.Timestamp}
 		if i, ok := index[e.Key]; ok {
-			st.Entries[i] = e // the newer record wins
+			// The newer message wins, by ID: a record stored again at
+			// Close can sit after a newer version's.
+			if e.ID > st.Entries[i].ID {
+				st.Entries[i] = e
+			}
 			continue
 		}
 		index[e.Key] = len(st.Entries)

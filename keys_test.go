@@ -446,3 +446,42 @@ func TestCompactAutomatic(t *testing.T) {
 		m.Finish()
 	}
 }
+
+// TestReplaceCloseDropsSuperseded: under KeyReplace, a version held in
+// memory at Close that a newer stored one superseded is not stored again
+// (where it would sit after the newer), so a restart never delivers it.
+func TestReplaceCloseDropsSuperseded(t *testing.T) {
+	dir := t.TempDir()
+	opts := spillq.Options{Keys: channel.KeyReplace, MemQueueSize: 1}
+	q := open(t, dir, opts)
+	ctx := context.Background()
+	for v := range 2 { // v0 to memory, v1 to disk: the memory buffer is full
+		if err := q.PutWith(ctx, []byte(fmt.Sprintf("k:%d", v)), channel.PutOptions{Key: []byte("k")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	q = open(t, dir, opts)
+	defer q.Close()
+	for q.Stats().BackendDepth > 0 {
+		done, cancel := context.WithTimeout(ctx, 10*time.Second)
+		m, err := q.Receive(done)
+		cancel()
+		if err != nil {
+			if q.Stats().BackendDepth == 0 {
+				break
+			}
+			t.Fatal(err)
+		}
+		if _, v := parseKV(t, m); v != 1 {
+			t.Fatalf("delivered %q after a restart; k:1 superseded it", m.Body)
+		}
+		m.Finish()
+		q.KeyState() // prunes what the floor has passed
+	}
+	if st := q.Stats(); st.KeysPending != 0 {
+		t.Fatalf("%d keys pending after the drain", st.KeysPending)
+	}
+}

@@ -1046,6 +1046,16 @@ func (c *Channel) Close() error {
 		if m.gen != c.gen.Load() || inPlace(m) {
 			continue
 		}
+		if c.opts.Keys == KeyReplace && m.Key != nil {
+			// A superseded version stored again would come after the
+			// newer one in the backend, where a restart, which knows the
+			// newest by its record, could take it for the newest.
+			if _, drop := c.keys.take(m); drop {
+				c.ackRecord(m, "superseded by a newer message with its key")
+				c.keyDone(m)
+				continue
+			}
+		}
 		// The record (if any) is replaced by one carrying the current
 		// attempts and due time: in the timer store for a deferred
 		// message, if there is one, else in the backend. A topic's
