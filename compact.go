@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"sync"
 	"time"
@@ -34,11 +35,14 @@ type CompactStats struct {
 // compactor compacts a queue's log, on demand (Queue.Compact) and in the
 // background once the log's dirty ratio reaches the option's.
 type compactor struct {
-	dq      *diskqueue.Queue
-	ch      *channel.Channel // set by queueBackend.start
-	replace bool             // the channel's policy is KeyReplace
-	ratio   float64          // <0: no automatic compaction
+	dq      compactLog
+	replace bool    // the policy is KeyReplace
+	ratio   float64 // <0: no automatic compaction
 	logger  *slog.Logger
+	// compacted tells a queue's channel of a pending version removed
+	// (Channel.Compacted); nil for a topic, whose channels learn it from
+	// the topic's key state.
+	compacted func(key []byte, id channel.ID)
 
 	mu sync.Mutex // one compaction at a time; guards cleanEnd
 	// cleanEnd is the seq the last compaction looked at the records up
@@ -54,16 +58,25 @@ type compactor struct {
 	busy    sync.Mutex // held by the background compaction while it runs
 }
 
-// newCompactor returns the compactor of a queue whose records compaction
-// can remove, or nil: under KeyReplace the versions a newer one
-// superseded, and with retention (Disk.RetainBytes, Disk.RetainAge) the
+// compactLog is the log a compactor compacts: a queue's, whose
+// Acknowledged is its own cursor's, or a topic's, every channel's.
+type compactLog interface {
+	Segments() []diskqueue.SegmentInfo
+	Stats() diskqueue.Stats
+	Sync(ctx context.Context) error
+	Scan(from, to uint64) iter.Seq2[diskqueue.Record, error]
+	Acknowledged(seq uint64) bool
+	Compact(ctx context.Context, base uint64, keep func(rec diskqueue.Record) bool) (diskqueue.CompactStats, error)
+}
+
+// newCompactor returns the compactor of a log whose records compaction
+// can remove, or nil: under KeyReplace (replace) the versions a newer one
+// superseded, and with retention (disk.RetainBytes, disk.RetainAge) the
 // acknowledged records of a key a newer record has replaced.
-func newCompactor(dq *diskqueue.Queue, opts Options, logger *slog.Logger) *compactor {
-	replace := opts.Keys == channel.KeyReplace
-	if !replace && opts.Disk.RetainBytes == 0 && opts.Disk.RetainAge == 0 {
+func newCompactor(dq compactLog, replace bool, disk diskqueue.Options, ratio float64, logger *slog.Logger) *compactor {
+	if !replace && disk.RetainBytes == 0 && disk.RetainAge == 0 {
 		return nil
 	}
-	ratio := opts.CompactDirtyRatio
 	if ratio == 0 {
 		ratio = DefaultCompactDirtyRatio
 	}
@@ -188,7 +201,7 @@ func (c *compactor) compactLocked(ctx context.Context, st *CompactStats) error {
 			if !c.replace {
 				return !acked // only history: pending work stays
 			}
-			if !acked {
+			if !acked && c.compacted != nil {
 				gone = append(gone, removedVersion{key: append([]byte(nil), m.Key...), id: m.ID})
 			}
 			return false
@@ -204,8 +217,10 @@ func (c *compactor) compactLocked(ctx context.Context, st *CompactStats) error {
 			continue
 		}
 		// Removed now, so the channel will never see them: they are done.
-		for _, v := range gone {
-			c.ch.Compacted(v.key, v.id)
+		if c.compacted != nil {
+			for _, v := range gone {
+				c.compacted(v.key, v.id)
+			}
 		}
 		if cs.Removed > 0 {
 			st.Segments++

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io/fs"
+	"iter"
 	"log/slog"
 	"math"
 	"os"
@@ -140,6 +141,16 @@ func saveKeyState(dir string, st channel.KeyState) error {
 	return d.Sync()
 }
 
+// keyLog is the log a key state is kept for: a queue's (its Acknowledged
+// is its own cursor's) or a topic's (every channel's).
+type keyLog interface {
+	Scan(from, to uint64) iter.Seq2[diskqueue.Record, error]
+	SeekTime(t time.Time) (uint64, error)
+	NextSeq() uint64
+	Floor() uint64
+	Acknowledged(seq uint64) bool
+}
+
 // loadKeyState rebuilds the key policy's state at Open: the stored
 // snapshot, less what was acknowledged since, plus the keyed records put
 // after its watermark (the tail). Without a usable snapshot it reads the
@@ -147,9 +158,9 @@ func saveKeyState(dir string, st channel.KeyState) error {
 // (through the time index), for the others the unacknowledged backlog,
 // once. Open costs the number of keys plus the tail, never a read of the
 // whole log.
-func loadKeyState(dir string, q *diskqueue.Queue, policy channel.KeyPolicy, window time.Duration, logger *slog.Logger) (*channel.KeyState, error) {
+func loadKeyState(dir string, q keyLog, policy channel.KeyPolicy, window time.Duration, logger *slog.Logger) (*channel.KeyState, error) {
 	st := &channel.KeyState{Policy: policy}
-	from := q.Stats().ReadSeq
+	from := q.Floor()
 	b, err := os.ReadFile(keyStateFile(dir))
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -175,7 +186,7 @@ func loadKeyState(dir string, q *diskqueue.Queue, policy channel.KeyPolicy, wind
 		if seq, err := q.SeekTime(now.Add(-window)); err == nil {
 			from = seq
 		} else if errors.Is(err, diskqueue.ErrNotFound) {
-			from = q.Stats().WriteSeq
+			from = q.NextSeq()
 		}
 	}
 	// What the snapshot names and was acknowledged since is done.
@@ -227,34 +238,31 @@ func loadKeyState(dir string, q *diskqueue.Queue, policy channel.KeyPolicy, wind
 	return st, nil
 }
 
-// queueBackend is the disk backend of a queue that works in the
-// background beside its channel: it stores the key state every
-// keySaveInterval (with a key policy that keeps state), and compacts the
-// log once enough of it is new (comp, when compaction can remove
-// anything). Close stops both, then stores the key state a last time,
-// after the channel has stored what it held and before the disk queue
-// closes.
-type queueBackend struct {
-	diskBackend
-	dir      string
-	logger   *slog.Logger
-	saveKeys bool
-	comp     *compactor       // nil without compaction
-	ch       *channel.Channel // set once the channel exists
-	stop     chan struct{}
-	done     chan struct{}
-	last     [3]int64 // the counters at the last store, to skip idle rounds
+// keeper does the background work of a queue or a topic that keeps a key
+// state or compacts: it stores the key state every keySaveInterval (less
+// often when storing it takes more than a twentieth of that), and starts a
+// compaction once the log is dirty enough. close stops both, then stores
+// the key state a last time.
+type keeper struct {
+	dir    string
+	logger *slog.Logger
+	// state returns the key state to store, if there is one; changes, the
+	// counters that move when it does, to skip idle rounds. Both nil
+	// without a key state.
+	state   func() (channel.KeyState, bool)
+	changes func() [3]int64
+	comp    *compactor // nil without compaction
+	stop    chan struct{}
+	done    chan struct{}
+	last    [3]int64
 	// next is when the next store may run: a store of a large state
 	// waits 20 times what the last one took, so storing takes at most
 	// about 5% of the time (and the tail a restart reads grows as much).
 	next time.Time
 }
 
-func (k *queueBackend) start(ch *channel.Channel) {
-	k.ch, k.stop, k.done = ch, make(chan struct{}), make(chan struct{})
-	if k.comp != nil {
-		k.comp.ch = ch
-	}
+func (k *keeper) start() {
+	k.stop, k.done = make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(k.done)
 		t := time.NewTicker(keySaveInterval)
@@ -262,7 +270,7 @@ func (k *queueBackend) start(ch *channel.Channel) {
 		for {
 			select {
 			case <-t.C:
-				if k.saveKeys {
+				if k.state != nil {
 					k.save(false)
 				}
 				if k.comp != nil {
@@ -277,17 +285,16 @@ func (k *queueBackend) start(ch *channel.Channel) {
 
 // save stores the key state, unless nothing changed since the last time
 // (and force is not set).
-func (k *queueBackend) save(force bool) error {
+func (k *keeper) save(force bool) error {
 	began := time.Now()
 	if !force && began.Before(k.next) {
 		return nil
 	}
-	cs := k.ch.Stats()
-	now := [3]int64{cs.Puts, cs.Finishes + cs.DeadLetters, cs.Superseded}
+	now := k.changes()
 	if !force && now == k.last {
 		return nil
 	}
-	st, ok := k.ch.KeyState()
+	st, ok := k.state()
 	if !ok {
 		return nil
 	}
@@ -300,19 +307,32 @@ func (k *queueBackend) save(force bool) error {
 	return nil
 }
 
-func (k *queueBackend) Close() error {
-	var err error
-	if k.stop != nil {
-		close(k.stop)
-		<-k.done
-		if k.comp != nil {
-			k.comp.stop()
-		}
-		if k.saveKeys {
-			if serr := k.save(true); serr != nil {
-				err = fmt.Errorf("spillq: close: store key state: %w", serr)
-			}
+// close stops the background work and stores the key state a last time.
+func (k *keeper) close() error {
+	if k.stop == nil {
+		return nil
+	}
+	close(k.stop)
+	<-k.done
+	if k.comp != nil {
+		k.comp.stop()
+	}
+	if k.state != nil {
+		if err := k.save(true); err != nil {
+			return fmt.Errorf("spillq: close: store key state: %w", err)
 		}
 	}
-	return errors.Join(err, k.diskBackend.Close())
+	return nil
+}
+
+// queueBackend is the disk backend of a queue with a keeper: the channel's
+// Close closes it after storing what it held, so the keeper stores the key
+// state last, before the disk queue closes.
+type queueBackend struct {
+	diskBackend
+	keep *keeper
+}
+
+func (b *queueBackend) Close() error {
+	return errors.Join(b.keep.close(), b.diskBackend.Close())
 }

@@ -158,11 +158,11 @@ func Open(dir string, opts Options) (*Queue, error) {
 			return nil, err
 		}
 	}
-	comp := newCompactor(dq, opts, logger)
-	var qb *queueBackend
+	comp := newCompactor(dq, opts.Keys == channel.KeyReplace, opts.Disk, opts.CompactDirtyRatio, logger)
+	var keep *keeper
 	if saveKeys || comp != nil {
-		qb = &queueBackend{diskBackend: diskBackend{dq}, dir: dir, logger: logger, saveKeys: saveKeys, comp: comp}
-		backend = qb
+		keep = &keeper{dir: dir, logger: logger, comp: comp}
+		backend = &queueBackend{diskBackend: diskBackend{dq}, keep: keep}
 	}
 	ch, err := channel.New(channel.Options{
 		MemQueueSize:        opts.MemQueueSize,
@@ -183,8 +183,18 @@ func Open(dir string, opts Options) (*Queue, error) {
 		dq.Close()
 		return nil, fmt.Errorf("spillq: %w", err)
 	}
-	if qb != nil {
-		qb.start(ch)
+	if keep != nil {
+		if saveKeys {
+			keep.state = ch.KeyState
+			keep.changes = func() [3]int64 {
+				cs := ch.Stats()
+				return [3]int64{cs.Puts, cs.Finishes + cs.DeadLetters, cs.Superseded}
+			}
+		}
+		if comp != nil {
+			comp.compacted = ch.Compacted
+		}
+		keep.start()
 	}
 	return &Queue{Channel: ch, disk: dq, timers: tq, comp: comp}, nil
 }

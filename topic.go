@@ -34,6 +34,25 @@ type TopicOptions struct {
 	// from an older seq or time, and for lookups.
 	Disk diskqueue.Options
 
+	// Keys, DedupWindow and DuplicatesOK choose the topic's key policy for
+	// messages put with a key, decided at Put for all its channels (see
+	// channel.FanoutOptions.Keys): channel.KeyNone (the default),
+	// KeyUnique (a Put whose key has a message some channel has not
+	// finished is refused with channel.ErrDuplicate), KeyReplace (each
+	// channel delivers only the newest version of a key it reaches) or
+	// KeyDedup (a Put whose key was put within DedupWindow is refused).
+	// KeySerial is a channel's own (ChannelOptions.Keys). The state
+	// survives a restart and a crash as a queue's does (Options.Keys): it
+	// is stored in dir's [KeysDir] every second and at Close.
+	Keys         channel.KeyPolicy
+	DedupWindow  time.Duration
+	DuplicatesOK bool
+
+	// CompactDirtyRatio is as in [Options], for the topic's log: it
+	// applies under KeyReplace (a version every channel would drop goes)
+	// and with retention (the finished versions a newer one replaced go).
+	CompactDirtyRatio float64
+
 	// Logger receives warnings from every layer. Nil discards.
 	Logger *slog.Logger
 }
@@ -71,8 +90,8 @@ type ChannelOptions struct {
 
 	// Keys is the channel's key policy: channel.KeyNone (the default) or
 	// channel.KeySerial, one message per key at a time for this channel
-	// (see channel.Options.Keys). The policies that decide at Put are not
-	// offered on a topic's channel.
+	// (see channel.Options.Keys). The policies that decide at Put are the
+	// topic's (TopicOptions.Keys).
 	Keys channel.KeyPolicy
 
 	// MsgTimeout, MaxAttempts, DeadLetter and MaxDeferredInMemory are as
@@ -107,6 +126,10 @@ type Topic struct {
 	// sources are the channels' cursors, kept from one opening of a
 	// channel to the next with what it read ahead. Guarded by opMu.
 	sources map[string]*cursorSource
+
+	// keep stores the key state and compacts; nil when there is neither.
+	keep *keeper
+	comp *compactor
 }
 
 // OpenTopic opens (or creates) the topic in dir. The channels stored there
@@ -128,7 +151,23 @@ func OpenTopic(dir string, opts TopicOptions) (*Topic, error) {
 	if err != nil {
 		return nil, openErr(err, maxBody)
 	}
-	fan, err := channel.NewFanout(l) // a *Log tells its record limits
+	logger := dopts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	fopts := channel.FanoutOptions{Keys: opts.Keys, DedupWindow: opts.DedupWindow, DuplicatesOK: opts.DuplicatesOK}
+	saveKeys := opts.Keys == channel.KeyUnique || opts.Keys == channel.KeyReplace || opts.Keys == channel.KeyDedup
+	if saveKeys {
+		window := opts.DedupWindow
+		if window <= 0 {
+			window = channel.DefaultDedupWindow
+		}
+		if fopts.KeyState, err = loadKeyState(dir, l, opts.Keys, window, logger); err != nil {
+			l.Close()
+			return nil, err
+		}
+	}
+	fan, err := channel.NewFanout(l, fopts) // a *Log tells its record limits, seqs and acknowledgements
 	if err != nil {
 		l.Close()
 		return nil, fmt.Errorf("spillq: %w", err)
@@ -142,6 +181,22 @@ func OpenTopic(dir string, opts TopicOptions) (*Topic, error) {
 		return nil, err
 	}
 	fan.SetDurable(len(l.Cursors()))
+	t.comp = newCompactor(l, opts.Keys == channel.KeyReplace, opts.Disk, opts.CompactDirtyRatio, logger)
+	if saveKeys || t.comp != nil {
+		t.keep = &keeper{dir: dir, logger: logger, comp: t.comp}
+		if saveKeys {
+			t.keep.state = fan.KeyState
+			t.keep.changes = func() [3]int64 {
+				fs := fan.Stats()
+				var acks int64
+				for _, c := range l.CursorStats() {
+					acks += c.Acks
+				}
+				return [3]int64{fs.Puts, acks, int64(fs.KeysPending)}
+			}
+		}
+		t.keep.start()
+	}
 	return t, nil
 }
 
@@ -290,6 +345,30 @@ func (t *Topic) DeleteChannel(name string) error {
 	return nil
 }
 
+// Compact compacts the topic's log now, as [Queue.Compact] does a
+// queue's: under KeyReplace every version a newer one superseded goes
+// (each channel would drop it), and with retention the finished versions
+// a newer one replaced; otherwise nothing.
+func (t *Topic) Compact(ctx context.Context) (CompactStats, error) {
+	if t.comp == nil {
+		return CompactStats{Runs: 1}, nil
+	}
+	return t.comp.compact(ctx)
+}
+
+// CompactStats returns what every compaction of the topic's log since
+// OpenTopic did.
+func (t *Topic) CompactStats() CompactStats {
+	if t.comp == nil {
+		return CompactStats{}
+	}
+	return t.comp.stats()
+}
+
+// KeyState returns a snapshot of the topic's key policy state (what it
+// stores every second), and whether it has one.
+func (t *Topic) KeyState() (channel.KeyState, bool) { return t.fan.KeyState() }
+
 // Log returns the topic's log, for its Stats and for lookups by sequence
 // number or time. Do not Put to it, open cursors on it or Close it: the
 // topic does.
@@ -303,6 +382,11 @@ type TopicStats struct {
 	// Puts and the rest count the topic's Puts: through the channels'
 	// memory buffers, or to the log.
 	Puts, ToMemory, ToLog, PutFailures int64
+	// KeysPending and Duplicates are the key policy's (see
+	// channel.FanoutStats); each channel counts what it dropped as
+	// superseded in its Channel.Superseded.
+	KeysPending int
+	Duplicates  int64
 	// Channels has one entry per channel, by name.
 	Channels []ChannelStats
 }
@@ -327,7 +411,7 @@ type ChannelStats struct {
 // one record per channel that is behind, to tell its lag in time.
 func (t *Topic) Stats() TopicStats {
 	fs := t.fan.Stats()
-	st := TopicStats{Log: t.log.Stats(), Puts: fs.Puts, ToMemory: fs.ToMemory, ToLog: fs.ToLog, PutFailures: fs.PutFailures}
+	st := TopicStats{Log: t.log.Stats(), Puts: fs.Puts, ToMemory: fs.ToMemory, ToLog: fs.ToLog, PutFailures: fs.PutFailures, KeysPending: fs.KeysPending, Duplicates: fs.Duplicates}
 	t.openMu.Lock()
 	open := maps.Clone(t.open)
 	t.openMu.Unlock()
@@ -365,6 +449,9 @@ func (t *Topic) Close() error {
 		if err := ch.Close(); err != nil && !errors.Is(err, channel.ErrClosed) {
 			errs = append(errs, fmt.Errorf("spillq: close channel %q: %w", name, err))
 		}
+	}
+	if t.keep != nil {
+		errs = append(errs, t.keep.close())
 	}
 	if err := t.log.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("spillq: close topic: %w", err))

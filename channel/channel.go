@@ -138,6 +138,9 @@ type consumerCounters struct {
 	requeues, timeouts, finishes     atomic.Int64
 	deadLetters, expired, badRecords atomic.Int64
 	dropped                          atomic.Int64
+	// superseded counts, on a topic's channel, the messages the topic's
+	// KeyReplace had superseded when the channel took them.
+	superseded atomic.Int64
 	// lastTimed (Unix ns) and lastLatency (ns) are the last finish whose
 	// latency was timed; see recordLatency.
 	lastTimed   atomic.Int64
@@ -181,7 +184,7 @@ func newChannel(opts Options, src Source, fan *Fanout) (*Channel, error) {
 		if fan != nil && o.Keys != KeySerial {
 			return nil, fmt.Errorf("%w: Keys %v on a topic's channel: it decides at Put, which is the topic's; a topic's channel takes KeyNone or KeySerial", ErrInvalidOptions, o.Keys)
 		}
-		c.keys = newKeyTable(o.Keys, o.DedupWindow)
+		c.keys = newKeyTable(o.Keys, o.DedupWindow, nil)
 		c.seqs, _ = o.Backend.(SeqBackend)
 		if o.KeyState != nil {
 			if o.KeyState.Policy != o.Keys {
@@ -347,6 +350,12 @@ func (c *Channel) deliver(m *Message) (*Message, bool) {
 	if m.expires != 0 && time.Now().UnixNano() > m.expires {
 		c.cons.expired.Add(1)
 		c.deadLetter(m, ErrExpired)
+		return nil, false
+	}
+	if m.Key != nil && c.fan != nil && c.fan.keys != nil && c.fan.keys.policy == KeyReplace && c.fan.keys.supersedes(m.Key, m.ID) {
+		c.cons.superseded.Add(1)
+		c.ackRecord(m, "superseded by a newer message with its key")
+		c.keyDone(m)
 		return nil, false
 	}
 	if c.keys != nil && m.Key != nil {
@@ -891,6 +900,7 @@ func (c *Channel) Stats() Stats {
 		st.KeysPending, st.KeyWaiting = c.keys.stats()
 		st.Duplicates, st.Superseded = c.keys.duplicates.Load(), c.keys.superseded.Load()
 	}
+	st.Superseded += c.cons.superseded.Load()
 	p := c.latency.Percentiles(0.5, 0.99, 0.999)
 	st.LatencyP50, st.LatencyP99, st.LatencyP999 = p[0], p[1], p[2]
 	return st
@@ -1021,8 +1031,15 @@ func (c *Channel) Close() error {
 	// it is, unacknowledged, so the next run delivers it in its place
 	// among its key's messages (a new record would come after them); its
 	// attempts since it was stored are not counted.
+	//
+	// On a topic whose key policy pins keyed records (see pinsRecord),
+	// such a message stays in place too, deferred or not (a delay its
+	// record does not carry is then lost: it comes again at once).
 	inPlace := func(m *Message) bool {
-		return c.opts.Keys == KeySerial && m.src == srcBackend && m.due == 0 && m.Key != nil
+		if m.src != srcBackend || m.Key == nil {
+			return false
+		}
+		return c.opts.Keys == KeySerial && m.due == 0 || c.fan != nil && c.pinsRecord(m)
 	}
 	if u, ok := c.src.(Unreader); ok {
 		// The source outlives the channel (a topic's cursor stays open

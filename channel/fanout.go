@@ -53,6 +53,50 @@ type Fanout struct {
 	// it (and failures) went to the log.
 	toMemory    atomic.Int64
 	putFailures atomic.Int64
+
+	// keys is the topic's key policy at Put (FanoutOptions.Keys), nil
+	// without one; klog is the log, which then tells seqs and
+	// acknowledgements.
+	keys         *keyTable
+	klog         KeyLog
+	duplicatesOK bool
+}
+
+// FanoutOptions configures [NewFanout]. The zero value is valid.
+type FanoutOptions struct {
+	// Keys is the topic's key policy for messages put with a key, decided
+	// at Put for every channel: KeyNone (the default), or
+	//   - KeyUnique: a Put whose key has a message that some channel has not
+	//     finished (acknowledged) is refused with [ErrDuplicate];
+	//   - KeyReplace: each channel drops, as it takes it, a message a newer
+	//     one with its key superseded (counted in its Stats.Superseded);
+	//   - KeyDedup: a Put whose key was put within DedupWindow is refused.
+	// KeySerial is a channel's own (Options.Keys). Under a key policy a
+	// keyed message never goes through the memory buffers (the key state
+	// names records), and under KeyUnique and KeyReplace a channel leaves
+	// its record in the log until it is done with it, never moving it to
+	// its timer store: the log's acknowledgements say when every channel
+	// is done. The log must be a [KeyLog].
+	Keys         KeyPolicy
+	DedupWindow  time.Duration // KeyDedup; zero means DefaultDedupWindow
+	DuplicatesOK bool          // a refused Put returns nil, counted
+	// KeyState is the state a restart picks up, as in Options.KeyState:
+	// spillq.OpenTopic keeps it in the topic's directory.
+	KeyState *KeyState
+}
+
+// KeyLog is what a [Fanout] with a key policy needs of its log beside
+// FanoutLog: where each keyed message went, and which records every
+// channel has acknowledged. spillq's diskqueue.Log is one.
+type KeyLog interface {
+	FanoutLog
+	// PutSeq is Put, returning the record's seq.
+	PutSeq(ctx context.Context, body []byte) (uint64, error)
+	// Acknowledged reports whether every channel (cursor) has
+	// acknowledged record seq.
+	Acknowledged(seq uint64) bool
+	// Floor is the oldest record some channel has not acknowledged.
+	Floor() uint64
 }
 
 // FanoutLog is the log a [Fanout] appends to. spillq's diskqueue.Log is
@@ -75,11 +119,33 @@ type batchLog interface {
 
 // NewFanout returns a Fanout over log, with no channel yet. Until one
 // joins, messages go to the log only.
-func NewFanout(log FanoutLog) (*Fanout, error) {
-	f := &Fanout{log: log, started: time.Now()}
+func NewFanout(log FanoutLog, opts FanoutOptions) (*Fanout, error) {
+	f := &Fanout{log: log, started: time.Now(), duplicatesOK: opts.DuplicatesOK}
 	var err error
 	if f.minBody, f.maxBody, err = bodyLimits(log); err != nil {
 		return nil, err
+	}
+	switch opts.Keys {
+	case KeyNone:
+	case KeyUnique, KeyReplace, KeyDedup:
+		klog, ok := log.(KeyLog)
+		if !ok {
+			return nil, fmt.Errorf("%w: Keys %v needs a log that is a KeyLog", ErrInvalidOptions, opts.Keys)
+		}
+		window := opts.DedupWindow
+		if window <= 0 {
+			window = DefaultDedupWindow
+		}
+		f.klog = klog
+		f.keys = newKeyTable(opts.Keys, window, klog.Acknowledged)
+		if opts.KeyState != nil {
+			if opts.KeyState.Policy != opts.Keys {
+				return nil, fmt.Errorf("%w: KeyState is of policy %v, Keys is %v", ErrInvalidOptions, opts.KeyState.Policy, opts.Keys)
+			}
+			f.keys.restore(opts.KeyState, time.Now().UnixNano())
+		}
+	default:
+		return nil, fmt.Errorf("%w: Keys %v on a topic: it takes KeyNone, KeyUnique, KeyReplace or KeyDedup (KeySerial is a channel's)", ErrInvalidOptions, opts.Keys)
 	}
 	f.closeCtx, f.cancel = context.WithCancel(context.Background())
 	f.firstID = uint64(f.started.UnixNano())
@@ -171,16 +237,12 @@ func (f *Fanout) put(ctx context.Context, bodies [][]byte, po PutOptions) (int, 
 			return 0, err
 		}
 	}
+	if po.Key != nil && f.keys != nil && len(bodies) == 1 {
+		return f.putKeyed(ctx, bodies[0], po)
+	}
 	msgs := make([]Message, len(bodies))
 	for i, b := range bodies {
-		m := &msgs[i]
-		*m = Message{ID: ID(f.nextID.Add(1)), Body: b, Key: po.Key, Timestamp: f.started.Add(time.Since(f.started))}
-		if po.Delay > 0 {
-			m.due = m.Timestamp.Add(po.Delay).UnixNano()
-		}
-		if !po.Expires.IsZero() {
-			m.expires = po.Expires.UnixNano()
-		}
+		f.newMessage(&msgs[i], b, po)
 	}
 	done := 0
 	if po.Delay <= 0 {
@@ -197,6 +259,65 @@ func (f *Fanout) put(ctx context.Context, bodies [][]byte, po PutOptions) (int, 
 		f.putFailures.Add(int64(len(msgs) - done - n))
 	}
 	return done + n, err
+}
+
+// newMessage makes the Fanout's next message.
+func (f *Fanout) newMessage(m *Message, body []byte, po PutOptions) {
+	*m = Message{ID: ID(f.nextID.Add(1)), Body: body, Key: po.Key, Timestamp: f.started.Add(time.Since(f.started))}
+	if po.Delay > 0 {
+		m.due = m.Timestamp.Add(po.Delay).UnixNano()
+	}
+	if !po.Expires.IsZero() {
+		m.expires = po.Expires.UnixNano()
+	}
+}
+
+// putKeyed puts a message with a key under the topic's key policy: the
+// policy admits it, it goes to the log (never the memory buffers: the key
+// state names its record), and the policy learns its seq, or takes it back
+// if the log refused it.
+func (f *Fanout) putKeyed(ctx context.Context, body []byte, po PutOptions) (int, error) {
+	var m Message
+	f.newMessage(&m, body, po)
+	adm, err := f.keys.admit(m.Key, m.ID, m.Timestamp.UnixNano())
+	if err != nil {
+		f.putFailures.Add(1) // not a Put: the duplicates count it
+		if f.duplicatesOK {
+			return 1, nil
+		}
+		return 0, err
+	}
+	bctx, release := bound(ctx, f.closeCtx)
+	defer release()
+	env := appendEnvelope(nil, &m)
+	seq, err := f.klog.PutSeq(bctx, env)
+	if err != nil {
+		f.keys.undo(m.Key, m.ID, adm)
+		f.putFailures.Add(1)
+		return 0, f.putErr(err)
+	}
+	f.keys.commit(adm, m.ID, seq, true)
+	return 1, nil
+}
+
+// pinsKeys reports whether the topic's key policy names pending keyed
+// messages by their records (see FanoutOptions.Keys).
+func (f *Fanout) pinsKeys() bool {
+	return f.keys != nil && (f.keys.policy == KeyUnique || f.keys.policy == KeyReplace)
+}
+
+// KeyState returns a snapshot of the topic's key policy state for a
+// restart to pick up (FanoutOptions.KeyState), and whether it has one.
+// Puts wait while it copies the state, so that its watermark is exact.
+func (f *Fanout) KeyState() (KeyState, bool) {
+	if f.keys == nil {
+		return KeyState{}, false
+	}
+	f.putMu.Lock()
+	defer f.putMu.Unlock()
+	st := KeyState{Policy: f.keys.policy, Watermark: f.log.NextSeq()}
+	st.Entries = f.keys.snapshot(f.klog.Floor())
+	return st, true
 }
 
 // toMemoryTier hands m to every member's memory buffer, if the memory
@@ -268,8 +389,15 @@ type FanoutStats struct {
 	Puts        int64 // messages accepted
 	ToMemory    int64 // of those, handed to the channels' memory buffers
 	ToLog       int64 // of those, written to the log
-	PutFailures int64 // messages refused by the log (not in Puts)
+	PutFailures int64 // messages refused by the log or the key policy (not in Puts)
 	Channels    int   // channels joined
+	// KeysPending is the keys the topic's key policy holds: with a
+	// message some channel has not finished (KeyUnique; an entry goes at
+	// the next KeyState once all have), with a newest version some channel
+	// may still reach (KeyReplace), put within the window (KeyDedup).
+	// Duplicates counts the Puts the policy refused.
+	KeysPending int
+	Duplicates  int64
 }
 
 // Stats returns a snapshot of the Fanout's counters.
@@ -281,6 +409,10 @@ func (f *Fanout) Stats() FanoutStats {
 		PutFailures: failures,
 	}
 	st.ToLog = st.Puts - st.ToMemory
+	if f.keys != nil {
+		st.KeysPending, _ = f.keys.stats()
+		st.Duplicates = f.keys.duplicates.Load()
+	}
 	f.memMu.Lock()
 	st.Channels = len(f.members)
 	f.memMu.Unlock()

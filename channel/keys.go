@@ -71,6 +71,13 @@ const DefaultDedupWindow = 10 * time.Minute
 type keyTable struct {
 	policy KeyPolicy
 	window int64 // KeyDedup: ns
+	// topic is set for a topic's table ([Fanout]), kept at Put for every
+	// channel: its entries know no versions (as if restored, see
+	// keyEntry.restored), and under KeyUnique an entry goes once every
+	// channel has acknowledged its record (settled), there being no one
+	// done to wait for.
+	topic   bool
+	settled func(seq uint64) bool
 
 	mu sync.Mutex
 	// entries is the Put-time policies' state per key: under KeyUnique its
@@ -159,8 +166,10 @@ type seenKey struct {
 	key string
 }
 
-func newKeyTable(policy KeyPolicy, window time.Duration) *keyTable {
-	t := &keyTable{policy: policy, window: int64(window)}
+// newKeyTable returns a channel's table, or with settled a topic's (see
+// keyTable.topic).
+func newKeyTable(policy KeyPolicy, window time.Duration, settled func(seq uint64) bool) *keyTable {
+	t := &keyTable{policy: policy, window: int64(window), topic: settled != nil, settled: settled}
 	if policy == KeySerial {
 		t.held, t.waiting = map[string]ID{}, map[string][]*Message{}
 	} else {
@@ -186,7 +195,7 @@ func (t *keyTable) admit(key []byte, id ID, now int64) (admitted, error) {
 	e := t.entries[string(key)]
 	switch t.policy {
 	case KeyUnique:
-		if e != nil {
+		if e != nil && !(t.topic && e.hasSeq && t.settled(e.seq)) {
 			t.duplicates.Add(1)
 			return admitted{}, fmt.Errorf("%w: key %q has a message pending", ErrDuplicate, key)
 		}
@@ -198,6 +207,9 @@ func (t *keyTable) admit(key []byte, id ID, now int64) (admitted, error) {
 		// this one's Put has succeeded (commit).
 		if e == nil {
 			ne := &keyEntry{v0: id}
+			if t.topic {
+				ne = &keyEntry{restored: true}
+			}
 			t.entries[string(key)] = ne
 			return admitted{e: ne, made: true}, nil
 		}
@@ -228,7 +240,12 @@ func (t *keyTable) undo(key []byte, id ID, a admitted) {
 	defer t.mu.Unlock()
 	live := t.entries[string(key)] == a.e
 	if t.policy == KeyReplace {
-		if a.e.dropVersion(id) && !a.e.pending() && live {
+		switch {
+		case a.e.restored:
+			if a.made && live && a.e.id == 0 {
+				delete(t.entries, string(key)) // no version of it was ever stored
+			}
+		case a.e.dropVersion(id) && !a.e.pending() && live:
 			delete(t.entries, string(key))
 		}
 		return
@@ -379,6 +396,15 @@ func (t *keyTable) parked() []*Message {
 	return out
 }
 
+// supersedes reports whether a newer message with key than id has been
+// stored (KeyReplace): a topic's channel drops the older one as it takes it.
+func (t *keyTable) supersedes(key []byte, id ID) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e := t.entries[string(key)]
+	return e != nil && e.id > id
+}
+
 // compacted records that compaction removed message id with key from the
 // backend, unseen: under KeyReplace a superseded version, done now.
 func (t *keyTable) compacted(key []byte, id ID) {
@@ -444,6 +470,10 @@ func (t *keyTable) snapshot(floor uint64) []KeyEntry {
 	for k, e := range t.entries {
 		switch t.policy {
 		case KeyUnique, KeyReplace:
+			if t.topic && t.policy == KeyUnique && e.hasSeq && (e.seq < floor || t.settled(e.seq)) {
+				delete(t.entries, k) // every channel is done with it
+				continue
+			}
 			if t.policy == KeyReplace && e.restored && e.hasSeq && e.seq < floor {
 				// Restored, its versions not counted: the newest is
 				// acknowledged, and so is every older one (all in the

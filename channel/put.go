@@ -132,13 +132,19 @@ func (c *Channel) putKeyed(ctx context.Context, body []byte, po PutOptions) erro
 	return nil
 }
 
-// pinsRecord reports whether m's record must stay in the backend while m
-// is pending, rather than move to the timer store when deferred: under
-// KeyUnique and KeyReplace the key state names a pending message by its
-// record there, and a restart checks it against the backend's
-// acknowledgements.
+// pinsRecord reports whether m's record must stay in the backend (or the
+// topic's log) while m is pending, rather than move to the timer store
+// when deferred: under KeyUnique and KeyReplace, a queue's or a topic's,
+// the key state names a pending message by its record, and a restart (and
+// on a topic, every Put) checks it against the acknowledgements.
 func (c *Channel) pinsRecord(m *Message) bool {
-	return m.Key != nil && (c.opts.Keys == KeyUnique || c.opts.Keys == KeyReplace)
+	if m.Key == nil {
+		return false
+	}
+	if c.fan != nil {
+		return c.fan.pinsKeys()
+	}
+	return c.opts.Keys == KeyUnique || c.opts.Keys == KeyReplace
 }
 
 // fill makes m a new message: the next ID, stamped now.

@@ -30,6 +30,33 @@ func (c *Cursor) Acknowledged(seq uint64) bool { return c.acknowledged(seq) }
 // seq (see [Cursor.Acknowledged]).
 func (q *Queue) Acknowledged(seq uint64) bool { return q.c.Acknowledged(seq) }
 
+// Acknowledged reports whether every cursor of the log has acknowledged
+// record seq (see [Cursor.Acknowledged]): true for any seq written when the
+// log has no cursor, false for one not yet written.
+func (l *Log) Acknowledged(seq uint64) bool {
+	if seq >= l.NextSeq() {
+		return false
+	}
+	for _, c := range *l.cursorList.Load() {
+		if !c.acknowledged(seq) {
+			return false
+		}
+	}
+	return true
+}
+
+// Floor is the oldest record some cursor of the log has not acknowledged
+// (the lowest of their read positions): every record below it is
+// acknowledged by every cursor. With no cursor it is [Log.NextSeq]. Like
+// [Log.CursorStats] it takes no lock and does no I/O.
+func (l *Log) Floor() uint64 {
+	floor := l.NextSeq()
+	for _, c := range *l.cursorList.Load() {
+		floor = min(floor, c.ackFloor.Load())
+	}
+	return floor
+}
+
 // MaxRecordBytes and MinRecordBytes are the record limits Put enforces
 // (Options, defaults applied), so callers that wrap records (a channel's
 // envelope) can refuse what would not fit before they build it.

@@ -1,0 +1,214 @@
+package spillq_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/spillq/spillq"
+	"github.com/spillq/spillq/channel"
+	"github.com/spillq/spillq/diskqueue"
+)
+
+// putKV puts "k:v" with key k to tp and returns Put's error.
+func putKV(tp *spillq.Topic, k string, v int) error {
+	return tp.PutWith(context.Background(), []byte(fmt.Sprintf("%s:%d", k, v)), channel.PutOptions{Key: []byte(k)})
+}
+
+// receiveKV receives one message from ch within 10 s.
+func receiveKV(t *testing.T, ch *channel.Channel) (*channel.Message, string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m, err := ch.Receive(ctx)
+	if err != nil {
+		t.Fatalf("Receive: %v", err)
+	}
+	k, v := parseKV(t, m)
+	return m, k, v
+}
+
+// TestTopicKeyUnique: a topic's KeyUnique refuses a Put while any channel
+// has the key's message unfinished (deferred included), across a restart.
+func TestTopicKeyUnique(t *testing.T) {
+	dir := t.TempDir()
+	opts := spillq.TopicOptions{Keys: channel.KeyUnique}
+	tp := openTopic(t, dir, opts)
+	a := topicChannel(t, tp, "a", spillq.ChannelOptions{})
+	b := topicChannel(t, tp, "b", spillq.ChannelOptions{})
+	dup := func(v int, want bool) {
+		t.Helper()
+		err := putKV(tp, "k", v)
+		if want != errors.Is(err, channel.ErrDuplicate) || !want && err != nil {
+			t.Fatalf("Put k:%d = %v, want duplicate %v", v, err, want)
+		}
+	}
+	dup(0, false)
+	dup(1, true)
+	m, _, _ := receiveKV(t, a)
+	m.Finish()
+	dup(2, true) // b has not finished it
+	m, _, _ = receiveKV(t, b)
+	m.Finish()
+	dup(3, false)
+	// A deferral keeps the message pending in its channel.
+	m, _, v := receiveKV(t, a)
+	if v != 3 {
+		t.Fatalf("a got k:%d, want k:3", v)
+	}
+	if err := m.Requeue(time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	m, _, _ = receiveKV(t, b)
+	m.Finish()
+	dup(4, true)
+	if err := tp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	tp = openTopic(t, dir, opts)
+	defer tp.Close()
+	dup(5, true) // a still has k:3, given back to the log at Close
+	a = topicChannel(t, tp, "a", spillq.ChannelOptions{})
+	m, _, v = receiveKV(t, a)
+	if v != 3 {
+		t.Fatalf("after the restart a got k:%d, want k:3", v)
+	}
+	m.Finish()
+	dup(6, false)
+	if st := tp.Stats(); st.Duplicates != 1 || st.KeysPending != 1 {
+		t.Fatalf("Stats: %d duplicates, %d keys pending; want 1 (since the restart) and 1", st.Duplicates, st.KeysPending)
+	}
+}
+
+// TestTopicKeyReplace: under a topic's KeyReplace every channel delivers
+// only the newest version of each key it reaches, across a restart, and a
+// channel far behind after a compaction too.
+func TestTopicKeyReplace(t *testing.T) {
+	dir := t.TempDir()
+	opts := spillq.TopicOptions{Keys: channel.KeyReplace, CompactDirtyRatio: -1, Disk: diskqueue.Options{MaxSegmentBytes: 2 << 10}}
+	tp := openTopic(t, dir, opts)
+	a := topicChannel(t, tp, "a", spillq.ChannelOptions{})
+	topicChannel(t, tp, "b", spillq.ChannelOptions{}) // behind until the end
+	const keys, versions = 20, 4
+	for v := range versions {
+		for k := range keys {
+			if err := putKV(tp, fmt.Sprintf("k%d", k), v); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	newestOnly := func(ch *channel.Channel, n, want int) {
+		t.Helper()
+		seen := map[string]bool{}
+		for range n {
+			m, k, v := receiveKV(t, ch)
+			if v != want || seen[k] {
+				t.Fatalf("delivered %s:%d; want each key's newest, %d, once", k, v, want)
+			}
+			seen[k] = true
+			m.Finish()
+		}
+		nothingMore(t, ch)
+	}
+	newestOnly(a, keys, versions-1)
+	if st := a.Stats(); st.Superseded != keys*(versions-1) {
+		t.Fatalf("a superseded %d, want %d", st.Superseded, keys*(versions-1))
+	}
+	// Another version of each, and a restart before a reads it.
+	for k := range keys {
+		if err := putKV(tp, fmt.Sprintf("k%d", k), versions); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	tp = openTopic(t, dir, opts)
+	defer tp.Close()
+	for k := range keys {
+		if err := putKV(tp, fmt.Sprintf("k%d", k), versions+1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a = topicChannel(t, tp, "a", spillq.ChannelOptions{})
+	newestOnly(a, keys, versions+1)
+	// b, which has read nothing, after a compaction.
+	waitTopicSealed(t, tp, 3)
+	cs, err := tp.Compact(context.Background())
+	if err != nil || cs.Removed == 0 {
+		t.Fatalf("Compact: %+v, %v; want superseded versions removed", cs, err)
+	}
+	b := topicChannel(t, tp, "b", spillq.ChannelOptions{})
+	newestOnly(b, keys, versions+1)
+	if st := tp.Stats(); st.KeysPending != keys {
+		t.Fatalf("%d keys pending, want %d", st.KeysPending, keys)
+	}
+	tp.KeyState() // prunes the keys every channel is past
+	if st := tp.Stats(); st.KeysPending != 0 {
+		t.Fatalf("%d keys pending after both channels finished every version; want 0", st.KeysPending)
+	}
+}
+
+// TestTopicKeyDedup: a topic's KeyDedup refuses a key put within the
+// window, finished or not, across a restart.
+func TestTopicKeyDedup(t *testing.T) {
+	dir := t.TempDir()
+	opts := spillq.TopicOptions{Keys: channel.KeyDedup, DedupWindow: time.Hour}
+	tp := openTopic(t, dir, opts)
+	a := topicChannel(t, tp, "a", spillq.ChannelOptions{})
+	if err := putKV(tp, "k", 0); err != nil {
+		t.Fatal(err)
+	}
+	m, _, _ := receiveKV(t, a)
+	m.Finish()
+	if err := putKV(tp, "k", 1); !errors.Is(err, channel.ErrDuplicate) {
+		t.Fatalf("second Put of k = %v, want ErrDuplicate", err)
+	}
+	if err := tp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	tp = openTopic(t, dir, opts)
+	defer tp.Close()
+	if err := putKV(tp, "k", 2); !errors.Is(err, channel.ErrDuplicate) {
+		t.Fatalf("Put of k after a restart = %v, want ErrDuplicate", err)
+	}
+	if err := putKV(tp, "j", 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTopicKeyOptions: the policies go where they belong.
+func TestTopicKeyOptions(t *testing.T) {
+	if _, err := spillq.OpenTopic(t.TempDir(), spillq.TopicOptions{Keys: channel.KeySerial}); !errors.Is(err, channel.ErrInvalidOptions) {
+		t.Fatalf("OpenTopic with KeySerial: %v, want ErrInvalidOptions (it is a channel's)", err)
+	}
+	tp := openTopic(t, t.TempDir(), spillq.TopicOptions{})
+	defer tp.Close()
+	if _, err := tp.Channel("a", spillq.ChannelOptions{Keys: channel.KeyUnique}); !errors.Is(err, channel.ErrInvalidOptions) {
+		t.Fatalf("channel with KeyUnique: %v, want ErrInvalidOptions (it is the topic's)", err)
+	}
+}
+
+// waitTopicSealed waits until the topic's log has at least n sealed
+// segments.
+func waitTopicSealed(t *testing.T, tp *spillq.Topic, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		sealed := 0
+		for _, s := range tp.Log().Segments() {
+			if s.Sealed {
+				sealed++
+			}
+		}
+		if sealed >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sealed segments after 10s, want %d", sealed, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
