@@ -39,10 +39,7 @@ type keyModel struct {
 //
 // SPILLQ_SEED reproduces a run.
 func TestKeyPolicyProperty(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	if s, err := strconv.ParseUint(os.Getenv("SPILLQ_SEED"), 10, 64); err == nil {
-		seed = s
-	}
+	seed := propertySeed()
 	steps := 600
 	if testing.Short() {
 		steps = 200
@@ -181,6 +178,14 @@ func TestKeyPolicyProperty(t *testing.T) {
 			t.Logf("compactions removed %d records", removed)
 		})
 	}
+}
+
+// propertySeed is a property test's seed: SPILLQ_SEED, or the clock.
+func propertySeed() uint64 {
+	if s, err := strconv.ParseUint(os.Getenv("SPILLQ_SEED"), 10, 64); err == nil {
+		return s
+	}
+	return uint64(time.Now().UnixNano())
 }
 
 func parseKV(t *testing.T, m *channel.Message) (string, int) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -211,4 +212,172 @@ func waitTopicSealed(t *testing.T, tp *spillq.Topic, n int) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// TestTopicKeyPolicyProperty: random keyed puts over a small key space,
+// receives, finishes and requeues (at once, or for an hour) on two
+// channels, compactions and restarts, under each of a topic's policies;
+// what Put returns and what each channel delivers must match the model:
+//
+//   - KeyUnique: Put of a key some channel has not finished is ErrDuplicate;
+//   - KeyReplace: every delivery is the newest version put of its key;
+//   - KeyDedup: Put of a key put before is ErrDuplicate.
+//
+// Drained, the topic holds no key (but under KeyDedup). SPILLQ_SEED
+// reproduces a run.
+func TestTopicKeyPolicyProperty(t *testing.T) {
+	seed := propertySeed()
+	steps := 500
+	if testing.Short() {
+		steps = 150
+	}
+	for _, policy := range []channel.KeyPolicy{channel.KeyUnique, channel.KeyReplace, channel.KeyDedup} {
+		t.Run(policy.String(), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, uint64(policy)))
+			t.Logf("SPILLQ_SEED=%d", seed)
+			dir := t.TempDir()
+			opts := spillq.TopicOptions{Keys: policy, DedupWindow: time.Hour, CompactDirtyRatio: -1, Disk: diskqueue.Options{MaxSegmentBytes: 1 << 10}}
+			if policy != channel.KeyReplace {
+				opts.Disk.RetainBytes = 1 << 20
+			}
+			names := []string{"a", "b"}
+			var tp *spillq.Topic
+			chans := map[string]*channel.Channel{}
+			reopen := func() {
+				tp = openTopic(t, dir, opts)
+				for _, n := range names {
+					chans[n] = topicChannel(t, tp, n, spillq.ChannelOptions{MsgTimeout: time.Hour})
+				}
+			}
+			reopen()
+			defer func() { tp.Close() }()
+			// unfinished[ch][k]: versions of k put and not finished by ch.
+			unfinished := map[string]map[string]map[int]bool{"a": {}, "b": {}}
+			newest := map[string]int{}
+			everPut := map[string]bool{}
+			type held struct {
+				ch string
+				m  *channel.Message
+			}
+			var inFlight []held
+			ctx := context.Background()
+			var removed int64
+			for step := range steps {
+				switch op := rng.IntN(12); {
+				case op < 4: // put
+					k := fmt.Sprintf("k%d", rng.IntN(5))
+					v := step
+					err := putKV(tp, k, v)
+					pending := len(unfinished["a"][k])+len(unfinished["b"][k]) > 0
+					dup := policy == channel.KeyUnique && pending || policy == channel.KeyDedup && everPut[k]
+					if dup != errors.Is(err, channel.ErrDuplicate) || !dup && err != nil {
+						t.Fatalf("step %d: Put %s:%d = %v, want duplicate %v (unfinished a %v, b %v)", step, k, v, err, dup, unfinished["a"][k], unfinished["b"][k])
+					}
+					if !dup {
+						for _, n := range names {
+							if unfinished[n][k] == nil {
+								unfinished[n][k] = map[int]bool{}
+							}
+							unfinished[n][k][v] = true
+						}
+						newest[k], everPut[k] = v, true
+					}
+				case op < 7: // receive on one channel
+					n := names[rng.IntN(2)]
+					done, cancel := context.WithCancel(ctx)
+					cancel()
+					m, err := chans[n].Receive(done)
+					if err != nil {
+						continue
+					}
+					k, v := parseKV(t, m)
+					if !unfinished[n][k][v] {
+						t.Fatalf("step %d: %s delivered %s:%d, which it finished or was never put", step, n, k, v)
+					}
+					if policy == channel.KeyReplace && v != newest[k] {
+						t.Fatalf("step %d: %s delivered %s:%d, newest is %d", step, n, k, v, newest[k])
+					}
+					inFlight = append(inFlight, held{n, m})
+				case op < 10 && len(inFlight) > 0: // finish or requeue one
+					i := rng.IntN(len(inFlight))
+					h := inFlight[i]
+					inFlight = append(inFlight[:i], inFlight[i+1:]...)
+					switch rng.IntN(5) {
+					case 0:
+						h.m.Requeue(0)
+						continue
+					case 1:
+						h.m.Requeue(time.Hour) // pending, out of reach until a restart
+						continue
+					}
+					if err := h.m.Finish(); err != nil {
+						t.Fatalf("step %d: Finish: %v", step, err)
+					}
+					k, v := parseKV(t, h.m)
+					delete(unfinished[h.ch][k], v)
+					if policy == channel.KeyReplace {
+						// The newest finished: the older ones are never delivered.
+						for x := range unfinished[h.ch][k] {
+							if x < v {
+								delete(unfinished[h.ch][k], x)
+							}
+						}
+					}
+				case op == 10: // compact
+					cs, err := tp.Compact(ctx)
+					if err != nil {
+						t.Fatalf("step %d: Compact: %v", step, err)
+					}
+					removed += cs.Removed
+				default: // restart
+					if err := tp.Close(); err != nil {
+						t.Fatalf("step %d: Close: %v", step, err)
+					}
+					inFlight = nil
+					reopen()
+				}
+			}
+			// Drain: whatever is in flight or deferred comes back at once
+			// after a restart.
+			if err := tp.Close(); err != nil {
+				t.Fatal(err)
+			}
+			reopen()
+			for _, n := range names {
+				for channelDepth(tp, n) > 0 {
+					done, cancel := context.WithTimeout(ctx, 10*time.Second)
+					m, err := chans[n].Receive(done)
+					cancel()
+					if err != nil {
+						if channelDepth(tp, n) == 0 {
+							break // the last were superseded
+						}
+						t.Fatalf("drain %s: %v; %+v", n, err, tp.Stats())
+					}
+					k, v := parseKV(t, m)
+					if !unfinished[n][k][v] || policy == channel.KeyReplace && v != newest[k] {
+						t.Fatalf("drain: %s delivered %s:%d (unfinished %v, newest %d)", n, k, v, unfinished[n][k], newest[k])
+					}
+					if err := m.Finish(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			tp.KeyState() // prunes what every channel is past
+			if st := tp.Stats(); policy != channel.KeyDedup && st.KeysPending != 0 {
+				t.Fatalf("drained: %d keys pending; want none", st.KeysPending)
+			}
+			t.Logf("compactions removed %d records", removed)
+		})
+	}
+}
+
+// channelDepth is the records channel name of tp has not finished.
+func channelDepth(tp *spillq.Topic, name string) int64 {
+	for _, c := range tp.Stats().Channels {
+		if c.Name == name {
+			return c.Cursor.Depth
+		}
+	}
+	return 0
 }
