@@ -141,6 +141,11 @@ func saveKeyState(dir string, st channel.KeyState) error {
 	return d.Sync()
 }
 
+// keepsKeyState reports whether policy keeps state across restarts.
+func keepsKeyState(policy channel.KeyPolicy) bool {
+	return policy == channel.KeyUnique || policy == channel.KeyReplace || policy == channel.KeyDedup
+}
+
 // keyLog is the log a key state is kept for: a queue's (its Acknowledged
 // is its own cursor's) or a topic's (every channel's).
 type keyLog interface {
@@ -149,6 +154,7 @@ type keyLog interface {
 	NextSeq() uint64
 	Floor() uint64
 	Acknowledged(seq uint64) bool
+	HoldFrom(seq uint64)
 }
 
 // loadKeyState rebuilds the key policy's state at Open: the stored
@@ -158,14 +164,18 @@ type keyLog interface {
 // (through the time index), for the others the unacknowledged backlog,
 // once. Open costs the number of keys plus the tail, never a read of the
 // whole log.
-func loadKeyState(dir string, q keyLog, policy channel.KeyPolicy, window time.Duration, logger *slog.Logger) (*channel.KeyState, error) {
+//
+// It returns too the seq the rebuild read the log from: a restart before
+// the state is stored again reads from there, so the caller holds the
+// log's segments from it on (diskqueue.Log.HoldFrom).
+func loadKeyState(dir string, q keyLog, policy channel.KeyPolicy, window time.Duration, logger *slog.Logger) (*channel.KeyState, uint64, error) {
 	st := &channel.KeyState{Policy: policy}
 	from := q.Floor()
 	b, err := os.ReadFile(keyStateFile(dir))
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:
-		return nil, fmt.Errorf("spillq: read key state: %w", err)
+		return nil, 0, fmt.Errorf("spillq: read key state: %w", err)
 	default:
 		stored, derr := decodeKeyState(b)
 		switch {
@@ -214,7 +224,7 @@ func loadKeyState(dir string, q keyLog, policy channel.KeyPolicy, window time.Du
 			continue // never delivered: nothing to remember
 		}
 		if err != nil {
-			return nil, fmt.Errorf("spillq: rebuild key state: %w", err)
+			return nil, 0, fmt.Errorf("spillq: rebuild key state: %w", err)
 		}
 		m, err := channel.UnmarshalMessage(rec.Body)
 		if err != nil || m.Key == nil {
@@ -235,7 +245,7 @@ func loadKeyState(dir string, q keyLog, policy channel.KeyPolicy, window time.Du
 		index[e.Key] = len(st.Entries)
 		st.Entries = append(st.Entries, e)
 	}
-	return st, nil
+	return st, from, nil
 }
 
 // keeper does the background work of a queue or a topic that keeps a key
@@ -251,10 +261,13 @@ type keeper struct {
 	// without a key state.
 	state   func() (channel.KeyState, bool)
 	changes func() [3]int64
-	comp    *compactor // nil without compaction
-	stop    chan struct{}
-	done    chan struct{}
-	last    [3]int64
+	// hold keeps the log's segments from the stored state's watermark on,
+	// which a restart reads (diskqueue.Log.HoldFrom).
+	hold func(seq uint64)
+	comp *compactor // nil without compaction
+	stop chan struct{}
+	done chan struct{}
+	last [3]int64
 	// next is when the next store may run: a store of a large state
 	// waits 20 times what the last one took, so storing takes at most
 	// about 5% of the time (and the tail a restart reads grows as much).
@@ -302,6 +315,7 @@ func (k *keeper) save(force bool) error {
 		k.logger.Warn("spillq: cannot store the key state; a restart reads more of the log to rebuild it", "err", err)
 		return err
 	}
+	k.hold(st.Watermark)
 	k.last = now
 	k.next = began.Add(20 * time.Since(began))
 	return nil

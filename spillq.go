@@ -131,6 +131,9 @@ func Open(dir string, opts Options) (*Queue, error) {
 		return nil, err
 	}
 	topts := timerOptions(dopts)
+	// The key state's rebuild reads the records after the state stored
+	// last: none may go before it has (HoldFrom below).
+	dopts.HoldAtOpen = keepsKeyState(opts.Keys)
 	dq, err := diskqueue.Open(dir, dopts)
 	if err != nil {
 		return nil, openErr(err, maxBody)
@@ -146,17 +149,19 @@ func Open(dir string, opts Options) (*Queue, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	saveKeys := opts.Keys == channel.KeyUnique || opts.Keys == channel.KeyReplace || opts.Keys == channel.KeyDedup
+	saveKeys := keepsKeyState(opts.Keys)
 	if saveKeys {
 		window := opts.DedupWindow
 		if window <= 0 {
 			window = channel.DefaultDedupWindow
 		}
-		if keyState, err = loadKeyState(dir, dq, opts.Keys, window, logger); err != nil {
+		var from uint64
+		if keyState, from, err = loadKeyState(dir, dq, opts.Keys, window, logger); err != nil {
 			tq.Close()
 			dq.Close()
 			return nil, err
 		}
+		dq.HoldFrom(from)
 	}
 	comp := newCompactor(dq, opts.Keys == channel.KeyReplace, opts.Disk, opts.CompactDirtyRatio, logger)
 	var keep *keeper
@@ -185,7 +190,7 @@ func Open(dir string, opts Options) (*Queue, error) {
 	}
 	if keep != nil {
 		if saveKeys {
-			keep.state = ch.KeyState
+			keep.state, keep.hold = ch.KeyState, dq.HoldFrom
 			keep.changes = func() [3]int64 {
 				cs := ch.Stats()
 				return [3]int64{cs.Puts, cs.Finishes + cs.DeadLetters, cs.Superseded}

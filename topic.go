@@ -147,6 +147,7 @@ func OpenTopic(dir string, opts TopicOptions) (*Topic, error) {
 	if err := os.MkdirAll(filepath.Join(dir, ChannelsDir), 0o755); err != nil {
 		return nil, fmt.Errorf("spillq: open topic: %w", err)
 	}
+	dopts.HoldAtOpen = keepsKeyState(opts.Keys) // see Open
 	l, err := diskqueue.OpenLog(dir, dopts)
 	if err != nil {
 		return nil, openErr(err, maxBody)
@@ -156,16 +157,18 @@ func OpenTopic(dir string, opts TopicOptions) (*Topic, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	fopts := channel.FanoutOptions{Keys: opts.Keys, DedupWindow: opts.DedupWindow, DuplicatesOK: opts.DuplicatesOK}
-	saveKeys := opts.Keys == channel.KeyUnique || opts.Keys == channel.KeyReplace || opts.Keys == channel.KeyDedup
+	saveKeys := keepsKeyState(opts.Keys)
 	if saveKeys {
 		window := opts.DedupWindow
 		if window <= 0 {
 			window = channel.DefaultDedupWindow
 		}
-		if fopts.KeyState, err = loadKeyState(dir, l, opts.Keys, window, logger); err != nil {
+		var from uint64
+		if fopts.KeyState, from, err = loadKeyState(dir, l, opts.Keys, window, logger); err != nil {
 			l.Close()
 			return nil, err
 		}
+		l.HoldFrom(from)
 	}
 	fan, err := channel.NewFanout(l, fopts) // a *Log tells its record limits, seqs and acknowledgements
 	if err != nil {
@@ -185,7 +188,7 @@ func OpenTopic(dir string, opts TopicOptions) (*Topic, error) {
 	if saveKeys || t.comp != nil {
 		t.keep = &keeper{dir: dir, logger: logger, comp: t.comp}
 		if saveKeys {
-			t.keep.state = fan.KeyState
+			t.keep.state, t.keep.hold = fan.KeyState, l.HoldFrom
 			t.keep.changes = func() [3]int64 {
 				fs := fan.Stats()
 				var acks int64

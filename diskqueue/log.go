@@ -114,6 +114,7 @@ type Log struct {
 	syncs            atomic.Int64
 	retriedWrites    atomic.Int64
 	droppedRecords   atomic.Int64        // given up by drop-when-full cursors (discard.go)
+	heldFrom         atomic.Uint64       // 1 + the seq HoldFrom holds segments from; 0 for none (retention.go)
 	compactedRecords atomic.Int64        // removed by Compact (compact.go)
 	compactedBytes   atomic.Int64        // log bytes Compact freed
 	sparesUsed       atomic.Int64        // rotations that renamed a spare into place
@@ -137,6 +138,9 @@ func OpenLog(dir string, opts Options) (*Log, error) {
 		return nil, err
 	}
 	l := newLog(dir, o)
+	if o.HoldAtOpen {
+		l.HoldFrom(0)
+	}
 	if err := l.fs.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("diskqueue: open: %w", err)
 	}

@@ -69,6 +69,13 @@ type Options struct {
 	// RetainAge set, a segment is kept only while both allow it.
 	RetainAge time.Duration
 
+	// HoldAtOpen keeps every segment, acknowledged or not, from Open until
+	// the first [Log.HoldFrom] (MaxDiskBytes outranks it): for a caller
+	// that rebuilds state of its own from the records after some seq, which
+	// housekeeping must not delete before it has read them and said which
+	// it still needs (spillq's key state). Default off.
+	HoldAtOpen bool
+
 	// Compress stores bodies snappy-compressed when that makes them smaller.
 	// Each record is flagged, so logs written with and without it read back
 	// the same. Default off.

@@ -3,6 +3,7 @@ package diskqueue
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -85,8 +86,22 @@ func (l *Log) removeTombstone(base uint64) {
 	}
 }
 
+// HoldFrom keeps the segments that hold records from seq on, even once
+// every cursor has acknowledged them, until a later HoldFrom moves the
+// hold; MaxDiskBytes outranks it, as it does retention. It is for a caller
+// whose state a restart rebuilds from the records after seq (spillq's key
+// state, stored every second): a crash must not find them deleted.
+// HoldFrom(math.MaxUint64) holds nothing (the default).
+func (l *Log) HoldFrom(seq uint64) {
+	if seq == math.MaxUint64 {
+		l.heldFrom.Store(0)
+		return
+	}
+	l.heldFrom.Store(seq + 1)
+}
+
 // housekeep deletes segments every record of which is acknowledged, except
-// those retention keeps, and rolls a fully consumed active segment when the
+// those retention or HoldFrom keeps, and rolls a fully consumed active segment when the
 // disk budget asks for it.
 func (l *Log) housekeep(now time.Time) {
 	cursors := *l.cursorList.Load()
@@ -148,7 +163,13 @@ func (l *Log) housekeep(now time.Time) {
 		kept += b
 		keep = k
 	}
-	// The disk budget outranks retention.
+	// HoldFrom keeps the segments holding records from its seq on.
+	if h := l.heldFrom.Load(); h > 0 {
+		for keep > 0 && segs[cands[keep-1]].endNow() > h-1 {
+			keep--
+		}
+	}
+	// The disk budget outranks retention and the hold.
 	if max := l.opts.MaxDiskBytes; max > 0 {
 		var freed int64
 		for k := 0; k < len(cands); k++ {
