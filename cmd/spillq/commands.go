@@ -329,7 +329,8 @@ func cmdKey(e *env, args []string) error {
 	}
 	defer q.Close()
 	var found, newest uint64
-	for rec, err := range q.Scan(0, math.MaxUint64) {
+	var newestID channel.ID
+	for rec, err := range q.Scan(q.Stats().FirstSeq, math.MaxUint64) {
 		if err != nil {
 			if errors.Is(err, diskqueue.ErrCorrupt) {
 				continue // reported by verify; it holds no key we can read
@@ -344,7 +345,9 @@ func cmdKey(e *env, args []string) error {
 			return err
 		}
 		found++
-		newest = rec.Seq
+		if m.ID >= newestID { // by ID: a record stored again at Close can come after a newer one
+			newest, newestID = rec.Seq, m.ID
+		}
 	}
 	if p.format != "text" {
 		return nil

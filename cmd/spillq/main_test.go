@@ -981,3 +981,35 @@ func TestKeyCommand(t *testing.T) {
 		t.Errorf("key zzz: exit %d, %q", code, out)
 	}
 }
+
+// TestKeyCommandTopic: spillq key reads a topic's log too, from its first
+// record still on disk.
+func TestKeyCommandTopic(t *testing.T) {
+	dir := t.TempDir()
+	tp, err := spillq.OpenTopic(dir, spillq.TopicOptions{Keys: channel.KeyReplace, Disk: diskqueue.Options{MaxSegmentBytes: 1 << 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch, err := tp.Channel("a", spillq.ChannelOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := range 100 {
+		if err := tp.PutWith(ctx, []byte(fmt.Sprintf("k v%d", i)), channel.PutOptions{Key: []byte("k")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := ch.Receive(ctx) // v99: the others are superseded
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Finish()
+	if err := tp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code := tool3(t, "", "key", dir, "k")
+	if code != 0 || !strings.Contains(stdout, `"k v99"`) || !strings.Contains(stderr, "the newest at seq 99") {
+		t.Errorf("key k on a topic: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+}
