@@ -220,7 +220,9 @@ var topicMetrics = []struct {
 	{def{"spillq_topic_puts_total", "Messages accepted by the topic's Put, each for every channel.", counter}, func(s spillq.TopicStats) float64 { return float64(s.Puts) }},
 	{def{"spillq_topic_memory_puts_total", "Of those, handed to the channels' memory buffers and not written to the log.", counter}, func(s spillq.TopicStats) float64 { return float64(s.ToMemory) }},
 	{def{"spillq_topic_log_puts_total", "Of those, written to the log.", counter}, func(s spillq.TopicStats) float64 { return float64(s.ToLog) }},
-	{def{"spillq_topic_put_failures_total", "Messages the log refused.", counter}, func(s spillq.TopicStats) float64 { return float64(s.PutFailures) }},
+	{def{"spillq_topic_put_failures_total", "Messages the log or the key policy refused.", counter}, func(s spillq.TopicStats) float64 { return float64(s.PutFailures) }},
+	{def{"spillq_topic_keys_pending", "Keys the topic's key policy holds (TopicOptions.Keys).", gauge}, func(s spillq.TopicStats) float64 { return float64(s.KeysPending) }},
+	{def{"spillq_topic_duplicates_total", "Puts the topic's key policy refused as duplicates.", counter}, func(s spillq.TopicStats) float64 { return float64(s.Duplicates) }},
 }
 
 func bool01(b bool) float64 {

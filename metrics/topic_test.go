@@ -169,3 +169,32 @@ spillq_channel_finishes_total{queue="jobs"} 12
 		t.Fatal(err)
 	}
 }
+
+// TestTopicKeyMetrics: a topic's key policy shows in spillq_topic_*.
+func TestTopicKeyMetrics(t *testing.T) {
+	tp, err := spillq.OpenTopic(t.TempDir(), spillq.TopicOptions{Keys: channel.KeyUnique})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tp.Close()
+	if _, err := tp.Channel("a", spillq.ChannelOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for range 3 {
+		tp.PutWith(ctx, []byte("job"), channel.PutOptions{Key: []byte("k")}) // the second and third are duplicates
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(metrics.NewTopicCollector("jobs", tp))
+	want := `
+# HELP spillq_topic_duplicates_total Puts the topic's key policy refused as duplicates.
+# TYPE spillq_topic_duplicates_total counter
+spillq_topic_duplicates_total{queue="jobs"} 2
+# HELP spillq_topic_keys_pending Keys the topic's key policy holds (TopicOptions.Keys).
+# TYPE spillq_topic_keys_pending gauge
+spillq_topic_keys_pending{queue="jobs"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "spillq_topic_duplicates_total", "spillq_topic_keys_pending"); err != nil {
+		t.Fatal(err)
+	}
+}
