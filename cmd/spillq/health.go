@@ -281,9 +281,11 @@ func (c cursorReport) line() string {
 
 // verifyReport is verify's answer; its JSON form is verify -format json.
 type verifyReport struct {
-	Queue    string `json:"queue"`
-	OK       bool   `json:"ok"`
-	Records  uint64 `json:"records_checked"`
+	Queue   string `json:"queue"`
+	OK      bool   `json:"ok"`
+	Records uint64 `json:"records_checked"`
+	// Removed is the seqs whose records compaction removed (not damage).
+	Removed  uint64 `json:"records_compacted"`
 	Segments int    `json:"segments"`
 	Bytes    int64  `json:"bytes"`
 	FirstSeq uint64 `json:"first_seq"`
@@ -318,7 +320,7 @@ func check(dir string) (verifyReport, []problemState, int, error) {
 		return verifyReport{}, nil, 0, err
 	}
 	states, open := classify(rep.Problems, bad)
-	r := verifyReport{Queue: dir, OK: open == 0, Records: rep.Records, Segments: rep.Segments, Bytes: rep.Bytes,
+	r := verifyReport{Queue: dir, OK: open == 0, Records: rep.Records, Removed: rep.Removed, Segments: rep.Segments, Bytes: rep.Bytes,
 		FirstSeq: rep.FirstSeq, WriteSeq: rep.WriteSeq, ReadSeq: rep.ReadSeq, PendingTail: rep.PendingTail, Problems: []problemReport{}, BadFiles: []badFile{}}
 	r.BadFiles = append(r.BadFiles, bad...)
 	for _, s := range states {
@@ -348,6 +350,9 @@ func cmdVerify(e *env, args []string) error {
 		out := e.stdout
 		fmt.Fprintf(out, "checked %d records in %d segment(s), %d bytes; %s, read cursor %d\n",
 			r.Records, r.Segments, r.Bytes, seqRange(r.FirstSeq, r.WriteSeq), r.ReadSeq)
+		if r.Removed > 0 {
+			fmt.Fprintf(out, "%d seq(s) name records compaction removed (not damage)\n", r.Removed)
+		}
 		printProblems(out, states)
 		if r.PendingTail > 0 {
 			fmt.Fprintf(out, "note: %d bytes after the last record: a write in progress, or a torn write left by a crash (no Put returned for it; the next Open cuts it off)\n", r.PendingTail)

@@ -1013,3 +1013,38 @@ func TestKeyCommandTopic(t *testing.T) {
 		t.Errorf("key k on a topic: exit %d\n%s\n%s", code, stdout, stderr)
 	}
 }
+
+// TestVerifyCompacted: verify says how many seqs compaction removed, and
+// does not take them for damage.
+func TestVerifyCompacted(t *testing.T) {
+	dir := t.TempDir()
+	q, err := spillq.Open(dir, spillq.Options{Keys: channel.KeyReplace, CompactDirtyRatio: -1, Disk: diskqueue.Options{MaxSegmentBytes: 1 << 10}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := range 100 {
+		if err := q.PutWith(ctx, []byte(fmt.Sprintf("v%d", i)), channel.PutOptions{Key: []byte("k")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var removed int64
+	for removed == 0 {
+		st, err := q.Compact(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		removed = st.Removed
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out, code := tool(t, "", "verify", dir)
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("%d seq(s) name records compaction removed", removed)) || !strings.Contains(out, "ok") {
+		t.Errorf("verify: exit %d\n%s", code, out)
+	}
+	out, code = tool(t, "", "verify", dir, "-format", "json")
+	if code != 0 || !strings.Contains(out, fmt.Sprintf(`"records_compacted": %d`, removed)) {
+		t.Errorf("verify -format json: exit %d\n%s", code, out)
+	}
+}
