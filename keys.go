@@ -141,6 +141,14 @@ func saveKeyState(dir string, st channel.KeyState) error {
 	return d.Sync()
 }
 
+// orDiscard returns logger, or one that discards if it is nil.
+func orDiscard(logger *slog.Logger) *slog.Logger {
+	if logger == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return logger
+}
+
 // keepsKeyState reports whether policy keeps state across restarts.
 func keepsKeyState(policy channel.KeyPolicy) bool {
 	return policy == channel.KeyUnique || policy == channel.KeyReplace || policy == channel.KeyDedup
@@ -165,17 +173,21 @@ type keyLog interface {
 // once. Open costs the number of keys plus the tail, never a read of the
 // whole log.
 //
-// It returns too the seq the rebuild read the log from: a restart before
-// the state is stored again reads from there, so the caller holds the
-// log's segments from it on (diskqueue.Log.HoldFrom).
-func loadKeyState(dir string, q keyLog, policy channel.KeyPolicy, window time.Duration, logger *slog.Logger) (*channel.KeyState, uint64, error) {
+// A restart before the state is stored again reads the log from where this
+// one did, so it holds the log's segments from there on
+// (diskqueue.Log.HoldFrom; the log was opened with HoldAtOpen). window is
+// the DedupWindow option: zero means the default.
+func loadKeyState(dir string, q keyLog, policy channel.KeyPolicy, window time.Duration, logger *slog.Logger) (*channel.KeyState, error) {
+	if window <= 0 {
+		window = channel.DefaultDedupWindow
+	}
 	st := &channel.KeyState{Policy: policy}
 	from := q.Floor()
 	b, err := os.ReadFile(keyStateFile(dir))
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:
-		return nil, 0, fmt.Errorf("spillq: read key state: %w", err)
+		return nil, fmt.Errorf("spillq: read key state: %w", err)
 	default:
 		stored, derr := decodeKeyState(b)
 		switch {
@@ -224,7 +236,7 @@ func loadKeyState(dir string, q keyLog, policy channel.KeyPolicy, window time.Du
 			continue // never delivered: nothing to remember
 		}
 		if err != nil {
-			return nil, 0, fmt.Errorf("spillq: rebuild key state: %w", err)
+			return nil, fmt.Errorf("spillq: rebuild key state: %w", err)
 		}
 		m, err := channel.UnmarshalMessage(rec.Body)
 		if err != nil || m.Key == nil {
@@ -245,7 +257,8 @@ func loadKeyState(dir string, q keyLog, policy channel.KeyPolicy, window time.Du
 		index[e.Key] = len(st.Entries)
 		st.Entries = append(st.Entries, e)
 	}
-	return st, from, nil
+	q.HoldFrom(from)
+	return st, nil
 }
 
 // keeper does the background work of a queue or a topic that keeps a key

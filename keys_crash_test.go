@@ -17,6 +17,23 @@ import (
 	"github.com/spillq/spillq/internal/crashtest"
 )
 
+// compactForever is a crash child's compactor: it compacts again and
+// again, reporting "compacted" for each compaction that removed records,
+// until one fails ("compact-error").
+func compactForever(ctx context.Context, compact func(context.Context) (spillq.CompactStats, error)) {
+	for {
+		st, err := compact(ctx)
+		if err != nil {
+			crashtest.Report("compact-error", err)
+			return
+		}
+		if st.Removed > 0 {
+			crashtest.Report("compacted", st.Removed)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // keysCrashOptions are TestKillKeysChild's options, and its parent's:
 // with compact, segments small enough for compaction to have sealed ones.
 func keysCrashOptions(policy channel.KeyPolicy, compact bool) spillq.Options {
@@ -67,19 +84,7 @@ func TestKillKeysChild(t *testing.T) {
 	ctx := context.Background()
 	if compact {
 		// Beside the automatic compactions, as many more as fit.
-		go func() {
-			for {
-				st, err := q.Compact(ctx)
-				if err != nil {
-					crashtest.Report("compact-error", err)
-					return
-				}
-				if st.Removed > 0 {
-					crashtest.Report("compacted", st.Removed)
-				}
-				time.Sleep(time.Millisecond)
-			}
-		}()
+		go compactForever(ctx, q.Compact)
 	}
 	for p := range producers {
 		go func() {
@@ -196,23 +201,14 @@ func TestKeysSIGKILL(t *testing.T) {
 					}
 				case channel.KeyReplace:
 					delivered := map[string]bool{}
-					for q.Stats().BackendDepth > 0 {
-						rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-						m, err := q.Receive(rctx)
-						cancel()
-						if err != nil {
-							if q.Stats().BackendDepth == 0 {
-								break
-							}
-							t.Fatalf("cycle %d: Receive: %v; %+v", cycle, err, q.Stats())
-						}
+					drain(t, q.Channel, func() int64 { return q.Stats().BackendDepth }, func(m *channel.Message) {
 						k, v := splitKV(t, m)
 						if v < newest[k] {
 							t.Fatalf("cycle %d: delivered %s:%d after the kill, superseded by %s:%d", cycle, k, v, k, newest[k])
 						}
 						delivered[k] = true
 						m.Finish()
-					}
+					})
 					for k := range unfinished {
 						if !delivered[k] {
 							// Its newest version may have been finished, the

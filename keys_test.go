@@ -150,16 +150,7 @@ func TestKeyPolicyProperty(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			for q.Stats().BackendDepth > 0 {
-				done, cancel := context.WithTimeout(ctx, 10*time.Second)
-				m, err := q.Receive(done)
-				cancel()
-				if err != nil {
-					if q.Stats().BackendDepth == 0 {
-						break // the last were superseded
-					}
-					t.Fatalf("drain: Receive: %v; %+v", err, q.Stats())
-				}
+			drain(t, q.Channel, func() int64 { return q.Stats().BackendDepth }, func(m *channel.Message) {
 				k, v := parseKV(t, m)
 				if vs := model.pending[k]; policy == channel.KeyReplace && (len(vs) == 0 || vs[len(vs)-1] != v) {
 					t.Fatalf("drain: delivered %s:%d, newest is %v", k, v, vs)
@@ -167,7 +158,7 @@ func TestKeyPolicyProperty(t *testing.T) {
 				if err := m.Finish(); err != nil {
 					t.Fatal(err)
 				}
-			}
+			})
 			q.KeyState() // prunes restored entries the floor has passed
 			if st := q.Stats(); policy != channel.KeyDedup && (st.KeysPending != 0 || st.KeyWaiting != 0) {
 				t.Fatalf("drained: %d keys pending, %d waiting; want none", st.KeysPending, st.KeyWaiting)
@@ -177,6 +168,26 @@ func TestKeyPolicyProperty(t *testing.T) {
 			}
 			t.Logf("compactions removed %d records", removed)
 		})
+	}
+}
+
+// drain receives from ch while depth says records are left, handing each
+// message to each, which finishes it. A channel drops superseded versions
+// unseen, so Receive may wait in vain once the last were: depth then says
+// none are left.
+func drain(t *testing.T, ch *channel.Channel, depth func() int64, each func(m *channel.Message)) {
+	t.Helper()
+	for depth() > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		m, err := ch.Receive(ctx)
+		cancel()
+		if err != nil {
+			if depth() == 0 {
+				return
+			}
+			t.Fatalf("drain: Receive: %v; %d left", err, depth())
+		}
+		each(m)
 	}
 }
 
@@ -282,7 +293,7 @@ func TestCompactReplacePending(t *testing.T) {
 			}
 		}
 	}
-	waitSealed(t, q, 3)
+	waitSealed(t, q.Disk(), 3)
 	st, err := q.Compact(ctx)
 	if err != nil || st.Removed == 0 {
 		t.Fatalf("Compact: %+v, %v; want superseded versions removed", st, err)
@@ -310,14 +321,16 @@ func TestCompactReplacePending(t *testing.T) {
 	}
 }
 
-// waitSealed waits until the queue's log has at least n sealed segments
-// (the writer goroutine seals a rotated segment soon after).
-func waitSealed(t *testing.T, q *spillq.Queue, n int) {
+// waitSealed waits until log has at least n sealed segments (the writer
+// goroutine seals a rotated segment soon after).
+func waitSealed(t *testing.T, log interface {
+	Segments() []diskqueue.SegmentInfo
+}, n int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		sealed := 0
-		for _, s := range q.Disk().Segments() {
+		for _, s := range log.Segments() {
 			if s.Sealed {
 				sealed++
 			}
@@ -375,7 +388,7 @@ func TestCompactRetained(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitSealed(t, q, 3)
+	waitSealed(t, q.Disk(), 3)
 	st, err := q.Compact(ctx)
 	if err != nil || st.Removed == 0 {
 		t.Fatalf("Compact: %+v, %v", st, err)
@@ -470,22 +483,13 @@ func TestReplaceCloseDropsSuperseded(t *testing.T) {
 	}
 	q = open(t, dir, opts)
 	defer q.Close()
-	for q.Stats().BackendDepth > 0 {
-		done, cancel := context.WithTimeout(ctx, 10*time.Second)
-		m, err := q.Receive(done)
-		cancel()
-		if err != nil {
-			if q.Stats().BackendDepth == 0 {
-				break
-			}
-			t.Fatal(err)
-		}
+	drain(t, q.Channel, func() int64 { return q.Stats().BackendDepth }, func(m *channel.Message) {
 		if _, v := parseKV(t, m); v != 1 {
 			t.Fatalf("delivered %q after a restart; k:1 superseded it", m.Body)
 		}
 		m.Finish()
 		q.KeyState() // prunes what the floor has passed
-	}
+	})
 	if st := q.Stats(); st.KeysPending != 0 {
 		t.Fatalf("%d keys pending after the drain", st.KeysPending)
 	}

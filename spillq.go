@@ -145,23 +145,14 @@ func Open(dir string, opts Options) (*Queue, error) {
 	}
 	var backend channel.Backend = diskBackend{dq}
 	var keyState *channel.KeyState
-	logger := dopts.Logger
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
+	logger := orDiscard(dopts.Logger)
 	saveKeys := keepsKeyState(opts.Keys)
 	if saveKeys {
-		window := opts.DedupWindow
-		if window <= 0 {
-			window = channel.DefaultDedupWindow
-		}
-		var from uint64
-		if keyState, from, err = loadKeyState(dir, dq, opts.Keys, window, logger); err != nil {
+		if keyState, err = loadKeyState(dir, dq, opts.Keys, opts.DedupWindow, logger); err != nil {
 			tq.Close()
 			dq.Close()
 			return nil, err
 		}
-		dq.HoldFrom(from)
 	}
 	comp := newCompactor(dq, opts.Keys == channel.KeyReplace, opts.Disk, opts.CompactDirtyRatio, logger)
 	var keep *keeper

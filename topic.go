@@ -152,23 +152,14 @@ func OpenTopic(dir string, opts TopicOptions) (*Topic, error) {
 	if err != nil {
 		return nil, openErr(err, maxBody)
 	}
-	logger := dopts.Logger
-	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
-	}
+	logger := orDiscard(dopts.Logger)
 	fopts := channel.FanoutOptions{Keys: opts.Keys, DedupWindow: opts.DedupWindow, DuplicatesOK: opts.DuplicatesOK}
 	saveKeys := keepsKeyState(opts.Keys)
 	if saveKeys {
-		window := opts.DedupWindow
-		if window <= 0 {
-			window = channel.DefaultDedupWindow
-		}
-		var from uint64
-		if fopts.KeyState, from, err = loadKeyState(dir, l, opts.Keys, window, logger); err != nil {
+		if fopts.KeyState, err = loadKeyState(dir, l, opts.Keys, opts.DedupWindow, logger); err != nil {
 			l.Close()
 			return nil, err
 		}
-		l.HoldFrom(from)
 	}
 	fan, err := channel.NewFanout(l, fopts) // a *Log tells its record limits, seqs and acknowledgements
 	if err != nil {

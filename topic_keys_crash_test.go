@@ -72,19 +72,7 @@ func TestKillTopicKeysChild(t *testing.T) {
 		}()
 	}
 	if policy == channel.KeyReplace {
-		go func() {
-			for {
-				st, err := tp.Compact(ctx)
-				if err != nil {
-					crashtest.Report("compact-error", err)
-					return
-				}
-				if st.Removed > 0 {
-					crashtest.Report("compacted", st.Removed)
-				}
-				time.Sleep(time.Millisecond)
-			}
-		}()
+		go compactForever(ctx, tp.Compact)
 	}
 	for p := range producers {
 		go func() {
@@ -183,23 +171,14 @@ func TestTopicKeysSIGKILL(t *testing.T) {
 					for _, name := range topicKeyCrashChannels {
 						ch := topicChannel(t, tp, name, spillq.ChannelOptions{})
 						delivered := map[string]bool{}
-						for channelDepth(tp, name) > 0 {
-							rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-							m, err := ch.Receive(rctx)
-							cancel()
-							if err != nil {
-								if channelDepth(tp, name) == 0 {
-									break
-								}
-								t.Fatalf("cycle %d: %s: Receive: %v", cycle, name, err)
-							}
+						drain(t, ch, func() int64 { return channelDepth(tp, name) }, func(m *channel.Message) {
 							k, v := splitKV(t, m)
 							if v < newest[k] {
 								t.Fatalf("cycle %d: %s delivered %s:%d after the kill, superseded by %s:%d", cycle, name, k, v, k, newest[k])
 							}
 							delivered[k] = true
 							m.Finish()
-						}
+						})
 						for k := range unfinished[name] {
 							if !delivered[k] && !fins[name][fmt.Sprintf("%s:%d", k, newest[k])] {
 								t.Fatalf("cycle %d: %s had %s:%d put and not finished, and nothing of it was delivered", cycle, name, k, newest[k])

@@ -136,7 +136,7 @@ func TestTopicKeyReplace(t *testing.T) {
 	a = topicChannel(t, tp, "a", spillq.ChannelOptions{})
 	newestOnly(a, keys, versions+1)
 	// b, which has read nothing, after a compaction.
-	waitTopicSealed(t, tp, 3)
+	waitSealed(t, tp.Log(), 3)
 	cs, err := tp.Compact(context.Background())
 	if err != nil || cs.Removed == 0 {
 		t.Fatalf("Compact: %+v, %v; want superseded versions removed", cs, err)
@@ -189,28 +189,6 @@ func TestTopicKeyOptions(t *testing.T) {
 	defer tp.Close()
 	if _, err := tp.Channel("a", spillq.ChannelOptions{Keys: channel.KeyUnique}); !errors.Is(err, channel.ErrInvalidOptions) {
 		t.Fatalf("channel with KeyUnique: %v, want ErrInvalidOptions (it is the topic's)", err)
-	}
-}
-
-// waitTopicSealed waits until the topic's log has at least n sealed
-// segments.
-func waitTopicSealed(t *testing.T, tp *spillq.Topic, n int) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		sealed := 0
-		for _, s := range tp.Log().Segments() {
-			if s.Sealed {
-				sealed++
-			}
-		}
-		if sealed >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d sealed segments after 10s, want %d", sealed, n)
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -344,16 +322,7 @@ func TestTopicKeyPolicyProperty(t *testing.T) {
 			}
 			reopen()
 			for _, n := range names {
-				for channelDepth(tp, n) > 0 {
-					done, cancel := context.WithTimeout(ctx, 10*time.Second)
-					m, err := chans[n].Receive(done)
-					cancel()
-					if err != nil {
-						if channelDepth(tp, n) == 0 {
-							break // the last were superseded
-						}
-						t.Fatalf("drain %s: %v; %+v", n, err, tp.Stats())
-					}
+				drain(t, chans[n], func() int64 { return channelDepth(tp, n) }, func(m *channel.Message) {
 					k, v := parseKV(t, m)
 					if !unfinished[n][k][v] || policy == channel.KeyReplace && v != newest[k] {
 						t.Fatalf("drain: %s delivered %s:%d (unfinished %v, newest %d)", n, k, v, unfinished[n][k], newest[k])
@@ -361,7 +330,7 @@ func TestTopicKeyPolicyProperty(t *testing.T) {
 					if err := m.Finish(); err != nil {
 						t.Fatal(err)
 					}
-				}
+				})
 			}
 			tp.KeyState() // prunes what every channel is past
 			if st := tp.Stats(); policy != channel.KeyDedup && st.KeysPending != 0 {
