@@ -329,13 +329,7 @@ func TestKillChild(t *testing.T) {
 //
 // SPILLQ_KILL_CYCLES sets the number of kills per configuration.
 func TestSIGKILL(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs subprocesses")
-	}
-	cycles := 4
-	if n, err := strconv.Atoi(os.Getenv("SPILLQ_KILL_CYCLES")); err == nil {
-		cycles = n
-	}
+	cycles := killCycles(t, 4)
 	configs := []struct {
 		mem     int
 		sync    string

@@ -198,13 +198,7 @@ func TestKillDeferChild(t *testing.T) {
 // at random moments: after a restart every message put comes back (or was
 // finished) once due, and none finished comes back.
 func TestSIGKILLDeferred(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs subprocesses")
-	}
-	cycles := 3
-	if n, err := strconv.Atoi(os.Getenv("SPILLQ_KILL_CYCLES")); err == nil {
-		cycles = n
-	}
+	cycles := killCycles(t, 3)
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 4))
 	dir := t.TempDir()
 	var totalPuts, totalDelivered int

@@ -17,6 +17,29 @@ import (
 	"github.com/spillq/spillq/internal/crashtest"
 )
 
+// killCycles skips a SIGKILL test under -short, and returns how many kills
+// it runs per configuration: SPILLQ_KILL_CYCLES, or def.
+func killCycles(t *testing.T, def int) int {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("runs subprocesses")
+	}
+	if n, err := strconv.Atoi(os.Getenv("SPILLQ_KILL_CYCLES")); err == nil {
+		return n
+	}
+	return def
+}
+
+// noChildErrors fails if a crash child reported an error of its own.
+func noChildErrors(t *testing.T, cycle int, res crashtest.Result) {
+	t.Helper()
+	for _, kind := range []string{"open-error", "put-error", "compact-error"} {
+		if e := res.Events[kind]; len(e) > 0 {
+			t.Fatalf("cycle %d: the child reported %s %v", cycle, kind, e)
+		}
+	}
+}
+
 // compactForever is a crash child's compactor: it compacts again and
 // again, reporting "compacted" for each compaction that removed records,
 // until one fails ("compact-error").
@@ -135,13 +158,7 @@ func TestKillKeysChild(t *testing.T) {
 //     the time (a compaction removes no version but superseded ones);
 //   - KeyDedup: every key put is a duplicate within the window.
 func TestKeysSIGKILL(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs subprocesses")
-	}
-	cycles := 2
-	if n, err := strconv.Atoi(os.Getenv("SPILLQ_KILL_CYCLES")); err == nil {
-		cycles = n
-	}
+	cycles := killCycles(t, 2)
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 4))
 	type variant struct {
 		policy  channel.KeyPolicy
@@ -169,11 +186,7 @@ func TestKeysSIGKILL(t *testing.T) {
 				if _, err := os.Stat(filepath.Join(dir, spillq.KeysDir, "state")); cycle%2 == 1 && err != nil {
 					t.Fatalf("cycle %d: the slow run stored no key state before the kill: %v", cycle, err)
 				}
-				for _, kind := range []string{"open-error", "put-error", "compact-error"} {
-					if e := res.Events[kind]; len(e) > 0 {
-						t.Fatalf("cycle %d: the child reported %s %v", cycle, kind, e)
-					}
-				}
+				noChildErrors(t, cycle, res)
 				compactions += len(res.Events["compacted"])
 				puts, fins := res.Events["put"], res.Set("fin")
 				acked += len(puts)

@@ -82,13 +82,7 @@ func TestKillTopicChild(t *testing.T) {
 // returned is delivered to it again. SPILLQ_KILL_CYCLES sets the number
 // of kills.
 func TestTopicSIGKILL(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs subprocesses")
-	}
-	cycles := 4
-	if n, err := strconv.Atoi(os.Getenv("SPILLQ_KILL_CYCLES")); err == nil {
-		cycles = n
-	}
+	cycles := killCycles(t, 4)
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 3))
 	dir := t.TempDir()
 	totalAcked := 0

@@ -104,13 +104,7 @@ func TestKillTopicKeysChild(t *testing.T) {
 //     put of their key, and each key with a version it had not finished;
 //   - KeyDedup: every key put is a duplicate within the window.
 func TestTopicKeysSIGKILL(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs subprocesses")
-	}
-	cycles := 2
-	if n, err := strconv.Atoi(os.Getenv("SPILLQ_KILL_CYCLES")); err == nil {
-		cycles = n
-	}
+	cycles := killCycles(t, 2)
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 5))
 	for _, policy := range []channel.KeyPolicy{channel.KeyUnique, channel.KeyReplace, channel.KeyDedup} {
 		t.Run(policy.String(), func(t *testing.T) {
@@ -122,11 +116,7 @@ func TestTopicKeysSIGKILL(t *testing.T) {
 					Env:       []string{"SPILLQ_KEYS=" + policy.String(), "SPILLQ_KILL_START=0"},
 					KillAfter: 200 + rng.IntN(3000), KillKind: "put",
 				})
-				for _, kind := range []string{"open-error", "put-error", "compact-error"} {
-					if e := res.Events[kind]; len(e) > 0 {
-						t.Fatalf("cycle %d: the child reported %s %v", cycle, kind, e)
-					}
-				}
+				noChildErrors(t, cycle, res)
 				compactions += len(res.Events["compacted"])
 				puts := res.Events["put"]
 				acked += len(puts)
