@@ -292,7 +292,7 @@ func (f *Fanout) putKeyed(ctx context.Context, body []byte, po PutOptions) (int,
 	env := appendEnvelope(nil, &m)
 	seq, err := f.klog.PutSeq(bctx, env)
 	if err != nil {
-		f.keys.undo(m.Key, m.ID, adm)
+		f.keys.undo(m.ID, adm)
 		f.putFailures.Add(1)
 		return 0, f.putErr(err)
 	}

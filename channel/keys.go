@@ -80,11 +80,14 @@ type keyTable struct {
 	settled func(seq uint64) bool
 
 	mu sync.Mutex
-	// entries is the Put-time policies' state per key: under KeyUnique its
+	// ix holds the Put-time policies' state per key: under KeyUnique its
 	// pending message, under KeyReplace its newest, under KeyDedup when it
-	// was last put. Pointers, so a Put finds its entry again after the
-	// backend's Put without a second lookup (commit).
-	entries map[string]*keyEntry
+	// was last put. A Put finds its entry again after the backend's Put by
+	// its number (commit), without a second lookup.
+	ix *keyIndex
+	// more holds, under KeyReplace, the pending versions of an entry past
+	// its oldest (keyEntry.v0), by entry number: most keys have one.
+	more map[int32][]ID
 	// seenQ holds KeyDedup's puts in order, for expiry, from seenQ[seenHead]
 	// on: expiry moves the head, and the slice is copied down only once
 	// the head has passed half of it, so each put is copied once at most.
@@ -98,7 +101,8 @@ type keyTable struct {
 	duplicates, superseded atomic.Int64
 }
 
-// keyEntry is one key's state under a Put-time policy.
+// keyEntry is one key's state under a Put-time policy: its payload (id to
+// hasSeq), and keyIndex's bookkeeping.
 type keyEntry struct {
 	// id is, under KeyReplace, the newest version whose Put succeeded
 	// (0 while none has): a version still being put supersedes nothing,
@@ -109,53 +113,29 @@ type keyEntry struct {
 	// a restart checks the entry against.
 	seq uint64
 	at  int64 // KeyDedup: Unix ns of the put
-	// v0 and more are, under KeyReplace, the versions put and not yet
-	// done (v0 the oldest, 0 when none; IDs are never 0), so the entry
-	// outlives every older version it supersedes. By ID, not a count, so
-	// that a version done twice over (taken from a segment's old files
-	// while compaction removed it from the new) counts once.
-	v0   ID
-	more []ID
+	// v0 is, under KeyReplace, the oldest version put and not yet done (0
+	// when none; IDs are never 0), the others in keyTable.more, so the
+	// entry outlives every older version it supersedes. By ID, not a
+	// count, so that a version done twice over (taken from a segment's old
+	// files while compaction removed it from the new) counts once.
+	v0 ID
 	// restored says the entry came from a KeyState: its versions are not
 	// known, and it goes once the backend's floor has passed seq (see
 	// snapshot).
 	restored bool
 	hasSeq   bool
+
+	live bool
+	klen uint16
+	koff uint32 // the key's bytes in keyIndex.arena
+	gen  uint32 // moves on when the entry's number is freed
+	hash uint64
 }
 
-// addVersion counts version id of the key as pending (KeyReplace).
-func (e *keyEntry) addVersion(id ID) {
-	switch {
-	case e.restored:
-	case e.v0 == 0:
-		e.v0 = id
-	default:
-		e.more = append(e.more, id)
-	}
+// setPayload replaces e's payload with p's, keeping its bookkeeping.
+func (e *keyEntry) setPayload(p keyEntry) {
+	e.id, e.seq, e.at, e.v0, e.restored, e.hasSeq = p.id, p.seq, p.at, p.v0, p.restored, p.hasSeq
 }
-
-// dropVersion forgets version id, and reports whether it was pending.
-// Versions are mostly done in put order, so the oldest is looked at first.
-func (e *keyEntry) dropVersion(id ID) bool {
-	if e.v0 == id {
-		e.v0 = 0
-		if len(e.more) > 0 {
-			e.v0, e.more = e.more[0], e.more[1:]
-			if len(e.more) == 0 {
-				e.more = nil
-			}
-		}
-		return true
-	}
-	if i := slices.Index(e.more, id); i >= 0 {
-		e.more = slices.Delete(e.more, i, i+1)
-		return true
-	}
-	return false
-}
-
-// hasVersion reports whether version id is pending.
-func (e *keyEntry) hasVersion(id ID) bool { return e.v0 == id || slices.Contains(e.more, id) }
 
 // pending reports whether the entry has a version not done, as far as it
 // knows.
@@ -163,7 +143,8 @@ func (e *keyEntry) pending() bool { return e.restored || e.v0 != 0 }
 
 type seenKey struct {
 	at  int64
-	key string
+	n   int32 // the entry, while its gen is gen
+	gen uint32
 }
 
 // newKeyTable returns a channel's table, or with settled a topic's (see
@@ -173,17 +154,87 @@ func newKeyTable(policy KeyPolicy, window time.Duration, settled func(seq uint64
 	if policy == KeySerial {
 		t.held, t.waiting = map[string]ID{}, map[string][]*Message{}
 	} else {
-		t.entries = map[string]*keyEntry{}
+		t.ix, t.more = newKeyIndex(), map[int32][]ID{}
 	}
 	return t
 }
 
+// lookup returns key's entry and its number, or nil and -1. The pointer
+// is good until the next insert.
+func (t *keyTable) lookup(key []byte) (*keyEntry, int32) {
+	n := t.ix.find(key)
+	if n < 0 {
+		return nil, -1
+	}
+	return &t.ix.ents[n], n
+}
+
+// entryOf returns entry n if it is still the one of generation gen.
+func (t *keyTable) entryOf(n int32, gen uint32) *keyEntry {
+	if n < 0 {
+		return nil
+	}
+	if e := &t.ix.ents[n]; e.live && e.gen == gen {
+		return e
+	}
+	return nil
+}
+
+func (t *keyTable) removeEntry(n int32) {
+	t.ix.remove(n)
+	delete(t.more, n)
+}
+
+// addVersion counts version id of entry n as pending (KeyReplace).
+func (t *keyTable) addVersion(n int32, id ID) {
+	switch e := &t.ix.ents[n]; {
+	case e.restored:
+	case e.v0 == 0:
+		e.v0 = id
+	default:
+		t.more[n] = append(t.more[n], id)
+	}
+}
+
+// dropVersion forgets version id of entry n, and reports whether it was
+// pending. Versions are mostly done in put order, so the oldest is looked
+// at first.
+func (t *keyTable) dropVersion(n int32, id ID) bool {
+	e, more := &t.ix.ents[n], t.more[n]
+	i := slices.Index(more, id)
+	switch {
+	case e.v0 == id:
+		e.v0 = 0
+		if len(more) == 0 {
+			return true
+		}
+		e.v0, i = more[0], 0
+	case i < 0:
+		return false
+	}
+	if more = slices.Delete(more, i, i+1); len(more) == 0 {
+		delete(t.more, n)
+	} else {
+		t.more[n] = more
+	}
+	return true
+}
+
+// hasVersion reports whether version id of entry n is pending.
+func (t *keyTable) hasVersion(n int32, id ID) bool {
+	return t.ix.ents[n].v0 == id || slices.Contains(t.more[n], id)
+}
+
 // admitted is what admit did, for commit and undo.
 type admitted struct {
-	e    *keyEntry // the entry the Put counts in; nil if none
-	prev *keyEntry // KeyUnique, KeyDedup: the entry e replaced in the table
-	made bool      // e is new in the table
+	n    int32 // the entry the Put counts in, of generation gen; -1 if none
+	gen  uint32
+	made bool     // admit inserted it
+	had  bool     // admit replaced the payload of a live entry: prev
+	prev keyEntry // KeyUnique, KeyDedup
 }
+
+var notAdmitted = admitted{n: -1}
 
 // admit decides a Put of a message with key and id at now (Unix ns): it
 // returns ErrDuplicate for one the policy refuses, and otherwise records it
@@ -192,84 +243,93 @@ type admitted struct {
 func (t *keyTable) admit(key []byte, id ID, now int64) (admitted, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	e := t.entries[string(key)]
+	if t.policy == KeyDedup {
+		t.expireLocked(now) // first: it may remove key's entry
+	}
+	e, n := t.lookup(key)
+	var fresh keyEntry
 	switch t.policy {
 	case KeyUnique:
 		if e != nil && !(t.topic && e.hasSeq && t.settled(e.seq)) {
 			t.duplicates.Add(1)
-			return admitted{}, fmt.Errorf("%w: key %q has a message pending", ErrDuplicate, key)
+			return notAdmitted, fmt.Errorf("%w: key %q has a message pending", ErrDuplicate, key)
 		}
-		ne := &keyEntry{id: id}
-		t.entries[string(key)] = ne
-		return admitted{e: ne, made: true}, nil
+		fresh = keyEntry{id: id}
 	case KeyReplace:
 		// The newest stored version stays the one that supersedes until
 		// this one's Put has succeeded (commit).
-		if e == nil {
-			ne := &keyEntry{v0: id}
-			if t.topic {
-				ne = &keyEntry{restored: true}
-			}
-			t.entries[string(key)] = ne
-			return admitted{e: ne, made: true}, nil
+		if e != nil {
+			t.addVersion(n, id)
+			return admitted{n: n, gen: e.gen}, nil
 		}
-		e.addVersion(id)
-		return admitted{e: e}, nil
+		fresh = keyEntry{v0: id}
+		if t.topic {
+			fresh = keyEntry{restored: true}
+		}
 	case KeyDedup:
-		t.expireLocked(now)
 		if e != nil && now-e.at < t.window {
 			t.duplicates.Add(1)
-			return admitted{}, fmt.Errorf("%w: key %q was put %v ago, within the dedup window", ErrDuplicate, key, time.Duration(now-e.at).Round(time.Millisecond))
+			return notAdmitted, fmt.Errorf("%w: key %q was put %v ago, within the dedup window", ErrDuplicate, key, time.Duration(now-e.at).Round(time.Millisecond))
 		}
-		k := string(key)
-		ne := &keyEntry{id: id, at: now}
-		t.entries[k] = ne
-		t.seenQ = append(t.seenQ, seenKey{now, k})
-		return admitted{e: ne, prev: e, made: true}, nil
+		fresh = keyEntry{id: id, at: now}
+	default:
+		return notAdmitted, nil
 	}
-	return admitted{}, nil
+	a := admitted{n: n}
+	if e != nil {
+		a.had, a.prev, a.gen = true, *e, e.gen
+		e.setPayload(fresh)
+	} else {
+		a.n, a.made = t.ix.insert(key, fresh), true
+		a.gen = t.ix.ents[a.n].gen
+	}
+	if t.policy == KeyDedup {
+		t.seenQ = append(t.seenQ, seenKey{now, a.n, a.gen})
+	}
+	return a, nil
 }
 
 // undo takes back what admit did for a Put of message id with key that
 // then failed.
-func (t *keyTable) undo(key []byte, id ID, a admitted) {
-	if a.e == nil {
-		return
-	}
+func (t *keyTable) undo(id ID, a admitted) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	live := t.entries[string(key)] == a.e
+	e := t.entryOf(a.n, a.gen)
+	if e == nil {
+		return // gone meanwhile
+	}
 	if t.policy == KeyReplace {
 		switch {
-		case a.e.restored:
-			if a.made && live && a.e.id == 0 {
-				delete(t.entries, string(key)) // no version of it was ever stored
+		case e.restored:
+			if a.made && e.id == 0 {
+				t.removeEntry(a.n) // no version of it was ever stored
 			}
-		case a.e.dropVersion(id) && !a.e.pending() && live:
-			delete(t.entries, string(key))
+		case t.dropVersion(a.n, id) && !e.pending():
+			t.removeEntry(a.n)
 		}
 		return
 	}
-	switch {
-	case !live:
-	case a.prev != nil:
-		t.entries[string(key)] = a.prev
-	default:
-		delete(t.entries, string(key))
+	if a.had {
+		e.setPayload(a.prev)
+	} else {
+		t.removeEntry(a.n)
 	}
 }
 
 // commit records that the Put admit let in, of message id, succeeded, in
 // backend record seq if hasSeq: under KeyReplace it is now the version
 // that supersedes the older ones. An entry that has left the table
-// meanwhile (every version done already) is changed to no effect.
+// meanwhile (every version done already) is not touched.
 func (t *keyTable) commit(a admitted, id ID, seq uint64, hasSeq bool) {
-	e := a.e
-	if e == nil {
+	if a.n < 0 {
 		return
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	e := t.entryOf(a.n, a.gen)
+	if e == nil {
+		return
+	}
 	if t.policy == KeyReplace && id > e.id {
 		e.id, e.seq, e.hasSeq = id, 0, false
 	}
@@ -283,7 +343,7 @@ func (t *keyTable) commit(a admitted, id ID, seq uint64, hasSeq bool) {
 func (t *keyTable) stored(key []byte, id ID, seq uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if e := t.entries[string(key)]; e != nil && e.id == id {
+	if e, _ := t.lookup(key); e != nil && e.id == id {
 		e.seq, e.hasSeq = seq, true
 	}
 }
@@ -292,10 +352,9 @@ func (t *keyTable) stored(key []byte, id ID, seq uint64) {
 func (t *keyTable) expireLocked(now int64) {
 	i := t.seenHead
 	for i < len(t.seenQ) && now-t.seenQ[i].at >= t.window {
-		e := t.seenQ[i]
-		t.seenQ[i] = seenKey{} // lets the key's string go
-		if cur := t.entries[e.key]; cur != nil && cur.at == e.at {
-			delete(t.entries, e.key)
+		s := t.seenQ[i]
+		if e := t.entryOf(s.n, s.gen); e != nil && e.at == s.at {
+			t.removeEntry(s.n)
 		}
 		i++
 	}
@@ -316,8 +375,8 @@ func (t *keyTable) take(m *Message) (deliver, drop bool) {
 	case KeyReplace:
 		// Newer, not merely other: a version taken before its own Put
 		// has committed is the newest.
-		if e := t.entries[string(m.Key)]; e != nil && e.id > m.ID {
-			if e.restored || e.hasVersion(m.ID) {
+		if e, n := t.lookup(m.Key); e != nil && e.id > m.ID {
+			if e.restored || t.hasVersion(n, m.ID) {
 				t.superseded.Add(1) // else compaction counted it (compacted)
 			}
 			return false, true
@@ -341,13 +400,13 @@ func (t *keyTable) done(key []byte, id ID) *Message {
 	defer t.mu.Unlock()
 	switch t.policy {
 	case KeyUnique:
-		if e := t.entries[string(key)]; e != nil && e.id == id {
-			delete(t.entries, string(key))
+		if e, n := t.lookup(key); e != nil && e.id == id {
+			t.removeEntry(n)
 		}
 	case KeyReplace:
 		// Any version: the entry goes with the last of them.
-		if e := t.entries[string(key)]; e != nil && e.dropVersion(id) && !e.pending() {
-			delete(t.entries, string(key))
+		if e, n := t.lookup(key); e != nil && t.dropVersion(n, id) && !e.pending() {
+			t.removeEntry(n)
 		}
 	case KeySerial:
 		if held, ok := t.held[string(key)]; !ok || held != id {
@@ -376,8 +435,9 @@ func (t *keyTable) done(key []byte, id ID) *Message {
 func (t *keyTable) empty() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.policy != KeyDedup {
-		clear(t.entries)
+	if t.ix != nil && t.policy != KeyDedup {
+		t.ix.clear()
+		clear(t.more)
 	}
 	clear(t.held)
 	clear(t.waiting)
@@ -401,7 +461,7 @@ func (t *keyTable) parked() []*Message {
 func (t *keyTable) supersedes(key []byte, id ID) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	e := t.entries[string(key)]
+	e, _ := t.lookup(key)
 	return e != nil && e.id > id
 }
 
@@ -413,10 +473,10 @@ func (t *keyTable) compacted(key []byte, id ID) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if e := t.entries[string(key)]; e != nil && e.dropVersion(id) {
+	if e, n := t.lookup(key); e != nil && t.dropVersion(n, id) {
 		t.superseded.Add(1)
 		if !e.pending() {
-			delete(t.entries, string(key))
+			t.removeEntry(n)
 		}
 	}
 }
@@ -428,7 +488,10 @@ func (t *keyTable) stats() (pending int, waiting int) {
 	for _, q := range t.waiting {
 		waiting += len(q)
 	}
-	return len(t.entries) + len(t.held), waiting
+	if t.ix != nil {
+		pending = t.ix.live
+	}
+	return pending + len(t.held), waiting
 }
 
 // KeyState is a snapshot of a channel's key policy state ([Channel.KeyState]),
@@ -467,12 +530,14 @@ func (t *keyTable) snapshot(floor uint64) []KeyEntry {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var out []KeyEntry
-	for k, e := range t.entries {
+	var gone []int32
+	t.ix.each(func(n int32) {
+		e := &t.ix.ents[n]
 		switch t.policy {
 		case KeyUnique, KeyReplace:
 			if t.topic && t.policy == KeyUnique && e.hasSeq && (e.seq < floor || t.settled(e.seq)) {
-				delete(t.entries, k) // every channel is done with it
-				continue
+				gone = append(gone, n) // every channel is done with it
+				return
 			}
 			if t.policy == KeyReplace && e.restored && e.hasSeq && e.seq < floor {
 				// Restored, its versions not counted: the newest is
@@ -480,21 +545,23 @@ func (t *keyTable) snapshot(floor uint64) []KeyEntry {
 				// backend, a restart holding none elsewhere: under
 				// KeyReplace a keyed message never moves to the timer
 				// store).
-				delete(t.entries, k)
-				continue
+				gone = append(gone, n)
+				return
 			}
-			if !e.hasSeq {
-				continue
+			if e.hasSeq {
+				out = append(out, KeyEntry{Key: string(t.ix.keyOf(n)), ID: e.id, Seq: e.seq})
 			}
-			out = append(out, KeyEntry{Key: k, ID: e.id, Seq: e.seq})
 		case KeyDedup:
 			// Only keys whose message reached the backend: after a crash
 			// one held in memory only is lost, and the producer's retry
 			// must then be let in, not refused as a duplicate.
 			if e.hasSeq {
-				out = append(out, KeyEntry{Key: k, ID: e.id, Seq: e.seq, At: time.Unix(0, e.at)})
+				out = append(out, KeyEntry{Key: string(t.ix.keyOf(n)), ID: e.id, Seq: e.seq, At: time.Unix(0, e.at)})
 			}
 		}
+	})
+	for _, n := range gone {
+		t.removeEntry(n)
 	}
 	return out
 }
@@ -504,23 +571,32 @@ func (t *keyTable) snapshot(floor uint64) []KeyEntry {
 func (t *keyTable) restore(st *KeyState, now int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, e := range st.Entries {
-		k := e.Key
+	for _, ke := range st.Entries {
+		key := []byte(ke.Key)
+		p := keyEntry{id: ke.ID, seq: ke.Seq, hasSeq: true}
 		switch t.policy {
 		case KeyUnique:
-			t.entries[k] = &keyEntry{id: e.ID, seq: e.Seq, hasSeq: true}
 		case KeyReplace:
-			t.entries[k] = &keyEntry{id: e.ID, seq: e.Seq, hasSeq: true, restored: true}
+			p.restored = true
 		case KeyDedup:
-			at := e.At.UnixNano()
-			if now-at >= t.window {
+			p.at = ke.At.UnixNano()
+			if now-p.at >= t.window {
 				continue
 			}
-			if cur := t.entries[k]; cur != nil && cur.at >= at {
-				continue
-			}
-			t.entries[k] = &keyEntry{id: e.ID, seq: e.Seq, hasSeq: true, at: at}
-			t.seenQ = append(t.seenQ, seenKey{at, k})
+		default:
+			continue
+		}
+		e, n := t.lookup(key)
+		switch {
+		case e == nil:
+			n = t.ix.insert(key, p)
+		case t.policy == KeyDedup && e.at >= p.at:
+			continue
+		default:
+			e.setPayload(p)
+		}
+		if t.policy == KeyDedup {
+			t.seenQ = append(t.seenQ, seenKey{p.at, n, t.ix.ents[n].gen})
 		}
 	}
 	slices.SortFunc(t.seenQ, func(a, b seenKey) int { return cmp.Compare(a.at, b.at) })

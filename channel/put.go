@@ -124,7 +124,7 @@ func (c *Channel) putKeyed(ctx context.Context, body []byte, po PutOptions) erro
 		err = c.putFull(ctx, &m)
 	}
 	if err != nil {
-		c.keys.undo(m.Key, m.ID, adm)
+		c.keys.undo(m.ID, adm)
 		return err
 	}
 	// putEnvelope left the record's seq in m when it knows it.

@@ -1,0 +1,182 @@
+package channel
+
+import (
+	"bytes"
+	"hash/maphash"
+)
+
+// keyIndex is the Put-time key policies' table (keyTable.ix): entries by
+// key, without a Go map. The keys' bytes live in one arena and the entries
+// in one slice, found through an open-addressing table of entry numbers,
+// so a key costs no allocation once the table has grown, a lookup hashes
+// the key once, and nothing in it holds a pointer for the garbage
+// collector to scan (a large table of pending keys would otherwise cost a
+// scan of every key at every collection). Not safe for concurrent use:
+// keyTable.mu guards it.
+//
+// An entry's number is stable while it lives; a removed entry's number is
+// reused, its gen then moved on, so that who kept a number (a Put between
+// admit and commit, an expiry queue) can tell it is not theirs any more.
+type keyIndex struct {
+	seed maphash.Seed
+	// slots holds entry number + 1 per slot: 0 is empty, tombstone a
+	// removed key's slot (a probe goes on past it).
+	slots []int32
+	used  int // slots not empty: live entries and tombstones
+	ents  []keyEntry
+	free  []int32 // numbers of removed entries, to reuse
+	live  int
+	// arena holds every live key's bytes (and removed ones' until the
+	// next compaction of it, which keeps it within twice the live keys'
+	// size); garbage counts the latter. Offsets are 32-bit: 4 GiB of keys
+	// pending, 4 million of the longest, is past what this table serves.
+	arena   []byte
+	garbage int
+	spare   []byte // the arena before the last compaction, reused by the next
+}
+
+const tombstone = -1
+
+func newKeyIndex() *keyIndex {
+	return &keyIndex{seed: maphash.MakeSeed(), slots: make([]int32, 16)}
+}
+
+// find returns the number of key's entry, or -1.
+func (x *keyIndex) find(key []byte) int32 {
+	return x.findHashed(key, maphash.Bytes(x.seed, key))
+}
+
+func (x *keyIndex) findHashed(key []byte, h uint64) int32 {
+	mask := uint64(len(x.slots) - 1)
+	for i := h & mask; ; i = (i + 1) & mask {
+		switch s := x.slots[i]; {
+		case s == 0:
+			return -1
+		case s > 0:
+			if e := &x.ents[s-1]; e.hash == h && bytes.Equal(x.keyOf(s-1), key) {
+				return s - 1
+			}
+		}
+	}
+}
+
+// keyOf returns entry n's key, valid until the next insert or remove.
+func (x *keyIndex) keyOf(n int32) []byte {
+	e := &x.ents[n]
+	return x.arena[e.koff : e.koff+uint32(e.klen)]
+}
+
+// insert adds key, which must not be in the index, with entry e, and
+// returns its number. It keeps e's payload and sets its bookkeeping.
+func (x *keyIndex) insert(key []byte, e keyEntry) int32 {
+	if (x.used+1)*4 > len(x.slots)*3 {
+		x.rehash()
+	}
+	h := maphash.Bytes(x.seed, key)
+	var n int32
+	if k := len(x.free); k > 0 {
+		n = x.free[k-1]
+		x.free = x.free[:k-1]
+		e.gen = x.ents[n].gen
+	} else {
+		n = int32(len(x.ents))
+		x.ents = append(x.ents, keyEntry{})
+	}
+	e.hash, e.koff, e.klen, e.live = h, uint32(len(x.arena)), uint16(len(key)), true
+	x.arena = append(x.arena, key...)
+	x.ents[n] = e
+	mask := uint64(len(x.slots) - 1)
+	for i := h & mask; ; i = (i + 1) & mask {
+		switch x.slots[i] {
+		case 0:
+			x.used++
+			fallthrough
+		case tombstone:
+			x.slots[i] = n + 1
+			x.live++
+			return n
+		}
+	}
+}
+
+// remove deletes entry n; its number may be reused from now on.
+func (x *keyIndex) remove(n int32) {
+	e := &x.ents[n]
+	mask := uint64(len(x.slots) - 1)
+	for i := e.hash & mask; ; i = (i + 1) & mask {
+		if x.slots[i] == n+1 {
+			x.slots[i] = tombstone
+			break
+		}
+	}
+	x.garbage += int(e.klen)
+	*e = keyEntry{gen: e.gen + 1}
+	x.free = append(x.free, n)
+	x.live--
+	if x.garbage > 64<<10 && x.garbage > len(x.arena)/2 {
+		x.compactArena()
+	}
+}
+
+// rehash rebuilds the slots, at twice the size if live entries fill more
+// than a quarter of them (else tombstones were what filled it): a quarter,
+// so that a table whose keys come and go at a steady number rebuilds once
+// every half its size of removals, not more often.
+func (x *keyIndex) rehash() {
+	size := len(x.slots)
+	if x.live*4 >= size {
+		size *= 2
+	}
+	x.slots = make([]int32, size)
+	x.used = 0
+	mask := uint64(size - 1)
+	for n := range x.ents {
+		e := &x.ents[n]
+		if !e.live {
+			continue
+		}
+		i := e.hash & mask
+		for x.slots[i] != 0 {
+			i = (i + 1) & mask
+		}
+		x.slots[i] = int32(n) + 1
+		x.used++
+	}
+}
+
+// compactArena copies the live keys into the spare arena, and keeps the
+// old one as the next spare.
+func (x *keyIndex) compactArena() {
+	arena := x.spare[:0]
+	for n := range x.ents {
+		e := &x.ents[n]
+		if !e.live {
+			continue
+		}
+		k := x.arena[e.koff : e.koff+uint32(e.klen)]
+		e.koff = uint32(len(arena))
+		arena = append(arena, k...)
+	}
+	x.arena, x.spare, x.garbage = arena, x.arena, 0
+}
+
+// clear removes every entry (their numbers' gens move on, as remove's).
+func (x *keyIndex) clear() {
+	for n := range x.ents {
+		if e := &x.ents[n]; e.live {
+			*e = keyEntry{gen: e.gen + 1}
+			x.free = append(x.free, int32(n))
+		}
+	}
+	clear(x.slots)
+	x.used, x.live, x.arena, x.spare, x.garbage = 0, 0, nil, nil, 0
+}
+
+// each calls f with every live entry's number.
+func (x *keyIndex) each(f func(n int32)) {
+	for n := range x.ents {
+		if x.ents[n].live {
+			f(int32(n))
+		}
+	}
+}

@@ -1,0 +1,67 @@
+package channel
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+// TestKeyIndexModel: random inserts, removals, lookups and clears against
+// a Go map; entry numbers stay put while they live, a removed one's gen
+// moves on, and the arena stays within about twice the live keys.
+func TestKeyIndexModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	x := newKeyIndex()
+	model := map[string]int32{} // key -> entry number
+	ids := map[string]ID{}
+	for step := range 200_000 {
+		k := fmt.Sprintf("key-%d-%s", rng.IntN(5000), string(make([]byte, rng.IntN(40))))
+		switch op := rng.IntN(10); {
+		case op < 5:
+			if _, ok := model[k]; ok {
+				continue
+			}
+			id := ID(step + 1)
+			n := x.insert([]byte(k), keyEntry{id: id})
+			model[k], ids[k] = n, id
+		case op < 8:
+			n, ok := model[k]
+			if !ok {
+				continue
+			}
+			gen := x.ents[n].gen
+			x.remove(n)
+			if x.ents[n].live || x.ents[n].gen != gen+1 {
+				t.Fatalf("step %d: removed entry %d is %+v", step, n, x.ents[n])
+			}
+			delete(model, k)
+		case op < 9 && step%5000 == 0:
+			x.clear()
+			clear(model)
+		default:
+		}
+		if got := x.find([]byte(k)); (got >= 0) != modelHas(model, k) {
+			t.Fatalf("step %d: find(%q) = %d, model has %v", step, k, got, modelHas(model, k))
+		}
+		if modelHas(model, k) && (x.find([]byte(k)) != model[k] || x.ents[model[k]].id != ids[k] || string(x.keyOf(model[k])) != k) {
+			t.Fatalf("step %d: %q at %d, want %d with id %d", step, k, x.find([]byte(k)), model[k], ids[k])
+		}
+	}
+	if x.live != len(model) {
+		t.Fatalf("live %d, model %d", x.live, len(model))
+	}
+	for k, n := range model {
+		if x.find([]byte(k)) != n {
+			t.Fatalf("%q lost", k)
+		}
+	}
+	live := 0
+	for k := range model {
+		live += len(k)
+	}
+	if len(x.arena) > 2*live+64<<10 {
+		t.Fatalf("arena %d bytes for %d bytes of live keys", len(x.arena), live)
+	}
+}
+
+func modelHas(m map[string]int32, k string) bool { _, ok := m[k]; return ok }
