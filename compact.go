@@ -39,10 +39,12 @@ type compactor struct {
 	replace bool    // the policy is KeyReplace
 	ratio   float64 // <0: no automatic compaction
 	logger  *slog.Logger
-	// compacted tells a queue's channel of a pending version removed
-	// (Channel.Compacted); nil for a topic, whose channels learn it from
-	// the topic's key state.
+	// compacted tells a queue's channel of a pending version removed that
+	// its cursor had not handed out (nextRead says which those are):
+	// Channel.Compacted. Both nil for a topic, whose channels learn it
+	// from the topic's key state.
 	compacted func(key []byte, id channel.ID)
+	nextRead  func() uint64
 
 	mu sync.Mutex // one compaction at a time; guards cleanEnd
 	// cleanEnd is the seq the last compaction looked at the records up
@@ -137,6 +139,7 @@ func (c *compactor) stats() CompactStats {
 type removedVersion struct {
 	key []byte
 	id  channel.ID
+	seq uint64
 }
 
 // compact rewrites the sealed segments without the records no consumer
@@ -202,7 +205,7 @@ func (c *compactor) compactLocked(ctx context.Context, st *CompactStats) error {
 				return !acked // only history: pending work stays
 			}
 			if !acked && c.compacted != nil {
-				gone = append(gone, removedVersion{key: append([]byte(nil), m.Key...), id: m.ID})
+				gone = append(gone, removedVersion{key: append([]byte(nil), m.Key...), id: m.ID, seq: rec.Seq})
 			}
 			return false
 		}
@@ -216,10 +219,17 @@ func (c *compactor) compactLocked(ctx context.Context, st *CompactStats) error {
 			}
 			continue
 		}
-		// Removed now, so the channel will never see them: they are done.
-		if c.compacted != nil {
+		// Removed now: those the cursor had not handed out the channel
+		// will never see, so they are done. Those it had (read ahead, in
+		// flight, requeued, deferred) are the channel's still, which drops
+		// them as superseded when it takes them, or lets one in flight
+		// finish.
+		if c.compacted != nil && len(gone) > 0 {
+			from := c.nextRead()
 			for _, v := range gone {
-				c.compacted(v.key, v.id)
+				if v.seq >= from {
+					c.compacted(v.key, v.id)
+				}
 			}
 		}
 		if cs.Removed > 0 {
@@ -260,7 +270,7 @@ func (c *compactor) newestVersions(ctx context.Context, end uint64) (map[string]
 				continue
 			}
 			id, ok := newest[string(m.Key)]
-			if ok {
+			if ok && id != m.ID { // the same message stored again at Close supersedes nothing
 				superseding++
 			}
 			if !ok || m.ID > id {

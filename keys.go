@@ -163,6 +163,7 @@ type keyLog interface {
 	Floor() uint64
 	Acknowledged(seq uint64) bool
 	HoldFrom(seq uint64)
+	Stats() diskqueue.Stats
 }
 
 // loadKeyState rebuilds the key policy's state at Open: the stored
@@ -202,6 +203,15 @@ func loadKeyState(dir string, q keyLog, policy channel.KeyPolicy, window time.Du
 				from = stored.Watermark // acknowledged puts count too
 			}
 		}
+	}
+	if first := q.Stats().FirstSeq; from < first {
+		// Deleted since the state was stored: only MaxDiskBytes, which
+		// outranks the hold, does that. Under KeyDedup their keys are
+		// forgotten; under the others they were acknowledged.
+		if policy == channel.KeyDedup {
+			logger.Warn("spillq: the records put after the key state was stored were deleted (MaxDiskBytes); their keys are not remembered as put", "from", from, "first", first)
+		}
+		from = first
 	}
 	now := time.Now()
 	if policy == channel.KeyDedup && len(st.Entries) == 0 {

@@ -188,7 +188,7 @@ func Open(dir string, opts Options) (*Queue, error) {
 			}
 		}
 		if comp != nil {
-			comp.compacted = ch.Compacted
+			comp.compacted, comp.nextRead = ch.Compacted, dq.NextRead
 		}
 		keep.start()
 	}

@@ -425,7 +425,8 @@ func (t *Topic) Stats() TopicStats {
 }
 
 // Close closes every open channel (each keeps what it holds in memory in
-// its timer store, so a graceful restart loses nothing), then the log.
+// its timer store, or, a keyed message under KeyUnique or KeyReplace, in
+// place in the log, so a graceful restart loses nothing), then the log.
 // Calls blocked in Put return [channel.ErrClosed]; a second Close returns
 // ErrClosed.
 func (t *Topic) Close() error {

@@ -350,3 +350,39 @@ func channelDepth(tp *spillq.Topic, name string) int64 {
 	}
 	return 0
 }
+
+// TestTopicPinnedDelayReopen: a keyed message put with a delay, which a
+// channel under the topic's KeyUnique or KeyReplace keeps in place in the
+// log, is still deferred when the channel is closed and opened again.
+func TestTopicPinnedDelayReopen(t *testing.T) {
+	for _, policy := range []channel.KeyPolicy{channel.KeyNone, channel.KeyUnique, channel.KeyReplace} {
+		t.Run(policy.String(), func(t *testing.T) {
+			tp := openTopic(t, t.TempDir(), spillq.TopicOptions{Keys: policy})
+			defer tp.Close()
+			a := topicChannel(t, tp, "a", spillq.ChannelOptions{})
+			ctx := context.Background()
+			if err := tp.PutWith(ctx, []byte("k:1"), channel.PutOptions{Key: []byte("k"), Delay: time.Hour}); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for a.Stats().Deferred == 0 {
+				if time.Now().After(deadline) {
+					t.Fatal("the message put with a delay never showed as deferred")
+				}
+				time.Sleep(time.Millisecond)
+			}
+			if err := a.Close(); err != nil {
+				t.Fatal(err)
+			}
+			a = topicChannel(t, tp, "a", spillq.ChannelOptions{})
+			deadline = time.Now().Add(10 * time.Second)
+			for a.Stats().Deferred == 0 {
+				if time.Now().After(deadline) {
+					t.Fatalf("after the reopen the message is not deferred: %+v", a.Stats())
+				}
+				time.Sleep(time.Millisecond)
+			}
+			nothingMore(t, a)
+		})
+	}
+}

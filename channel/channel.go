@@ -196,7 +196,7 @@ func newChannel(opts Options, src Source, fan *Fanout) (*Channel, error) {
 	c.closeCtx, c.cancel = context.WithCancel(context.Background())
 	c.started = time.Now()
 	c.now.Store(c.started.UnixNano())
-	c.prod.firstID = uint64(time.Now().UnixNano())
+	c.prod.firstID = firstID(o.KeyState)
 	c.prod.nextID.Store(c.prod.firstID)
 	if c.src == nil || o.MemQueueSize > 0 {
 		c.memCh = make(chan *Message, o.MemQueueSize)
@@ -787,12 +787,14 @@ func storeMax[V int64 | uint64, A atomicNumber[V]](v A, x V) {
 }
 
 // Compacted tells the channel that a compaction of its backend removed
-// the record of message id with key, which was never delivered and never
-// will be: under KeyReplace a version a newer one superseded, now counted
-// in Stats.Superseded and no longer in Stats.KeysPending. A compaction
-// calls it once the removal is in place, for each removed record that was
-// not acknowledged (spillq's Queue.Compact does). It does nothing under
-// the other policies, whose pending messages a compaction never removes.
+// the record of message id with key before the channel read it, so it
+// will never be delivered: under KeyReplace a version a newer one
+// superseded, now counted in Stats.Superseded and no longer pending. A
+// compaction calls it once the removal is in place, for each removed
+// record from the backend's read position on (spillq's Queue.Compact
+// does); a removed record the channel had read already is still its own
+// to drop as superseded when it takes it. It does nothing under the other
+// policies, whose pending messages a compaction never removes.
 func (c *Channel) Compacted(key []byte, id ID) {
 	if c.keys != nil {
 		c.keys.compacted(key, id)
@@ -1055,7 +1057,7 @@ func (c *Channel) Close() error {
 		slices.SortFunc(back, func(a, b *Message) int { return cmp.Compare(a.seq, b.seq) })
 		for _, m := range back {
 			if m.gen == c.gen.Load() {
-				u.Unread(m.seq, appendEnvelope(nil, &Message{ID: m.ID, Body: m.Body, Key: m.Key, Timestamp: m.Timestamp, Attempts: m.Attempts, expires: m.expires}))
+				u.Unread(m.seq, appendEnvelope(nil, &Message{ID: m.ID, Body: m.Body, Key: m.Key, Timestamp: m.Timestamp, Attempts: m.Attempts, due: m.due, expires: m.expires}))
 			}
 		}
 	}

@@ -148,7 +148,7 @@ func NewFanout(log FanoutLog, opts FanoutOptions) (*Fanout, error) {
 		return nil, fmt.Errorf("%w: Keys %v on a topic: it takes KeyNone, KeyUnique, KeyReplace or KeyDedup (KeySerial is a channel's)", ErrInvalidOptions, opts.Keys)
 	}
 	f.closeCtx, f.cancel = context.WithCancel(context.Background())
-	f.firstID = uint64(f.started.UnixNano())
+	f.firstID = firstID(opts.KeyState)
 	f.nextID.Store(f.firstID)
 	return f, nil
 }

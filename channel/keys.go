@@ -63,6 +63,20 @@ func (p KeyPolicy) String() string {
 	return fmt.Sprintf("KeyPolicy(%d)", uint8(p))
 }
 
+// firstID is the ID before a new channel's (or Fanout's) first message:
+// the clock in nanoseconds, so IDs grow across restarts, and past every
+// message st names, so that they grow even if the clock was set back
+// (the key policies tell versions apart by ID).
+func firstID(st *KeyState) uint64 {
+	id := uint64(time.Now().UnixNano())
+	if st != nil {
+		for _, e := range st.Entries {
+			id = max(id, uint64(e.ID))
+		}
+	}
+	return id
+}
+
 // DefaultDedupWindow is Options.DedupWindow's default.
 const DefaultDedupWindow = 10 * time.Minute
 
@@ -466,18 +480,17 @@ func (t *keyTable) supersedes(key []byte, id ID) bool {
 }
 
 // compacted records that compaction removed message id with key from the
-// backend, unseen: under KeyReplace a superseded version, done now.
+// backend before the channel read it: under KeyReplace a superseded
+// version, done now, and counted here since take will never see it.
 func (t *keyTable) compacted(key []byte, id ID) {
 	if t.policy != KeyReplace {
 		return
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if e, n := t.lookup(key); e != nil && t.dropVersion(n, id) {
-		t.superseded.Add(1)
-		if !e.pending() {
-			t.removeEntry(n)
-		}
+	t.superseded.Add(1)
+	if e, n := t.lookup(key); e != nil && t.dropVersion(n, id) && !e.pending() {
+		t.removeEntry(n)
 	}
 }
 

@@ -30,6 +30,20 @@ func (c *Cursor) Acknowledged(seq uint64) bool { return c.acknowledged(seq) }
 // seq (see [Cursor.Acknowledged]).
 func (q *Queue) Acknowledged(seq uint64) bool { return q.c.Acknowledged(seq) }
 
+// NextRead is the seq the cursor's next Read starts from: every record
+// below it was handed out (or passed over), none from it on was. It takes
+// the cursor's read lock, so a Read in progress is over when it returns: a
+// caller that has just compacted a segment knows that the records it
+// removed from this seq on were never handed out, and never will be.
+func (c *Cursor) NextRead() uint64 {
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	return c.rd.seq
+}
+
+// NextRead is the queue's cursor's (see [Cursor.NextRead]).
+func (q *Queue) NextRead() uint64 { return q.c.NextRead() }
+
 // Acknowledged reports whether every cursor of the log has acknowledged
 // record seq (see [Cursor.Acknowledged]): true for any seq written when the
 // log has no cursor, false for one not yet written.

@@ -1,0 +1,61 @@
+package spillq
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/spillq/spillq/channel"
+	"github.com/spillq/spillq/diskqueue"
+)
+
+// TestDedupStateOlderThanTheLog: a stored KeyDedup state whose watermark
+// is older than the first record left on disk (MaxDiskBytes outranks the
+// hold) opens, with the records that are left read as the tail.
+func TestDedupStateOlderThanTheLog(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{Keys: channel.KeyDedup, Disk: diskqueue.Options{MaxSegmentBytes: 1 << 10}}
+	q, err := Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := range 200 {
+		if err := q.PutWith(ctx, []byte(fmt.Sprintf("k%d:0", i)), channel.PutOptions{Key: []byte(fmt.Sprintf("k%d", i))}); err != nil {
+			t.Fatal(err)
+		}
+		m, err := q.Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.Finish()
+	}
+	q.Disk().HoldFrom(q.Disk().NextSeq()) // as a stored state would, then segments go
+	deadline := time.Now().Add(10 * time.Second)
+	for q.Disk().Stats().FirstSeq == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no segment deleted: %+v", q.Disk().Stats())
+		}
+		q.Disk().Sync(ctx)
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// What a crash leaves when the segments after the stored state went.
+	if err := saveKeyState(dir, channel.KeyState{Policy: channel.KeyDedup, Watermark: 0, Entries: []channel.KeyEntry{{Key: "old", ID: 1, Seq: 0, At: time.Now()}}}); err != nil {
+		t.Fatal(err)
+	}
+	q, err = Open(dir, opts)
+	if err != nil {
+		t.Fatalf("Open with a key state older than the log: %v", err)
+	}
+	defer q.Close()
+	if err := q.PutWith(ctx, []byte("old:1"), channel.PutOptions{Key: []byte("old")}); err == nil {
+		t.Fatal("Put of a key the stored state has: accepted, want ErrDuplicate")
+	}
+	if err := q.PutWith(ctx, []byte("k199:1"), channel.PutOptions{Key: []byte("k199")}); err == nil {
+		t.Fatal("Put of a key still in the log: accepted, want ErrDuplicate")
+	}
+}
