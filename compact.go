@@ -46,10 +46,13 @@ type compactor struct {
 	compacted func(key []byte, id channel.ID)
 	nextRead  func() uint64
 
-	mu sync.Mutex // one compaction at a time; guards cleanEnd
+	mu sync.Mutex // one compaction at a time; guards cleanEnd and sawKeys
 	// cleanEnd is the seq the last compaction looked at the records up
 	// to: segments from it on are dirty, new since.
 	cleanEnd uint64
+	// sawKeys is set once a compaction has found a keyed record: until
+	// then each reads only the records new since the last.
+	sawKeys bool
 
 	statsMu sync.Mutex
 	total   CompactStats
@@ -175,7 +178,20 @@ func (c *compactor) compactLocked(ctx context.Context, st *CompactStats) error {
 	if err := c.dq.Sync(ctx); err != nil {
 		return fmt.Errorf("spillq: compact: sync the log: %w", err)
 	}
-	newest, superseding, err := c.newestVersions(ctx, end)
+	if !c.sawKeys {
+		// A log that never held a keyed record (retention alone) is not
+		// read through each time: only what is new since the last look.
+		_, _, keyed, err := c.newestVersions(ctx, c.cleanEnd, end)
+		if err != nil {
+			return err
+		}
+		if keyed == 0 {
+			c.cleanEnd = end
+			return nil
+		}
+		c.sawKeys = true
+	}
+	newest, superseding, _, err := c.newestVersions(ctx, 0, end)
 	if err != nil {
 		return err
 	}
@@ -243,13 +259,13 @@ func (c *compactor) compactLocked(ctx context.Context, st *CompactStats) error {
 }
 
 // newestVersions returns the newest message ID of each key among the
-// records below end, and how many records a newer one with their key
-// supersedes. Its memory is one entry per key. Segments that retention
-// deletes meanwhile are passed over: what they held was acknowledged.
-func (c *compactor) newestVersions(ctx context.Context, end uint64) (map[string]channel.ID, int, error) {
-	newest := map[string]channel.ID{}
-	superseding := 0
-	from := c.dq.Stats().FirstSeq
+// records from from (or the first still on disk) below end, how many
+// records a newer one with their key supersedes, and how many have a key.
+// Its memory is one entry per key. Segments that retention deletes
+// meanwhile are passed over: what they held was acknowledged.
+func (c *compactor) newestVersions(ctx context.Context, from, end uint64) (newest map[string]channel.ID, superseding, keyed int, err error) {
+	newest = map[string]channel.ID{}
+	from = max(from, c.dq.Stats().FirstSeq)
 	for from < end {
 		next := from
 		var failed error
@@ -262,13 +278,14 @@ func (c *compactor) newestVersions(ctx context.Context, end uint64) (map[string]
 				break
 			}
 			if err := ctx.Err(); err != nil {
-				return nil, 0, err
+				return nil, 0, 0, err
 			}
 			next = rec.Seq + 1
 			m, err := channel.UnmarshalMessage(rec.Body)
 			if err != nil || m.Key == nil {
 				continue
 			}
+			keyed++
 			id, ok := newest[string(m.Key)]
 			if ok && id != m.ID { // the same message stored again at Close supersedes nothing
 				superseding++
@@ -279,14 +296,14 @@ func (c *compactor) newestVersions(ctx context.Context, end uint64) (map[string]
 		}
 		switch {
 		case failed == nil:
-			return newest, superseding, nil
+			return newest, superseding, keyed, nil
 		case errors.Is(failed, diskqueue.ErrNotFound) && c.dq.Stats().FirstSeq > next:
 			from = c.dq.Stats().FirstSeq // deleted under the scan
 		default:
-			return nil, 0, fmt.Errorf("spillq: compact: read the log: %w", failed)
+			return nil, 0, 0, fmt.Errorf("spillq: compact: read the log: %w", failed)
 		}
 	}
-	return newest, superseding, nil
+	return newest, superseding, keyed, nil
 }
 
 // Compact rewrites the queue's sealed segments without the records no
