@@ -20,3 +20,17 @@ func TestPeakRSSKB(t *testing.T) {
 	}
 	runtime.KeepAlive(b)
 }
+
+func TestCPUTimeMoves(t *testing.T) {
+	before := CPUTime()
+	if before < 0 {
+		t.Skip("no CPU time on this system")
+	}
+	x := 0
+	for i := range 50_000_000 {
+		x += i
+	}
+	if after := CPUTime(); after <= before {
+		t.Fatalf("CPU time %v then %v after a busy loop (%d)", before, after, x)
+	}
+}
