@@ -144,6 +144,16 @@ func (r *region) putEntry(off int64, v uint32) error {
 	return err
 }
 
+// sync makes the first n bytes of the file durable. On the mapped path
+// only that range is written back (SyncMapped): the pages prefault dirtied
+// past it stay writable, so the records copied there next take no fault.
+func (r *region) sync(n int64) error {
+	if r.m != nil {
+		return r.f.(mapper).SyncMapped(r.m, n)
+	}
+	return r.f.Sync()
+}
+
 // release unmaps the region; the file stays open.
 func (r *region) release() {
 	if r.m != nil {

@@ -89,8 +89,9 @@ func (l *Log) unsyncedOver() bool {
 
 // syncNow makes every record appended so far durable: it seals the
 // segments rotated out, fsyncs the directory if segments were created, and
-// fsyncs the active log; then it releases the Puts and Syncs waiting for
-// those records. Puts that arrive meanwhile wait for the next round, so
+// syncs the active log as far as those records reach (on the mapped path
+// that range alone, region.sync); then it releases the Puts and Syncs
+// waiting for them. Puts that arrive meanwhile wait for the next round, so
 // concurrent Puts share one fsync (group commit).
 func (l *Log) syncNow() {
 	if l.syncAlways {
@@ -102,6 +103,10 @@ func (l *Log) syncNow() {
 	l.mu.Lock()
 	target := l.nextSeq.Load()
 	active := l.t
+	var size int64 // what target's records of active span
+	if active != nil {
+		size = active.size
+	}
 	pend := l.sealQ
 	l.sealQ = nil
 	dirty := l.unsynced > 0
@@ -122,7 +127,7 @@ func (l *Log) syncNow() {
 	}
 	if err == nil && dirty && !l.opts.NoSync {
 		start := time.Now()
-		if err = active.log.f.Sync(); err != nil {
+		if err = active.log.sync(size); err != nil {
 			err = fmt.Errorf("diskqueue: fsync %s: %w", active.seg.path(logSuffix), err)
 		} else {
 			l.syncLatency.Record(time.Since(start))
