@@ -51,6 +51,9 @@ type region struct {
 	// prefaulted is how much of m the writer goroutine has asked the
 	// kernel to populate; it and alloc are guarded by l.mu.
 	prefaulted int64
+	// dropped is how much of m, from its start, the writer goroutine has
+	// taken out of the mapping (dropWritten); only it touches the field.
+	dropped int64
 }
 
 func roundUp(n, unit int64) int64 { return (n + unit - 1) / unit * unit }
@@ -152,6 +155,24 @@ func (r *region) sync(n int64) error {
 		return r.f.(mapper).SyncMapped(r.m, n)
 	}
 	return r.f.Sync()
+}
+
+// dropWritten takes the pages wholly below end out of the mapping; they
+// stay in the page cache, dirty or clean, and reads (pread) see them as
+// before. Writeback then finds no mapping of them to write-protect:
+// cleaning a mapped page costs a TLB shootdown, an interrupt of the CPU
+// the producer runs on, per page, where this costs one for the range.
+// Producers never touch a page below the records' end again (records are
+// only appended), so none faults them back in. Only the writer goroutine
+// calls it.
+func (r *region) dropWritten(end int64) {
+	if r.m == nil {
+		return
+	}
+	if to := end &^ int64(pageSize-1); to > r.dropped {
+		dropPages(r.m[r.dropped:to])
+		r.dropped = to
+	}
 }
 
 // release unmaps the region; the file stays open.

@@ -89,6 +89,18 @@ func prefault(b []byte) {
 	}
 }
 
+// pageSize is the unit of the kernel's mappings.
+var pageSize = os.Getpagesize()
+
+// dropPages removes b's pages from the mapping (MADV_DONTNEED). For a
+// shared file mapping that loses nothing: the pages stay in the page
+// cache, with their dirty state, and a later touch maps them again.
+func dropPages(b []byte) {
+	if len(b) > 0 {
+		unix.Madvise(b, unix.MADV_DONTNEED)
+	}
+}
+
 // notSupported reports an error meaning the file system cannot preallocate
 // or map, so the queue falls back to writing with write(2).
 func notSupported(err error) bool {

@@ -127,6 +127,7 @@ func (l *Log) syncNow() {
 	}
 	if err == nil && dirty && !l.opts.NoSync {
 		start := time.Now()
+		active.log.dropWritten(size)
 		if err = active.log.sync(size); err != nil {
 			err = fmt.Errorf("diskqueue: fsync %s: %w", active.seg.path(logSuffix), err)
 		} else {
@@ -173,7 +174,8 @@ func (l *Log) sealAll(pend []*tail) error {
 
 // prepareAhead preallocates the active segment's next log chunk and asks
 // the kernel to fault its pages in, so producers rarely make the
-// fallocate call themselves and never stop for a page fault. A failure
+// fallocate call themselves and never stop for a page fault, and takes
+// the pages the records have filled out of the mapping (dropWritten). A failure
 // here is left for the Put that needs the space to report.
 func (l *Log) prepareAhead() {
 	l.mu.Lock()
@@ -189,11 +191,15 @@ func (l *Log) prepareAhead() {
 	from, to := t.log.prefaulted, t.log.alloc
 	t.log.prefaulted = to
 	m := t.log.m
+	size := t.size
 	l.mu.Unlock()
 	// Only the writer goroutine unmaps (in seal), so m stays valid here.
 	if to > from {
 		prefault(m[from:to])
 	}
+	// Whatever the sync policy, the kernel's own writeback would otherwise
+	// meet the written pages still mapped.
+	t.log.dropWritten(size)
 }
 
 // fail records a write or fsync error as sticky: after it, Put and Sync
