@@ -37,8 +37,10 @@ type Log struct {
 	// listing is the directory as Open read it; only during Open.
 	listing map[string]os.DirEntry
 	// started is when Open ran; record timestamps are it plus the
-	// monotonic time since (see stamp).
-	started time.Time
+	// monotonic time since (see stamp). startedNano is its wall clock in
+	// Unix nanoseconds.
+	started     time.Time
+	startedNano int64
 	// openSeq is nextSeq at Open: Puts since Open are the difference.
 	openSeq uint64
 	// lastMaxTime carries the running maximum of timestamps from one
@@ -171,18 +173,20 @@ func openLogReadOnly(dir string, opts Options) (*Log, error) {
 }
 
 func newLog(dir string, o Options) *Log {
+	now := time.Now()
 	l := &Log{
-		dir:        dir,
-		opts:       o,
-		started:    time.Now(),
-		fs:         o.fsForTesting,
-		logger:     o.Logger.With("queue", dir),
-		syncAlways: o.SyncEvery == 1,
-		wakeCh:     make(chan struct{}, 1),
-		reqCh:      make(chan request),
-		closeCh:    make(chan struct{}),
-		writerCh:   make(chan struct{}),
-		compactCh:  make(chan struct{}, 1),
+		dir:         dir,
+		started:     now,
+		startedNano: now.UnixNano(),
+		opts:        o,
+		fs:          o.fsForTesting,
+		logger:      o.Logger.With("queue", dir),
+		syncAlways:  o.SyncEvery == 1,
+		wakeCh:      make(chan struct{}, 1),
+		reqCh:       make(chan request),
+		closeCh:     make(chan struct{}),
+		writerCh:    make(chan struct{}),
+		compactCh:   make(chan struct{}, 1),
 	}
 	l.cursorList.Store(new([]*Cursor))
 	return l
