@@ -420,10 +420,10 @@ func (l *Log) stamp() int64 {
 }
 
 // publishLocked makes what t holds visible to readers and to Stats: the
-// extent last, so a reader that sees the record also sees its index sizes
-// and timestamp. Each atomic store is a locked instruction on the hot path,
-// so the index sizes and the newest timestamp are stored only when they
-// changed.
+// extent last, so a reader that sees the record also sees its index sizes.
+// Each atomic store is a locked instruction on the hot path, so the index
+// sizes are stored only when they changed, and the newest timestamp not
+// at all until the segment is sealed (segMaxTime).
 func (l *Log) publishLocked(t *tail) {
 	seg := t.seg
 	prev := seg.diskBytes()
@@ -432,9 +432,6 @@ func (l *Log) publishLocked(t *tail) {
 	}
 	if seg.timeIndexBytes.Load() != t.timeSize {
 		seg.timeIndexBytes.Store(t.timeSize)
-	}
-	if seg.maxTime.Load() != t.maxTime {
-		seg.maxTime.Store(t.maxTime)
 	}
 	seg.setExtent(t.size, t.end)
 	l.diskBytes.Add(seg.diskBytes() - prev)
@@ -734,6 +731,9 @@ func (l *Log) seal(t *tail) error {
 	for _, r := range []*region{&t.log, &t.index, &t.timeIdx} {
 		r.f.Close()
 	}
+	// Appends do not publish the newest timestamp (segMaxTime); from here
+	// on it is final.
+	t.seg.maxTime.Store(t.maxTime)
 	t.seg.writing.Store(false)
 	return err
 }
