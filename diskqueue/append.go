@@ -48,11 +48,12 @@ type region struct {
 	m     []byte // the file mapped shared and writable; nil on the write path
 	alloc int64  // bytes preallocated (the file's size); mapped path only
 	chunk int64
-	// prefaulted is how much of m the writer goroutine has asked the
-	// kernel to populate; it and alloc are guarded by l.mu.
+	// prefaulted is how much of m the preparer goroutine (or, for a
+	// spare, the writer) has asked the kernel to populate; it and alloc
+	// are guarded by l.mu.
 	prefaulted int64
-	// dropped is how much of m, from its start, the writer goroutine has
-	// taken out of the mapping (dropWritten); only it touches the field.
+	// dropped is how much of m, from its start, has been taken out of the
+	// mapping (dropWritten); guarded by l.prepMu.
 	dropped int64
 }
 
@@ -163,8 +164,7 @@ func (r *region) sync(n int64) error {
 // cleaning a mapped page costs a TLB shootdown, an interrupt of the CPU
 // the producer runs on, per page, where this costs one for the range.
 // Producers never touch a page below the records' end again (records are
-// only appended), so none faults them back in. Only the writer goroutine
-// calls it.
+// only appended), so none faults them back in. The caller holds l.prepMu.
 func (r *region) dropWritten(end int64) {
 	if r.m == nil {
 		return
@@ -374,11 +374,13 @@ func (l *Log) reserve(t *tail, n int64, timeEntry bool) error {
 		l.failLocked(err)
 		return err
 	}
-	// Wake the writer once per preallocation step: when appends come
+	// Wake the preparer once per preallocation step: when appends come
 	// within half a chunk of its end, or allocated pages it has not
-	// pre-faulted yet.
+	// pre-faulted yet. The writer too, whose round makes the spare
+	// segment when one is due.
 	if t.log.alloc != t.wokeAt && (t.log.alloc-(t.size+n) < logChunk/2 && t.log.alloc < l.opts.MaxSegmentBytes || t.log.prefaulted < t.log.alloc) {
 		t.wokeAt = t.log.alloc
+		l.wakePreparer()
 		l.wake()
 	}
 	return nil
@@ -724,9 +726,11 @@ func (l *Log) dropSpareLocked() {
 // cuts each to what was written and fsyncs them (unless NoSync). Open then
 // treats the segment as complete and never reads it at start-up.
 func (l *Log) seal(t *tail) error {
+	l.prepMu.Lock() // the preparer may be pre-faulting t's log
 	t.log.release()
 	t.index.release()
 	t.timeIdx.release()
+	l.prepMu.Unlock()
 	err := l.sealFiles(t)
 	for _, r := range []*region{&t.log, &t.index, &t.timeIdx} {
 		r.f.Close()

@@ -78,6 +78,14 @@ type Log struct {
 	closeCh  chan struct{} // closed by Close: tells every wait to give up
 	isClosed atomic.Bool   // set with closeCh, for checks on hot paths
 	writerCh chan struct{} // closed when the writer goroutine has returned
+	// prepCh (capacity 1) wakes the preparer goroutine (prepare), which
+	// closes prepDone when it returns. prepMu is held while it uses the
+	// active segment's mapping outside mu, and by whatever unmaps a
+	// segment being written (seal) or moves its dropped mark; never taken
+	// with mu held.
+	prepCh   chan struct{}
+	prepDone chan struct{}
+	prepMu   sync.Mutex
 	// compactCh (capacity 1) is held by the Compact running: one at a
 	// time per log.
 	compactCh chan struct{}
@@ -153,6 +161,7 @@ func OpenLog(dir string, opts Options) (*Log, error) {
 		return nil, err
 	}
 	go l.run()
+	go l.prepare()
 	return l, nil
 }
 
@@ -165,6 +174,7 @@ func openLogReadOnly(dir string, opts Options) (*Log, error) {
 	l := newLog(dir, o)
 	l.readOnly = true
 	close(l.writerCh) // there is no writer to wait for
+	close(l.prepDone) // nor a preparer
 	if err := l.recover(); err != nil {
 		l.closeFiles()
 		return nil, err
@@ -186,6 +196,8 @@ func newLog(dir string, o Options) *Log {
 		reqCh:       make(chan request),
 		closeCh:     make(chan struct{}),
 		writerCh:    make(chan struct{}),
+		prepCh:      make(chan struct{}, 1),
+		prepDone:    make(chan struct{}),
 		compactCh:   make(chan struct{}, 1),
 	}
 	l.cursorList.Store(new([]*Cursor))
@@ -531,6 +543,7 @@ func (l *Log) Close() error {
 	l.isClosed.Store(true)
 	close(l.closeCh)
 	<-l.writerCh
+	<-l.prepDone
 	// A Compact under way gives up at its next step and removes its
 	// files; none starts after. Before the files close and the directory
 	// is released, so nothing of it outlives Close.

@@ -21,9 +21,10 @@ const fullRetryInterval = 100 * time.Millisecond
 // writer is the state of the writer goroutine. Producers append records
 // themselves (log.go); the writer goroutine does what should not hold them
 // up: fsyncs by the sync policy (group commit for SyncEvery 1), sealing
-// rotated segments, preallocating and pre-faulting ahead of the appends,
-// storing the read cursor and deleting consumed segments. Nothing else
-// touches these fields once Open returns.
+// rotated segments, making the spare segment, storing the read cursor and
+// deleting consumed segments; the preparer goroutine (prepare)
+// preallocates and pre-faults ahead of the appends. Nothing else touches
+// these fields once Open returns.
 type writer struct {
 	closeErr error // what Close returns
 }
@@ -57,7 +58,6 @@ func (l *Log) run() {
 		} else {
 			l.sealPending()
 		}
-		l.prepareAhead()
 		l.prepareSpare()
 		l.housekeep(time.Now())
 		cursors := *l.cursorList.Load()
@@ -127,7 +127,12 @@ func (l *Log) syncNow() {
 	}
 	if err == nil && dirty && !l.opts.NoSync {
 		start := time.Now()
-		active.log.dropWritten(size)
+		// Not behind a pre-fault under way: the fsync matters more than
+		// the pages writeback then write-protects.
+		if l.prepMu.TryLock() {
+			active.log.dropWritten(size)
+			l.prepMu.Unlock()
+		}
 		if err = active.log.sync(size); err != nil {
 			err = fmt.Errorf("diskqueue: fsync %s: %w", active.seg.path(logSuffix), err)
 		} else {
@@ -172,12 +177,42 @@ func (l *Log) sealAll(pend []*tail) error {
 	return first
 }
 
+// prepare is the preparer goroutine: woken by appends (reserve), it keeps
+// the active segment's log preallocated and pre-faulted ahead of the
+// records (prepareAhead). It is not the writer goroutine because an fsync
+// there can take tens of milliseconds on a busy disk, in which a producer
+// writes tens of megabytes: past what was pre-faulted, it would stop for a
+// page fault on every 4 KiB.
+func (l *Log) prepare() {
+	defer close(l.prepDone)
+	for {
+		select {
+		case <-l.prepCh:
+		case <-l.closeCh:
+			return
+		}
+		l.prepareAhead()
+	}
+}
+
+// wakePreparer tells the preparer goroutine there is work, without blocking.
+func (l *Log) wakePreparer() {
+	select {
+	case l.prepCh <- struct{}{}:
+	default:
+	}
+}
+
 // prepareAhead preallocates the active segment's next log chunk and asks
 // the kernel to fault its pages in, so producers rarely make the
 // fallocate call themselves and never stop for a page fault, and takes
-// the pages the records have filled out of the mapping (dropWritten). A failure
-// here is left for the Put that needs the space to report.
+// the pages the records have filled out of the mapping (dropWritten).
+// A failure here is left for the Put that needs the space to report.
 func (l *Log) prepareAhead() {
+	// Held across the unlocked part: the writer goroutine seals (unmaps) a
+	// segment rotated out meanwhile only once it is released.
+	l.prepMu.Lock()
+	defer l.prepMu.Unlock()
 	l.mu.Lock()
 	t := l.t
 	if t == nil || !t.mapped {
@@ -188,12 +223,12 @@ func (l *Log) prepareAhead() {
 	if want := min(t.size+logChunk, l.opts.MaxSegmentBytes); want > t.log.alloc {
 		t.log.ensure(want)
 	}
-	from, to := t.log.prefaulted, t.log.alloc
+	// What the records have passed needs no pre-faulting any more.
+	from, to := max(t.log.prefaulted, t.size&^int64(pageSize-1)), t.log.alloc
 	t.log.prefaulted = to
 	m := t.log.m
 	size := t.size
 	l.mu.Unlock()
-	// Only the writer goroutine unmaps (in seal), so m stays valid here.
 	if to > from {
 		prefault(m[from:to])
 	}
