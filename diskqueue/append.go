@@ -35,9 +35,13 @@ import (
 const allocUnit = 4096
 
 // Chunk sizes in which the active segment's files are preallocated. Each
-// is a multiple of allocUnit.
+// is a multiple of allocUnit. The log's is also how far ahead the preparer
+// pre-faults (it is woken half a chunk before the end): at 1 MiB a
+// preparer the scheduler kept off a busy CPU for a millisecond or two
+// left producers faulting on 2 to 4 times as many pages (34k against 11k
+// to 18k over 4M Puts of 100 B, with other load on both cores).
 const (
-	logChunk   = 1 << 20
+	logChunk   = 4 << 20
 	indexChunk = 256 << 10
 	timeChunk  = 64 << 10
 )

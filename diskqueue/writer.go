@@ -219,8 +219,10 @@ func (l *Log) prepareAhead() {
 		l.mu.Unlock()
 		return
 	}
-	// Stay a chunk ahead, but not past what the segment can hold.
-	if want := min(t.size+logChunk, l.opts.MaxSegmentBytes); want > t.log.alloc {
+	// Stay a chunk ahead, but not past what the segment can hold. ensure
+	// grows by a chunk, so starting only within half a chunk of the end
+	// keeps the log at most one and a half chunks ahead (options.go).
+	if want := min(t.size+logChunk, l.opts.MaxSegmentBytes); want > t.log.alloc && t.log.alloc-t.size < logChunk/2 {
 		t.log.ensure(want)
 	}
 	// What the records have passed needs no pre-faulting any more.
