@@ -202,6 +202,9 @@ type tail struct {
 	mapped              bool
 	scratch             []byte // the write path's frame buffer
 	wokeAt              int64  // log.alloc when appends last woke the writer to prepare
+	// unaccounted is what appends added to the segment's disk usage
+	// since the last flushLocked, not yet in l.diskBytes.
+	unaccounted int64
 	// punched is set once the consumed records' blocks were freed to roll
 	// on a full disk: the segment takes no more appends.
 	punched bool
@@ -325,6 +328,7 @@ func (l *Log) appendLocked(flags byte, stored []byte) (seq uint64, err error) {
 		}
 	}
 	l.crashPoint("index-flush")
+	indexSize, timeSize := t.indexSize, t.timeSize
 	// The indexes are derived data, written after their record and
 	// repaired at Open if a crash came between.
 	if !l.opts.noIndexForTesting {
@@ -345,10 +349,16 @@ func (l *Log) appendLocked(flags byte, stored []byte) (seq uint64, err error) {
 	t.end = seq + 1
 	t.maxTime = maxTime
 	l.unsynced++
+	// What segment.diskBytes will count for the record once published:
+	// the frame, the index entries and each cursor's bitmap growing with
+	// the segment's record count.
+	base := t.seg.base
+	t.unaccounted += n + t.indexSize - indexSize + t.timeSize - timeSize +
+		int64(t.seg.bitmaps.Load())*(ackFileSize(t.end-base)-ackFileSize(seq-base))
 	// nextSeq first: a record may be read and acknowledged as soon as its
 	// segment's end is published, and Depth (nextSeq - floor) must not dip.
 	l.nextSeq.Store(seq + 1)
-	l.publishLocked(t)
+	l.publishLocked(t, timeEntry)
 	return seq, nil
 }
 
@@ -425,22 +435,36 @@ func (l *Log) stamp() int64 {
 	return l.startedNano + int64(time.Since(l.started))
 }
 
-// publishLocked makes what t holds visible to readers and to Stats: the
-// extent last, so a reader that sees the record also sees its index sizes.
-// Each atomic store is a locked instruction on the hot path, so the index
-// sizes are stored only when they changed, and the newest timestamp not
-// at all until the segment is sealed (segMaxTime).
-func (l *Log) publishLocked(t *tail) {
+// publishLocked makes what t holds visible to readers: the time index's
+// size (stored only when it changed), then the extent, so a reader that
+// sees the record also sees its time-index entry. Each atomic store or add
+// is a locked instruction on the hot path, so the sequence index's size
+// and the disk usage follow only with the time-index entries, about every
+// 4 KiB of log (flushLocked). Readers do not go by the index's size (one
+// entry per seq); it counts for the disk usage only.
+func (l *Log) publishLocked(t *tail, timeEntry bool) {
 	seg := t.seg
-	prev := seg.diskBytes()
-	if seg.indexBytes.Load() != t.indexSize {
-		seg.indexBytes.Store(t.indexSize)
-	}
-	if seg.timeIndexBytes.Load() != t.timeSize {
+	if timeEntry {
 		seg.timeIndexBytes.Store(t.timeSize)
+		l.flushLocked(t)
 	}
 	seg.setExtent(t.size, t.end)
-	l.diskBytes.Add(seg.diskBytes() - prev)
+}
+
+// flushLocked publishes the active segment's index size and adds the
+// bytes appended since the last flush to the disk usage. Rotation, the
+// writer's rounds (before retention looks) and each time-index entry
+// call it; fullLocked counts t.unaccounted itself, so the disk budget is
+// exact. Every other change to a segment's disk usage adds its own
+// difference, so none counts these bytes twice. The caller holds l.mu.
+func (l *Log) flushLocked(t *tail) {
+	if t.seg.indexBytes.Load() != t.indexSize {
+		t.seg.indexBytes.Store(t.indexSize)
+	}
+	if t.unaccounted != 0 {
+		l.diskBytes.Add(t.unaccounted)
+		t.unaccounted = 0
+	}
 }
 
 // rotateLocked hands the active segment to the writer goroutine to seal
@@ -458,6 +482,7 @@ func (l *Log) rotateLocked() error {
 		}
 	}
 	l.crashPoint("rotate-created")
+	l.flushLocked(old)
 	old.seg.sealed.Store(true) // its size and end are final
 	l.sealQ = append(l.sealQ, old)
 	l.t = t

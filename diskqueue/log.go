@@ -403,6 +403,9 @@ func (l *Log) fullLocked(n int64) error {
 		return nil
 	}
 	used := l.diskBytes.Load()
+	if l.t != nil {
+		used += l.t.unaccounted
+	}
 	if used+l.budgetLocked(n) <= max {
 		return nil
 	}
@@ -614,7 +617,7 @@ type Stats struct {
 	ReadPos, WritePos Position
 
 	Segments  int   // segments on disk (those deleted as acknowledged ahead of an older one are not counted)
-	DiskBytes int64 // bytes the log, index, time-index and acknowledgement files hold (not the preallocation ahead of the active segment's records; a sealed segment not read since Open has its time index estimated, within a few entries)
+	DiskBytes int64 // bytes the log, index, time-index and acknowledgement files hold (not the preallocation ahead of the active segment's records; a sealed segment not read since Open has its time index estimated, within a few entries; the active segment's newest records, under 4 KiB of log and their index entries, are counted at the next time-index entry or writer round, the disk budget counts them at once)
 
 	Puts  int64 // records accepted by Put since Open
 	Acks  int64 // records acknowledged since Open

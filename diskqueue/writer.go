@@ -106,6 +106,7 @@ func (l *Log) syncNow() {
 	var size int64 // what target's records of active span
 	if active != nil {
 		size = active.size
+		l.flushLocked(active) // for retention, after this
 	}
 	pend := l.sealQ
 	l.sealQ = nil
@@ -147,9 +148,13 @@ func (l *Log) syncNow() {
 	}
 }
 
-// sealPending seals the segments rotated out since the last call.
+// sealPending seals the segments rotated out since the last call, and
+// brings the disk usage up to date as syncNow does.
 func (l *Log) sealPending() error {
 	l.mu.Lock()
+	if l.t != nil {
+		l.flushLocked(l.t) // for retention, after this
+	}
 	pend := l.sealQ
 	l.sealQ = nil
 	l.mu.Unlock()
@@ -274,6 +279,9 @@ func (l *Log) finish() {
 	}
 	l.mu.Lock()
 	t := l.t
+	if t != nil {
+		l.flushLocked(t)
+	}
 	l.t = nil
 	l.dropSpareLocked()
 	l.mu.Unlock()
