@@ -370,6 +370,7 @@ func (l *Log) reserve(t *tail, n int64, timeEntry bool) error {
 		return nil
 	}
 	err := t.log.ensure(t.size + n)
+	indexAlloc := t.index.alloc
 	if err == nil {
 		err = t.index.ensure(t.indexSize + indexEntrySize)
 	}
@@ -396,6 +397,10 @@ func (l *Log) reserve(t *tail, n int64, timeEntry bool) error {
 		t.wokeAt = t.log.alloc
 		l.wakePreparer()
 		l.wake()
+	} else if t.index.alloc != indexAlloc {
+		// The index grew (appends preallocate it themselves): the
+		// preparer pre-faults the new part.
+		l.wakePreparer()
 	}
 	return nil
 }

@@ -235,9 +235,17 @@ func (l *Log) prepareAhead() {
 	t.log.prefaulted = to
 	m := t.log.m
 	size := t.size
+	// The index as far as appends have preallocated it (a page per 1024
+	// records).
+	ifrom, ito := max(t.index.prefaulted, t.indexSize&^int64(pageSize-1)), t.index.alloc
+	t.index.prefaulted = max(t.index.prefaulted, ito)
+	im := t.index.m
 	l.mu.Unlock()
 	if to > from {
 		prefault(m[from:to])
+	}
+	if ito > ifrom {
+		prefault(im[ifrom:ito])
 	}
 	// Whatever the sync policy, the kernel's own writeback would otherwise
 	// meet the written pages still mapped.
