@@ -202,6 +202,10 @@ type tail struct {
 	mapped              bool
 	scratch             []byte // the write path's frame buffer
 	wokeAt              int64  // log.alloc when appends last woke the writer to prepare
+	// copied says a record went into the mapping by copy (not pwrite)
+	// since the preparer last looked: only then is the log worth
+	// pre-faulting.
+	copied bool
 	// unaccounted is what appends added to the segment's disk usage
 	// since the last flushLocked, not yet in l.diskBytes.
 	unaccounted int64
@@ -309,6 +313,7 @@ func (l *Log) appendLocked(flags byte, stored []byte) (seq uint64, err error) {
 		}()
 		if n < bigFrame {
 			encodeRecord(t.log.m[t.size:t.size+n], flags, seq, ts, stored)
+			t.copied = true
 		} else {
 			// A big frame goes in with one pwrite into the preallocated
 			// file, which the mapping shares: the kernel copies it into

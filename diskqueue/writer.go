@@ -230,8 +230,15 @@ func (l *Log) prepareAhead() {
 	if want := min(t.size+logChunk, l.opts.MaxSegmentBytes); want > t.log.alloc && t.log.alloc-t.size < logChunk/2 {
 		t.log.ensure(want)
 	}
-	// What the records have passed needs no pre-faulting any more.
+	// What the records have passed needs no pre-faulting any more, and
+	// records written with pwrite (bigFrame) none at all: the kernel
+	// fills the page cache for them, and pre-faulting would only take CPU
+	// from the producer (1 KiB Puts were 15% slower with it).
 	from, to := max(t.log.prefaulted, t.size&^int64(pageSize-1)), t.log.alloc
+	if !t.copied {
+		from = to
+	}
+	t.copied = false
 	t.log.prefaulted = to
 	m := t.log.m
 	size := t.size
