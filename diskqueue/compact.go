@@ -620,7 +620,8 @@ func (l *Log) finishCompaction(base uint64, marked bool) error {
 type SegmentInfo struct {
 	Base, End uint64 // its seqs: [Base, End)
 	// Bytes is what its files hold on disk: the log, the two indexes and
-	// each cursor's acknowledgement bitmap.
+	// each cursor's acknowledgement bitmap (for the segment being written,
+	// its sequence index as of the last time-index entry).
 	Bytes int64
 	// Sealed says appends have moved on and the segment's files are cut
 	// to size and fsynced: [Log.Compact] takes it.

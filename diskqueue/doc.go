@@ -101,10 +101,11 @@
 // elsewhere, or where the file system cannot, with its own write(2));
 // Stats.WritePath says which. One writer goroutine per log does what
 // should not hold producers up: fsyncs by the sync policy, sealing rotated
-// segments, preallocating and pre-faulting ahead of the appends, storing
-// the cursors, fsyncing acknowledgements, deleting segments, and the work
-// that must not race those (Empty, Cursor.Empty, DeleteCursor, the
-// drop-when-full policy: Log.request). A cursor's
+// segments, storing the cursors, fsyncing acknowledgements, deleting
+// segments, and the work that must not race those (Empty, Cursor.Empty,
+// DeleteCursor, the drop-when-full policy: Log.request). A second one, the
+// preparer, preallocates and pre-faults the mapped log ahead of the
+// appends, so an fsync that takes long does not hold that up. A cursor's
 // readers share its read position under its readMu and read the segment
 // files with pread (so a fault there is an I/O error).
 //

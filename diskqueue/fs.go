@@ -46,6 +46,12 @@ type mapper interface {
 	Allocate(off, n int64) error
 	// Map maps the first n bytes of the file, shared and writable.
 	Map(n int) ([]byte, error)
+	// SyncMapped makes the first n bytes of the file durable, however
+	// they were written (through m, a mapping Map returned, or with
+	// WriteAt), with the metadata needed to read them back: fdatasync
+	// confined to that range. Dirty pages past n stay for the kernel to
+	// write back when it likes.
+	SyncMapped(m []byte, n int64) error
 }
 
 // puncher is implemented by files whose blocks can be freed without

@@ -37,8 +37,10 @@ type Log struct {
 	// listing is the directory as Open read it; only during Open.
 	listing map[string]os.DirEntry
 	// started is when Open ran; record timestamps are it plus the
-	// monotonic time since (see stamp).
-	started time.Time
+	// monotonic time since (see stamp). startedNano is its wall clock in
+	// Unix nanoseconds.
+	started     time.Time
+	startedNano int64
 	// openSeq is nextSeq at Open: Puts since Open are the difference.
 	openSeq uint64
 	// lastMaxTime carries the running maximum of timestamps from one
@@ -76,6 +78,14 @@ type Log struct {
 	closeCh  chan struct{} // closed by Close: tells every wait to give up
 	isClosed atomic.Bool   // set with closeCh, for checks on hot paths
 	writerCh chan struct{} // closed when the writer goroutine has returned
+	// prepCh (capacity 1) wakes the preparer goroutine (prepare), which
+	// closes prepDone when it returns. prepMu is held while it uses the
+	// active segment's mapping outside mu, and by whatever unmaps a
+	// segment being written (seal) or moves its dropped mark; never taken
+	// with mu held.
+	prepCh   chan struct{}
+	prepDone chan struct{}
+	prepMu   sync.Mutex
 	// compactCh (capacity 1) is held by the Compact running: one at a
 	// time per log.
 	compactCh chan struct{}
@@ -155,6 +165,7 @@ func OpenLog(dir string, opts Options) (*Log, error) {
 		return nil, err
 	}
 	go l.run()
+	go l.prepare()
 	return l, nil
 }
 
@@ -167,6 +178,7 @@ func openLogReadOnly(dir string, opts Options) (*Log, error) {
 	l := newLog(dir, o)
 	l.readOnly = true
 	close(l.writerCh) // there is no writer to wait for
+	close(l.prepDone) // nor a preparer
 	if err := l.recover(); err != nil {
 		l.closeFiles()
 		return nil, err
@@ -175,18 +187,22 @@ func openLogReadOnly(dir string, opts Options) (*Log, error) {
 }
 
 func newLog(dir string, o Options) *Log {
+	now := time.Now()
 	l := &Log{
-		dir:        dir,
-		opts:       o,
-		started:    time.Now(),
-		fs:         o.fsForTesting,
-		logger:     o.Logger.With("queue", dir),
-		syncAlways: o.SyncEvery == 1,
-		wakeCh:     make(chan struct{}, 1),
-		reqCh:      make(chan request),
-		closeCh:    make(chan struct{}),
-		writerCh:   make(chan struct{}),
-		compactCh:  make(chan struct{}, 1),
+		dir:         dir,
+		started:     now,
+		startedNano: now.UnixNano(),
+		opts:        o,
+		fs:          o.fsForTesting,
+		logger:      o.Logger.With("queue", dir),
+		syncAlways:  o.SyncEvery == 1,
+		wakeCh:      make(chan struct{}, 1),
+		reqCh:       make(chan request),
+		closeCh:     make(chan struct{}),
+		writerCh:    make(chan struct{}),
+		prepCh:      make(chan struct{}, 1),
+		prepDone:    make(chan struct{}),
+		compactCh:   make(chan struct{}, 1),
 	}
 	l.cursorList.Store(new([]*Cursor))
 	return l
@@ -391,6 +407,9 @@ func (l *Log) fullLocked(n int64) error {
 		return nil
 	}
 	used := l.diskBytes.Load()
+	if l.t != nil {
+		used += l.t.unaccounted
+	}
 	if used+l.budgetLocked(n) <= max {
 		return nil
 	}
@@ -531,6 +550,7 @@ func (l *Log) Close() error {
 	l.isClosed.Store(true)
 	close(l.closeCh)
 	<-l.writerCh
+	<-l.prepDone
 	// A Compact under way gives up at its next step and removes its
 	// files; none starts after. Before the files close and the directory
 	// is released, so nothing of it outlives Close.
@@ -601,7 +621,7 @@ type Stats struct {
 	ReadPos, WritePos Position
 
 	Segments  int   // segments on disk (those deleted as acknowledged ahead of an older one are not counted)
-	DiskBytes int64 // bytes the log, index, time-index and acknowledgement files hold (not the preallocation ahead of the active segment's records; a sealed segment not read since Open has its time index estimated, within a few entries)
+	DiskBytes int64 // bytes the log, index, time-index and acknowledgement files hold (not the preallocation ahead of the active segment's records; a sealed segment not read since Open has its time index estimated, within a few entries; the active segment's newest records, under 4 KiB of log and their index entries, are counted at the next time-index entry or writer round, the disk budget counts them at once)
 
 	Puts  int64 // records accepted by Put since Open
 	Acks  int64 // records acknowledged since Open

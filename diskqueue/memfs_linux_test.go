@@ -3,6 +3,7 @@
 package diskqueue
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"io/fs"
@@ -155,6 +156,33 @@ func (f mappedFile) Map(n int) ([]byte, error) {
 	return b, nil
 }
 
+// SyncMapped makes [0, n) and the file's size what a power cut keeps, as
+// msync MS_SYNC of that range does: past n the durable bytes stay what the
+// last sync left there (zeros where the file has grown since), because
+// nothing forces the kernel to have written back what lies there.
+func (f mappedFile) SyncMapped(_ []byte, n int64) error {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if f.closed {
+		return os.ErrClosed
+	}
+	size := f.n.store.Size()
+	if n > size {
+		return &fs.PathError{Op: "msync", Path: f.name, Err: unix.ENOMEM}
+	}
+	kept := make([]byte, size)
+	copy(kept, f.n.synced)
+	if _, err := f.n.store.ReadAt(kept[:n], 0); err != nil && err != io.EOF {
+		return &fs.PathError{Op: "msync", Path: f.name, Err: err}
+	}
+	changed := !bytes.Equal(kept, f.n.synced)
+	f.n.synced = kept
+	if f.fs.onSync != nil {
+		f.fs.onSync("fsync", f.name, changed)
+	}
+	return nil
+}
+
 var (
 	memfdOnce sync.Once
 	memfdErr  error
@@ -193,7 +221,8 @@ func memFSKinds() []memFSKind {
 // TestMappedMemFS checks that a mapped memFS behaves as a file system with
 // MAP_SHARED mappings does, since the power-cut tests rely on it: a
 // mapping is the file's contents, Truncate and Allocate act on it, and
-// what is stored through it becomes durable at the file's fsync only.
+// what is stored through it becomes durable at the file's fsync (or a
+// SyncMapped whose range covers it) only.
 func TestMappedMemFS(t *testing.T) {
 	m := newMappedMemFS(t)
 	m.MkdirAll("/d", 0o755)
@@ -276,6 +305,17 @@ func TestMappedMemFS(t *testing.T) {
 	copy(b[100:], "after the fsync....")
 	if !cloneHas("through the mapping", 100) {
 		t.Fatal("a power cut kept a store through the mapping made after the last fsync")
+	}
+	// SyncMapped keeps what lies before its end, and only that.
+	copy(b[page+10:], "past the range..")
+	if err := mf.SyncMapped(b, page); err != nil {
+		t.Fatal(err)
+	}
+	if !cloneHas("after the fsync....", 100) {
+		t.Fatal("SyncMapped did not make a store before its end durable")
+	}
+	if !cloneHas("through WriteAt", page+10) {
+		t.Fatal("SyncMapped made a store past its end durable")
 	}
 
 	// Truncate cuts the mapping too: a page past the end faults, and reads

@@ -62,16 +62,42 @@ func unmap(b []byte) error {
 	return unix.Munmap(b)
 }
 
-// prefault makes the kernel map b's pages now, so a producer copying a
-// record there does not stop for a full page fault. It reads them in
-// (MADV_POPULATE_READ) rather than populating them for write: pages
-// populated for write are dirty, so every fsync would write the zeros ahead
-// of the records back and write-protect them again. It changes no byte, so
-// it is safe while producers write into the same pages. Kernels older than
-// 5.14 lack it; the faults then happen on first write, as they would anyway.
+// SyncMapped writes back the dirty pages of [0, n) and waits for them and
+// for the metadata needed to read them (msync MS_SYNC is the kernel's
+// fdatasync of that range). A whole-file fsync would also write back the
+// pages prefault dirtied ahead of the records, which writeback then
+// write-protects, so each would take a fault again on its first record.
+func (f osFile) SyncMapped(m []byte, n int64) error {
+	if err := unix.Msync(m[:n], unix.MS_SYNC); err != nil {
+		return &os.PathError{Op: "msync", Path: f.Name(), Err: err}
+	}
+	return nil
+}
+
+// prefault makes the kernel map b's pages writable now, so a producer
+// copying a record there takes no page fault: on a shared file mapping a
+// page mapped only for reading takes a write-protect fault (page_mkwrite)
+// on its first store. It changes no byte, so it is safe while producers
+// write into the same pages. The pages it dirties hold zeros that only a
+// whole-file fsync would write back, and the sync policy syncs just the
+// written range (SyncMapped). Kernels older than 5.14 lack
+// MADV_POPULATE_WRITE; the faults then happen on first write, as they
+// would anyway.
 func prefault(b []byte) {
 	if len(b) > 0 {
-		unix.Madvise(b, unix.MADV_POPULATE_READ)
+		unix.Madvise(b, unix.MADV_POPULATE_WRITE)
+	}
+}
+
+// pageSize is the unit of the kernel's mappings.
+var pageSize = os.Getpagesize()
+
+// dropPages removes b's pages from the mapping (MADV_DONTNEED). For a
+// shared file mapping that loses nothing: the pages stay in the page
+// cache, with their dirty state, and a later touch maps them again.
+func dropPages(b []byte) {
+	if len(b) > 0 {
+		unix.Madvise(b, unix.MADV_DONTNEED)
 	}
 }
 

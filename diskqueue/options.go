@@ -49,8 +49,8 @@ type Options struct {
 
 	// MaxDiskBytes caps the bytes the queue keeps on disk: what its log,
 	// index, time-index and acknowledgement files hold (the active
-	// segment's files are preallocated up to a chunk ahead of that, 1 MiB
-	// at most for the log). At the cap Put returns ErrDiskFull, or waits if
+	// segment's files are preallocated ahead of that: the log by up to 6
+	// MiB, the others by up to 256 KiB). At the cap Put returns ErrDiskFull, or waits if
 	// BlockWhenFull is set, until consumers free space. Zero means no cap.
 	MaxDiskBytes int64
 

@@ -87,7 +87,8 @@ type segment struct {
 	// appended to or waits to be sealed. Retention leaves it alone.
 	writing atomic.Bool
 	// maxTime is the newest record timestamp (running maximum) seen up to
-	// end, in Unix nanoseconds; retention by age uses it.
+	// end, in Unix nanoseconds; retention by age uses it. While the
+	// segment is written it is not kept up to date (segMaxTime).
 	maxTime atomic.Int64
 	// partialIndex is set only on a read-only view's last segment, whose
 	// index it may not repair: entries from indexedEnd on are not trusted.

@@ -189,8 +189,14 @@ func readTimeTail(f file, base uint64, keep func(timeEntry) bool) ([]timeEntry, 
 
 // segMaxTime returns the newest timestamp in seg (the time index's running
 // maximum at its last record), reading it on first use. If the time index
-// cannot say, the log is scanned.
+// cannot say, the log is scanned. A segment still being written answers
+// the greatest time: its appends do not publish the figure (an atomic
+// store a Put would pay for), so it may hold a record of any time, and
+// SeekTime looks in it.
 func (l *Log) segMaxTime(seg *segment) int64 {
+	if seg.writing.Load() {
+		return math.MaxInt64
+	}
 	if t := seg.maxTime.Load(); t != unknownTime {
 		return t
 	}
