@@ -635,9 +635,20 @@ func (c *Cursor) retirePassed() {
 func (c *Cursor) closeBitmap(seg *segment) {
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
+	c.leaveLocked(seg)
 	if sa := c.segs[seg]; sa != nil && sa.ack != nil {
 		sa.ack.close()
 		sa.ack = nil
+	}
+}
+
+// leaveLocked makes the cursor's reader let go of seg, which is being
+// deleted, so that its mapping (and with it the file's blocks) goes with
+// the deletion, not at the cursor's next Read. The reader finds its seq
+// again when it next reads. The caller holds c.readMu.
+func (c *Cursor) leaveLocked(seg *segment) {
+	if c.rd.seg == seg {
+		c.rd.forget(c.rd.seq)
 	}
 }
 
@@ -646,6 +657,7 @@ func (c *Cursor) closeBitmap(seg *segment) {
 func (c *Cursor) forget(seg *segment) {
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
+	c.leaveLocked(seg)
 	if sa := c.segs[seg]; sa != nil {
 		if sa.ack != nil {
 			sa.ack.close()

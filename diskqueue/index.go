@@ -95,11 +95,13 @@ func (l *Log) indexEntries(seg *segment, f *segFiles, seq uint64, count int) ([]
 	}
 	buf := make([]byte, count*indexEntrySize)
 	at := indexEntryAt(int64(seq - seg.base))
-	if _, err := f.index.ReadAt(buf, at); err != nil {
-		if errors.Is(err, os.ErrClosed) {
-			return nil, fmt.Errorf("%w: segment %d was deleted", ErrNotFound, seg.base)
+	if _, m := f.maps(l, seg); !copyMapped(buf, m, at) {
+		if _, err := f.index.ReadAt(buf, at); err != nil {
+			if errors.Is(err, os.ErrClosed) {
+				return nil, fmt.Errorf("%w: segment %d was deleted", ErrNotFound, seg.base)
+			}
+			return nil, fmt.Errorf("diskqueue: read %s at %d: %w", seg.path(indexSuffix), at, err)
 		}
-		return nil, fmt.Errorf("diskqueue: read %s at %d: %w", seg.path(indexSuffix), at, err)
 	}
 	out := make([]uint32, count)
 	for i := range out {

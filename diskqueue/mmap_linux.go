@@ -55,6 +55,28 @@ func (f osFile) Map(n int) ([]byte, error) {
 	return b, nil
 }
 
+// MapRead maps the first n bytes of the file shared and read-only, for
+// readers: the kernel's page cache itself, so a read is a load, not a
+// system call and a copy. n may reach past the end of the file; only
+// bytes inside it may be touched.
+func (f osFile) MapRead(n int) ([]byte, error) {
+	b, err := unix.Mmap(int(f.Fd()), 0, n, unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return nil, &os.PathError{Op: "mmap", Path: f.Name(), Err: err}
+	}
+	return b, nil
+}
+
+// dropPages tells the kernel a reader is done with b's pages for now:
+// they leave the process's resident set and stay in the page cache (the
+// mapping is shared and of a file, so nothing is lost; touching them again
+// maps them again).
+func dropPages(b []byte) {
+	if len(b) > 0 {
+		unix.Madvise(b, unix.MADV_DONTNEED)
+	}
+}
+
 func unmap(b []byte) error {
 	if b == nil {
 		return nil

@@ -22,4 +22,6 @@ func unmap([]byte) error { return nil }
 
 func prefault([]byte) {}
 
+func dropPages([]byte) {}
+
 func notSupported(error) bool { return true }
