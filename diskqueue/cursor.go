@@ -43,9 +43,10 @@ type Cursor struct {
 	ackedMax uint64
 	// segs is the cursor's acknowledgement state of each segment it has
 	// touched (opened on first use); lastAcked caches the one the last Ack
-	// landed in.
+	// landed in, lastRead the one of the segment the last Read read.
 	segs      map[*segment]*segAcks
 	lastAcked *segAcks
+	lastRead  *segAcks
 	// closed is set when the log closes or the cursor is deleted: its
 	// files are released.
 	closed bool
@@ -667,6 +668,9 @@ func (c *Cursor) forget(seg *segment) {
 		if c.lastAcked == sa {
 			c.lastAcked = nil
 		}
+		if c.lastRead == sa {
+			c.lastRead = nil
+		}
 	}
 }
 
@@ -1057,7 +1061,7 @@ func (c *Cursor) tryRead() (Record, error) {
 		}
 		if err == nil {
 			seg := c.rd.seg
-			a, err := c.ackFor(seg)
+			a, err := c.readAckFor(seg)
 			if err != nil {
 				c.rd.unread(rec)
 				c.log.readErrors.Add(1)
@@ -1095,6 +1099,21 @@ func (c *Cursor) tryRead() (Record, error) {
 		c.log.readErrors.Add(1)
 		return Record{}, err
 	}
+}
+
+// readAckFor is ackFor for the segment a record was just read from, with
+// its state cached between Reads as Ack caches its own (lastAcked): a
+// drain reads thousands of records of a segment in a row. The caller
+// holds c.readMu.
+func (c *Cursor) readAckFor(seg *segment) (*ackFile, error) {
+	if sa := c.lastRead; sa != nil && sa.seg == seg && sa.ack != nil {
+		return sa.ack, nil
+	}
+	a, err := c.ackFor(seg)
+	if err == nil {
+		c.lastRead = c.segs[seg]
+	}
+	return a, err
 }
 
 // quarantine copies damaged bytes aside, reports them and treats their

@@ -196,6 +196,9 @@ func (w *window) frameAt(off, limit int64, maxBody int) (recordHeader, []byte, i
 // generation and finds its next seq in the new one.
 func (r *reader) next() (Record, error) {
 	r.removed = r.removed[:0]
+	if rec, ok := r.nextMapped(); ok {
+		return rec, nil
+	}
 	for {
 		if r.seg != nil && r.seg.gone.Load() {
 			// Every record in it was acknowledged and its files deleted.
@@ -270,6 +273,51 @@ func (r *reader) next() (Record, error) {
 		r.off, r.seq = d.to, d.next
 		return Record{}, d
 	}
+}
+
+// nextMapped is next's common case in one step: the reader's segment is
+// current, its generation mapped, and the next frame is r.seq's, whole
+// below the published size, and checks out. It decodes and copies the
+// record out of the mapping under one fault guard. Anything else (the end
+// of the segment, a compaction's gap, damage, a fault) reports false
+// having changed nothing but the slab's spare room, and next takes the
+// long way, which sorts each case out.
+func (r *reader) nextMapped() (rec Record, ok bool) {
+	m := r.win.m
+	if m == nil || r.jumped || r.seg.gone.Load() || r.files != r.seg.files.Load() {
+		return Record{}, false
+	}
+	off := r.off
+	limit := min(r.seg.limit(r.files), int64(len(m)))
+	if off < 0 || off+lengthSize > limit {
+		return Record{}, false
+	}
+	old := debug.SetPanicOnFault(true)
+	defer func() {
+		debug.SetPanicOnFault(old)
+		if v := recover(); v != nil {
+			if !isFault(v) {
+				panic(v)
+			}
+			rec, ok = Record{}, false
+		}
+	}()
+	n, err := frameLength(m[off:off+lengthSize], maxBodyForRead(r.l.opts.MaxRecordBytes))
+	if err != nil || off+int64(n) > limit {
+		return Record{}, false
+	}
+	end := off + int64(n)
+	h, body, _, err := decodeRecord(m[off:end:end], maxBodyForRead(r.l.opts.MaxRecordBytes))
+	if err != nil || h.seq != r.seq {
+		return Record{}, false
+	}
+	if rec, err = makeRecord(h, body, &r.slab); err != nil {
+		return Record{}, false
+	}
+	r.win.touched = max(r.win.touched, end)
+	r.off, r.seq = end, h.seq+1
+	r.win.dropBehind(end)
+	return rec, true
 }
 
 // removedInIndex reports whether the index of the reader's generation

@@ -139,3 +139,37 @@ func TestDeletedSegmentLetGo(t *testing.T) {
 		t.Fatalf("Read after the deletion: seq %d, %v; want %d", rec.Seq, err, first.End)
 	}
 }
+
+// TestBitmapCutUnderAck: an acknowledgement bitmap cut short by another
+// process makes the in-order Ack (setAtFloor, the guard Read's hot path
+// shares with Ack) return the fault as an error, and the process lives.
+func TestBitmapCutUnderAck(t *testing.T) {
+	dir := t.TempDir()
+	q := mustOpen(t, dir, Options{NoSync: true})
+	defer q.Close()
+	ctx := context.Background()
+	for i := 0; i < 10; i++ {
+		if err := q.Put(ctx, []byte("r")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec, err := q.Read(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Read(ctx); err != nil {
+		t.Fatal(err)
+	}
+	q.c.readMu.Lock()
+	a := q.c.state(q.c.rd.seg).ack
+	q.c.readMu.Unlock()
+	if a == nil || a.m == nil {
+		t.Skip("the bitmap is not mapped here (write(2) path)")
+	}
+	if err := os.Truncate(a.name, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Ack(rec.Seq); !errors.Is(err, errFault) {
+		t.Fatalf("Ack into a bitmap cut to zero: %v, want the fault as an error", err)
+	}
+}
