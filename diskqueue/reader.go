@@ -549,8 +549,9 @@ func (l *Log) ReadAt(seq uint64) (Record, error) {
 	if seq+1 < end {
 		count = 2 // the next entry bounds the frame, so one read fetches it whole
 	}
-	offs, err := l.indexEntries(seg, f, seq, count)
-	if err != nil {
+	var entries [2]uint32
+	offs := entries[:count]
+	if err := l.readIndexEntries(seg, f, seq, offs); err != nil {
 		return Record{}, err
 	}
 	off, removed := indexOffset(offs[0], f.compacted)

@@ -28,9 +28,17 @@ func TestSegmentCutUnderReader(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The writer goroutine seals rotated segments; a Sync waits for one
+	// of its rounds.
 	segs := q.Segments()
-	if len(segs) < 3 || !segs[0].Sealed {
-		t.Fatalf("want sealed segments, have %+v", segs)
+	for i := 0; len(segs) < 3 || !segs[0].Sealed; i++ {
+		if i == 1000 {
+			t.Fatalf("want sealed segments, have %+v", segs)
+		}
+		if err := q.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		segs = q.Segments()
 	}
 	first := segs[0]
 	for i := 0; i < 10; i++ {
