@@ -50,6 +50,12 @@ type Cursor struct {
 	// closed is set when the log closes or the cursor is deleted: its
 	// files are released.
 	closed bool
+
+	// ahead is a segment the reader is about to enter (the one after the
+	// segment it entered last, or the one it starts in) whose files or
+	// whose bitmap may not be open yet; set under readMu, taken by the
+	// next Read, which opens them before it takes readMu (prepare).
+	ahead atomic.Pointer[segment]
 	// newFiles says bitmap files were created (or renamed into place) in
 	// dir since syncAcks last fsynced it: until then a power cut may lose
 	// their names, and so the acknowledgements in them.
@@ -418,6 +424,9 @@ func (c *Cursor) initAt(readSeq uint64, stored bool) error {
 	// Everything below the floor is acknowledged: read from it, not from
 	// the stored position behind it, whose segments may go any moment.
 	c.rd.seq = max(c.rd.seq, c.ackFloor.Load())
+	if seg := c.log.segmentAt(c.rd.seq); seg != nil && seg.files.Load() == nil {
+		c.ahead.Store(seg) // opened lazily: by the first Read, before readMu
+	}
 	return nil
 }
 
@@ -1049,6 +1058,9 @@ func (c *Cursor) Read(ctx context.Context) (Record, error) {
 
 // tryRead returns the next record or errNoData.
 func (c *Cursor) tryRead() (Record, error) {
+	if seg := c.ahead.Load(); seg != nil && c.ahead.CompareAndSwap(seg, nil) {
+		c.prepare(seg)
+	}
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
 	for {
@@ -1112,8 +1124,62 @@ func (c *Cursor) readAckFor(seg *segment) (*ackFile, error) {
 	a, err := c.ackFor(seg)
 	if err == nil {
 		c.lastRead = c.segs[seg]
+		// The reader has entered seg: have the next Read open the files
+		// of the segment after it, if they are not, outside readMu.
+		if nxt := c.log.segmentAfter(seg); nxt != nil {
+			if sa := c.segs[nxt]; nxt.files.Load() == nil || sa == nil || sa.ack == nil {
+				c.ahead.Store(nxt)
+			}
+		}
 	}
 	return a, err
+}
+
+// prepare opens what the reader needs to enter seg, without the cursor's
+// readMu, so that no consumer of the cursor (nor Ack) waits behind the
+// I/O: seg's read handles, whose first open reads and checks headers and
+// may rebuild an index, with their mappings, and the cursor's existing
+// bitmap of it, which is installed under readMu unless one was meanwhile
+// or seg is leaving the log. What is missing or damaged is left to ackFor,
+// under readMu (a bitmap is created only there, so two creations never
+// race). Failures are ignored: the reader meets them again and reports
+// them.
+func (c *Cursor) prepare(seg *segment) {
+	l := c.log
+	if seg.gone.Load() {
+		return
+	}
+	if f, err := l.acquireFiles(seg); err == nil {
+		f.maps(l, seg)
+		f.release()
+	}
+	c.readMu.Lock()
+	sa := c.segs[seg]
+	have := c.closed || sa != nil && sa.ack != nil
+	c.readMu.Unlock()
+	if have {
+		return
+	}
+	capacity := seg.endNow() - seg.base
+	if seg.writing.Load() {
+		capacity = max(capacity, l.recordCapacity())
+	}
+	a, flags, err := c.openAckFile(seg, capacity)
+	if err != nil {
+		return
+	}
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	sa = c.segs[seg]
+	if flags&ackGone != 0 || c.closed || sa != nil && sa.ack != nil ||
+		seg.gone.Load() || l.segmentAt(seg.base) != seg || seg.endNow() <= c.ackFloor.Load() {
+		// A tombstone, a bitmap opened meanwhile, or a segment the floor
+		// has passed (nothing would retire the file) or that is leaving.
+		a.close()
+		return
+	}
+	a.owner = c
+	c.state(seg).ack = a
 }
 
 // quarantine copies damaged bytes aside, reports them and treats their

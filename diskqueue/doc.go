@@ -133,7 +133,8 @@
 // floor; never two cursors' at once), the log's segMu (the segment list,
 // and the disk usage of segments joining, leaving or changing it), a
 // segment's filesMu (its lazily opened read handles, and the swap of a
-// compacted generation, renames included). A segment's size and
+// compacted generation, renames included), a generation's mu (its
+// descriptors' closing against their mapping). A segment's size and
 // end are atomics a producer publishes (size, then end); the writer
 // goroutine alone seals, deletes and closes handles, so it may use the
 // active segment's handles outside mu. A cursor's file is stored only by

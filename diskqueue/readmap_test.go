@@ -5,8 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"runtime"
+	"strings"
+	"sync"
 	"testing"
 )
 
@@ -179,5 +183,71 @@ func TestBitmapCutUnderAck(t *testing.T) {
 	}
 	if err := q.Ack(rec.Seq); !errors.Is(err, errFault) {
 		t.Fatalf("Ack into a bitmap cut to zero: %v, want the fault as an error", err)
+	}
+}
+
+// hookFS calls onOpen before every OpenFile.
+type hookFS struct {
+	fileSystem
+	onOpen func(name string)
+}
+
+func (h hookFS) OpenFile(name string, flag int, perm fs.FileMode) (file, error) {
+	h.onOpen(name)
+	return h.fileSystem.OpenFile(name, flag, perm)
+}
+
+// TestEnteringSegmentsOutsideReadMu: a drain after a restart enters
+// segments whose files Open left unopened (lazily opened) and whose
+// bitmaps no Read has opened yet; Read opens them before it takes the
+// cursor's readMu (prepare), so neither another consumer nor an Ack waits
+// behind that I/O.
+func TestEnteringSegmentsOutsideReadMu(t *testing.T) {
+	dir := t.TempDir()
+	q := mustOpen(t, dir, Options{MaxSegmentBytes: 4 << 10, NoSync: true})
+	ctx := context.Background()
+	for i := 0; i < 300; i++ {
+		if err := q.Put(ctx, bytes.Repeat([]byte{'z'}, 100)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q.Close()
+
+	var mu sync.Mutex
+	var under []string
+	var cur *Cursor
+	h := hookFS{fileSystem: osFS{}, onOpen: func(name string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if cur == nil || !(strings.HasSuffix(name, logSuffix) || strings.HasSuffix(name, indexSuffix) || strings.HasSuffix(name, ackSuffix)) {
+			return
+		}
+		if !cur.readMu.TryLock() {
+			under = append(under, filepath.Base(name))
+			return
+		}
+		cur.readMu.Unlock()
+	}}
+	q = mustOpen(t, dir, Options{MaxSegmentBytes: 4 << 10, NoSync: true, fsForTesting: h})
+	defer q.Close()
+	if n := len(q.Segments()); n < 5 {
+		t.Fatalf("%d segments, want several", n)
+	}
+	mu.Lock()
+	cur = q.c
+	mu.Unlock()
+	for i := 0; i < 300; i++ {
+		rec, err := q.Read(ctx)
+		if err != nil || rec.Seq != uint64(i) {
+			t.Fatalf("Read %d: seq %d, %v", i, rec.Seq, err)
+		}
+		if err := q.Ack(rec.Seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(under) > 0 {
+		t.Fatalf("files opened under the cursor's readMu while draining: %v", under)
 	}
 }

@@ -182,8 +182,12 @@ type segFiles struct {
 	refs      atomic.Int64 // holders; zero once the last has let go
 	// closed says the segment was deleted or the log closed: nobody takes
 	// the generation again, and its descriptors are closed.
-	closed    atomic.Bool
-	closeOnce sync.Once
+	closed atomic.Bool
+	// mu orders closing the descriptors (fdsClosed) against mapping them:
+	// a descriptor closed between Fd and mmap could be a number reused
+	// by another open, and the mapping another file's.
+	mu        sync.Mutex
+	fdsClosed bool
 	// logMap and indexMap are the log and index mapped shared and
 	// read-only (readMapper), made on first use (maps); nil where they
 	// cannot be, and readers then use pread. They are unmapped by the
@@ -241,14 +245,18 @@ func (f *segFiles) release() {
 
 // closeHandles closes the descriptors, once.
 func (f *segFiles) closeHandles() {
-	f.closeOnce.Do(func() {
-		if f.log != nil {
-			f.log.Close()
-		}
-		if f.index != nil {
-			f.index.Close()
-		}
-	})
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fdsClosed {
+		return
+	}
+	f.fdsClosed = true
+	if f.log != nil {
+		f.log.Close()
+	}
+	if f.index != nil {
+		f.index.Close()
+	}
 }
 
 // maps returns the generation's read-only mappings of its log and index
@@ -259,8 +267,10 @@ func (f *segFiles) closeHandles() {
 // touched, because readers stop at the published size.
 func (f *segFiles) maps(l *Log, s *segment) (logMap, indexMap []byte) {
 	f.mapOnce.Do(func() {
-		if f.closed.Load() {
-			return // the descriptors may be closed already
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.fdsClosed {
+			return // pread, which reports the deletion, as before
 		}
 		logLen, indexLen := f.size, fileSize(f.index)
 		if f.size == 0 {
