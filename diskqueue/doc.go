@@ -106,9 +106,9 @@
 // that must not race those (Empty, Cursor.Empty, DeleteCursor, the
 // drop-when-full policy: Log.request). A cursor's
 // readers share its read position under its readMu and read the segment
-// files through shared read-only mappings on Linux (a load, no system
-// call; decoded and checksummed in place, the body copied out), with
-// pread elsewhere or where a file cannot be mapped. A fault on a mapping
+// files through shared read-only mappings on 64-bit Linux (a load, no
+// system call; decoded and checksummed in place, the body copied out),
+// with pread elsewhere or where a file cannot be mapped. A fault on a mapping
 // (the file cut short underneath, or failing to page in) is caught
 // (debug.SetPanicOnFault) and the read done again with pread, which
 // reports a cut as damage and a failure as an I/O error.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -55,7 +56,8 @@ func TestSegmentCutUnderReader(t *testing.T) {
 		}
 	}
 	seg, _ := q.segmentFor(first.Base)
-	if f := seg.files.Load(); runtime.GOOS == "linux" && f.logMap == nil {
+	mapped := seg.files.Load().logMap != nil
+	if !mapped && runtime.GOOS == "linux" && math.MaxInt > math.MaxInt32 {
 		t.Fatal("the sealed segment's log is not mapped: the test would not cover the fault")
 	}
 
@@ -102,7 +104,9 @@ func TestSegmentCutUnderReader(t *testing.T) {
 	if next != n {
 		t.Fatalf("Read stopped at %d, want %d", next, n)
 	}
-	if got, want := q.Stats().CorruptRecords, int64(first.End-first.Base); got <= 0 || got >= want {
+	// Reading with pread (no mapping here), the reader's window may hold
+	// a copy of the whole small segment from before the cut, and serve it.
+	if got, want := q.Stats().CorruptRecords, int64(first.End-first.Base); mapped && (got <= 0 || got >= want) {
 		t.Fatalf("CorruptRecords %d, want some of the segment's %d", got, want)
 	}
 }

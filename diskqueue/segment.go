@@ -291,7 +291,10 @@ func (f *segFiles) maps(l *Log, s *segment) (logMap, indexMap []byte) {
 // readers then go by pread, which is always right.
 func mapRead(f file, n int64) []byte {
 	rm, ok := f.(readMapper)
-	if !ok || n <= 0 || n > math.MaxInt {
+	if !ok || n <= 0 || n > math.MaxInt || math.MaxInt == math.MaxInt32 {
+		// In a 32-bit address space the readers' mappings of every
+		// segment they touch would crowd out the writer's, which appends
+		// cannot go without: pread there.
 		return nil
 	}
 	m, err := rm.MapRead(int(n))
