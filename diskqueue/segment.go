@@ -167,7 +167,7 @@ func (s *segment) diskBytes() int64 {
 // turn into ErrNotFound. The mappings stay until the last holder lets go:
 // unmapping under a reader could hand it whatever the address is reused
 // for. (Deletion also makes each cursor's reader let go of the segment,
-// Cursor.forget, so an idle cursor does not keep a deleted segment's
+// Cursor.leaveLocked, so an idle cursor does not keep a deleted segment's
 // blocks allocated; a Scan paused in one keeps them until it goes on.)
 type segFiles struct {
 	log, index file
