@@ -383,8 +383,17 @@ func (a *ackFile) setAtFloor(i, n uint64) (was, nextSet, ok bool, err error) {
 	if a.m == nil || i+1 >= min(n, a.cap) {
 		return false, false, false, nil
 	}
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer guardFault(&err, a.name)
+	// One deferred call for both the guard and its undoing: this runs
+	// once per Ack.
+	old := debug.SetPanicOnFault(true)
+	defer func() {
+		debug.SetPanicOnFault(old)
+		// recover here, not in guardFault: only a deferred function's own
+		// call stops the panic.
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: %s: %v", errFault, a.name, r)
+		}
+	}()
 	// The next bit first: a fault there leaves record i unacknowledged.
 	j := i + 1
 	nextSet = a.m[ackHeaderSize+int64(j/8)]&(1<<(j%8)) != 0

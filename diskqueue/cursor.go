@@ -43,12 +43,19 @@ type Cursor struct {
 	ackedMax uint64
 	// segs is the cursor's acknowledgement state of each segment it has
 	// touched (opened on first use); lastAcked caches the one the last Ack
-	// landed in.
+	// landed in, lastRead the one of the segment the last Read read.
 	segs      map[*segment]*segAcks
 	lastAcked *segAcks
+	lastRead  *segAcks
 	// closed is set when the log closes or the cursor is deleted: its
 	// files are released.
 	closed bool
+
+	// ahead is a segment the reader is about to enter (the one after the
+	// segment it entered last, or the one it starts in) whose files or
+	// whose bitmap may not be open yet; set under readMu, taken by the
+	// next Read, which opens them before it takes readMu (prepare).
+	ahead atomic.Pointer[segment]
 	// newFiles says bitmap files were created (or renamed into place) in
 	// dir since syncAcks last fsynced it: until then a power cut may lose
 	// their names, and so the acknowledgements in them.
@@ -417,6 +424,9 @@ func (c *Cursor) initAt(readSeq uint64, stored bool) error {
 	// Everything below the floor is acknowledged: read from it, not from
 	// the stored position behind it, whose segments may go any moment.
 	c.rd.seq = max(c.rd.seq, c.ackFloor.Load())
+	if seg := c.log.segmentAt(c.rd.seq); seg != nil && seg.files.Load() == nil {
+		c.ahead.Store(seg) // opened lazily: by the first Read, before readMu
+	}
 	return nil
 }
 
@@ -635,9 +645,20 @@ func (c *Cursor) retirePassed() {
 func (c *Cursor) closeBitmap(seg *segment) {
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
+	c.leaveLocked(seg)
 	if sa := c.segs[seg]; sa != nil && sa.ack != nil {
 		sa.ack.close()
 		sa.ack = nil
+	}
+}
+
+// leaveLocked makes the cursor's reader let go of seg, which is being
+// deleted, so that its mapping (and with it the file's blocks) goes with
+// the deletion, not at the cursor's next Read. The reader finds its seq
+// again when it next reads. The caller holds c.readMu.
+func (c *Cursor) leaveLocked(seg *segment) {
+	if c.rd.seg == seg {
+		c.rd.forget(c.rd.seq)
 	}
 }
 
@@ -646,6 +667,7 @@ func (c *Cursor) closeBitmap(seg *segment) {
 func (c *Cursor) forget(seg *segment) {
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
+	c.leaveLocked(seg)
 	if sa := c.segs[seg]; sa != nil {
 		if sa.ack != nil {
 			sa.ack.close()
@@ -654,6 +676,9 @@ func (c *Cursor) forget(seg *segment) {
 		delete(c.segs, seg)
 		if c.lastAcked == sa {
 			c.lastAcked = nil
+		}
+		if c.lastRead == sa {
+			c.lastRead = nil
 		}
 	}
 }
@@ -1033,6 +1058,9 @@ func (c *Cursor) Read(ctx context.Context) (Record, error) {
 
 // tryRead returns the next record or errNoData.
 func (c *Cursor) tryRead() (Record, error) {
+	if seg := c.ahead.Load(); seg != nil && c.ahead.CompareAndSwap(seg, nil) {
+		c.prepare(seg)
+	}
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
 	for {
@@ -1045,7 +1073,7 @@ func (c *Cursor) tryRead() (Record, error) {
 		}
 		if err == nil {
 			seg := c.rd.seg
-			a, err := c.ackFor(seg)
+			a, err := c.readAckFor(seg)
 			if err != nil {
 				c.rd.unread(rec)
 				c.log.readErrors.Add(1)
@@ -1083,6 +1111,75 @@ func (c *Cursor) tryRead() (Record, error) {
 		c.log.readErrors.Add(1)
 		return Record{}, err
 	}
+}
+
+// readAckFor is ackFor for the segment a record was just read from, with
+// its state cached between Reads as Ack caches its own (lastAcked): a
+// drain reads thousands of records of a segment in a row. The caller
+// holds c.readMu.
+func (c *Cursor) readAckFor(seg *segment) (*ackFile, error) {
+	if sa := c.lastRead; sa != nil && sa.seg == seg && sa.ack != nil {
+		return sa.ack, nil
+	}
+	a, err := c.ackFor(seg)
+	if err == nil {
+		c.lastRead = c.segs[seg]
+		// The reader has entered seg: have the next Read open the files
+		// of the segment after it, if they are not, outside readMu.
+		if nxt := c.log.segmentAfter(seg); nxt != nil {
+			if sa := c.segs[nxt]; nxt.files.Load() == nil || sa == nil || sa.ack == nil {
+				c.ahead.Store(nxt)
+			}
+		}
+	}
+	return a, err
+}
+
+// prepare opens what the reader needs to enter seg, without the cursor's
+// readMu, so that no consumer of the cursor (nor Ack) waits behind the
+// I/O: seg's read handles, whose first open reads and checks headers and
+// may rebuild an index, with their mappings, and the cursor's existing
+// bitmap of it, which is installed under readMu unless one was meanwhile
+// or seg is leaving the log. What is missing or damaged is left to ackFor,
+// under readMu (a bitmap is created only there, so two creations never
+// race). Failures are ignored: the reader meets them again and reports
+// them.
+func (c *Cursor) prepare(seg *segment) {
+	l := c.log
+	if seg.gone.Load() {
+		return
+	}
+	if f, err := l.acquireFiles(seg); err == nil {
+		f.maps(l, seg)
+		f.release()
+	}
+	c.readMu.Lock()
+	sa := c.segs[seg]
+	have := c.closed || sa != nil && sa.ack != nil
+	c.readMu.Unlock()
+	if have {
+		return
+	}
+	capacity := seg.endNow() - seg.base
+	if seg.writing.Load() {
+		capacity = max(capacity, l.recordCapacity())
+	}
+	a, flags, err := c.openAckFile(seg, capacity)
+	if err != nil {
+		return
+	}
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	sa = c.segs[seg]
+	if flags&ackGone != 0 || c.closed || sa != nil && sa.ack != nil ||
+		seg.gone.Load() || l.segmentAt(seg.base) != seg || seg.endNow() <= c.ackFloor.Load() {
+		// A tombstone, a bitmap opened meanwhile, or a segment the floor
+		// has passed (nothing would retire the file) or that is leaving.
+		a.close()
+		return
+	}
+	a.owner = c
+	c.state(seg).ack = a
 }
 
 // quarantine copies damaged bytes aside, reports them and treats their

@@ -76,6 +76,7 @@ func (c *Cursor) moveToEndLocked(t *tail) {
 	c.ackedAbove.Store(0)
 	c.inFlight.Store(0)
 	c.lastAcked = nil
+	c.lastRead = nil
 	for seg, sa := range c.segs {
 		// Each segment's count includes the records below the floor.
 		sa.acked = int64(seg.endNow() - seg.base)

@@ -107,13 +107,21 @@
 // preparer, preallocates and pre-faults the mapped log ahead of the
 // appends, so an fsync that takes long does not hold that up. A cursor's
 // readers share its read position under its readMu and read the segment
-// files with pread (so a fault there is an I/O error).
+// files through shared read-only mappings on 64-bit Linux (a load, no
+// system call; decoded and checksummed in place, the body copied out),
+// with pread elsewhere or where a file cannot be mapped. A fault on a mapping
+// (the file cut short underneath, or failing to page in) is caught
+// (debug.SetPanicOnFault) and the read done again with pread, which
+// reports a cut as damage and a failure as an I/O error.
 //
 // A segment's read handles come in generations (segFiles): the files it
-// was created or found with, then each compaction's. A reader holds the
-// generation it reads (a reference count), so offsets from one index are
-// used in the same log, and a generation a compaction replaced is closed
-// by its last reader; a deletion closes every generation at once.
+// was created or found with, then each compaction's, with their mappings.
+// A reader holds the generation it reads (a reference count), so offsets
+// from one index are used in the same log, and a generation a compaction
+// replaced is closed and unmapped by its last reader; a deletion closes
+// every generation's descriptors at once and makes each cursor's reader
+// let go, and the last holder unmaps (never a holder's mapping from under
+// it).
 // Compactions run one at a time (the log's compaction slot) and do their
 // long part, reading the old files and writing the new, on the caller's
 // goroutine; the swap runs on the writer goroutine.
@@ -126,7 +134,8 @@
 // floor; never two cursors' at once), the log's segMu (the segment list,
 // and the disk usage of segments joining, leaving or changing it), a
 // segment's filesMu (its lazily opened read handles, and the swap of a
-// compacted generation, renames included). A segment's size and
+// compacted generation, renames included), a generation's mu (its
+// descriptors' closing against their mapping). A segment's size and
 // end are atomics a producer publishes (size, then end); the writer
 // goroutine alone seals, deletes and closes handles, so it may use the
 // active segment's handles outside mu. A cursor's file is stored only by

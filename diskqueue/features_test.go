@@ -650,7 +650,8 @@ func TestFileCutUnderneath(t *testing.T) {
 	if err := q.Put(ctx, []byte("after")); !errors.Is(err, errFault) {
 		t.Fatalf("Put after a fault: got %v, want the sticky fault", err)
 	}
-	// Reads go through pread: the cut records are reported, never served.
+	// Reads fault on the mapping and go over to pread: the cut records are
+	// reported, never served.
 	done, cancel := context.WithCancel(ctx)
 	cancel()
 	for {

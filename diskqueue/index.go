@@ -90,22 +90,44 @@ func decodeIndexEntry(b []byte, i int64) (int64, bool) {
 // indexEntries reads count consecutive index entries starting at seq's,
 // from the generation f of seg's files (raw: see indexOffset).
 func (l *Log) indexEntries(seg *segment, f *segFiles, seq uint64, count int) ([]uint32, error) {
-	if f.index == nil || (seg.partialIndex && seq+uint64(count) > seg.indexedEnd) {
-		return nil, fmt.Errorf("%w: segment %d has no index entry for seq %d", ErrCorrupt, seg.base, seq)
-	}
-	buf := make([]byte, count*indexEntrySize)
-	at := indexEntryAt(int64(seq - seg.base))
-	if _, err := f.index.ReadAt(buf, at); err != nil {
-		if errors.Is(err, os.ErrClosed) {
-			return nil, fmt.Errorf("%w: segment %d was deleted", ErrNotFound, seg.base)
-		}
-		return nil, fmt.Errorf("diskqueue: read %s at %d: %w", seg.path(indexSuffix), at, err)
-	}
 	out := make([]uint32, count)
+	if err := l.readIndexEntries(seg, f, seq, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// readIndexEntries is indexEntries into out, len(out) entries: ReadAt's
+// two fit on its stack.
+func (l *Log) readIndexEntries(seg *segment, f *segFiles, seq uint64, out []uint32) error {
+	count := len(out)
+	if f.index == nil || (seg.partialIndex && seq+uint64(count) > seg.indexedEnd) {
+		return fmt.Errorf("%w: segment %d has no index entry for seq %d", ErrCorrupt, seg.base, seq)
+	}
+	n := count * indexEntrySize
+	at := indexEntryAt(int64(seq - seg.base))
+	// A stack buffer for the mapping; the one given to ReadAt, an
+	// interface's method, goes to the heap, and so would anything it
+	// might alias.
+	var small [2 * indexEntrySize]byte
+	var buf []byte
+	if _, m := f.maps(l, seg); n <= len(small) && copyMapped(small[:n], m, at) {
+		buf = small[:n]
+	} else if big := make([]byte, n); copyMapped(big, m, at) {
+		buf = big
+	} else {
+		if _, err := f.index.ReadAt(big, at); err != nil {
+			if errors.Is(err, os.ErrClosed) {
+				return fmt.Errorf("%w: segment %d was deleted", ErrNotFound, seg.base)
+			}
+			return fmt.Errorf("diskqueue: read %s at %d: %w", seg.path(indexSuffix), at, err)
+		}
+		buf = big
+	}
 	for i := range out {
 		out[i] = binary.BigEndian.Uint32(buf[i*indexEntrySize:])
 	}
-	return out, nil
+	return nil
 }
 
 // indexBuilder derives index and time-index entries from records in log

@@ -183,6 +183,22 @@ func (f mappedFile) SyncMapped(_ []byte, n int64) error {
 	return nil
 }
 
+// MapRead maps the first n bytes of the file shared and read-only, as
+// osFile.MapRead; a read-only handle may.
+func (f mappedFile) MapRead(n int) ([]byte, error) {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	fd, err := f.fd("mmap", false)
+	if err != nil {
+		return nil, err
+	}
+	b, err := unix.Mmap(fd, 0, n, unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return nil, &fs.PathError{Op: "mmap", Path: f.name, Err: err}
+	}
+	return b, nil
+}
+
 var (
 	memfdOnce sync.Once
 	memfdErr  error

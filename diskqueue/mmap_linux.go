@@ -55,6 +55,18 @@ func (f osFile) Map(n int) ([]byte, error) {
 	return b, nil
 }
 
+// MapRead maps the first n bytes of the file shared and read-only, for
+// readers: the kernel's page cache itself, so a read is a load, not a
+// system call and a copy. n may reach past the end of the file; only
+// bytes inside it may be touched.
+func (f osFile) MapRead(n int) ([]byte, error) {
+	b, err := unix.Mmap(int(f.Fd()), 0, n, unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return nil, &os.PathError{Op: "mmap", Path: f.Name(), Err: err}
+	}
+	return b, nil
+}
+
 func unmap(b []byte) error {
 	if b == nil {
 		return nil
@@ -92,9 +104,11 @@ func prefault(b []byte) {
 // pageSize is the unit of the kernel's mappings.
 var pageSize = os.Getpagesize()
 
-// dropPages removes b's pages from the mapping (MADV_DONTNEED). For a
-// shared file mapping that loses nothing: the pages stay in the page
-// cache, with their dirty state, and a later touch maps them again.
+// dropPages removes b's pages from the mapping (MADV_DONTNEED): the
+// writer's, once records have filled them, and a reader's, once it is done
+// with them, so they leave the process's resident set. For a shared file
+// mapping that loses nothing: the pages stay in the page cache, with their
+// dirty state, and a later touch maps them again.
 func dropPages(b []byte) {
 	if len(b) > 0 {
 		unix.Madvise(b, unix.MADV_DONTNEED)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"runtime/debug"
 	"time"
 
 	"github.com/golang/snappy"
@@ -12,6 +13,11 @@ import (
 
 // readChunk is how much of a segment a reader pulls in with one pread.
 const readChunk = 256 << 10
+
+// dropStep is how much of a mapped log a reader goes through before it
+// drops the pages behind it from the resident set (dropPages): a drain
+// then keeps about that much of the log resident, not the whole segment.
+const dropStep = 1 << 20
 
 // errNoData means the reader has caught up with the writer.
 var errNoData = errors.New("diskqueue: no data")
@@ -45,9 +51,12 @@ type seqRange struct{ from, to uint64 }
 // f; the reader takes over the caller's hold on f and lets go of the
 // generation it held.
 func (r *reader) reset(seg *segment, f *segFiles, off int64, seq uint64) {
+	r.win.dropAll()
 	r.files.release() // f carries the caller's hold, even if it is the same generation
 	r.seg, r.files, r.off, r.seq = seg, f, off, seq
 	r.win.reset(f.log)
+	r.win.m, _ = f.maps(r.l, seg)
+	r.win.dropped = off &^ (allocUnit - 1)
 }
 
 // moveTo points the reader at seq, which starts at off in seg's current
@@ -65,6 +74,7 @@ func (r *reader) moveTo(seg *segment, off int64, seq uint64) error {
 // forget lets go of the reader's segment, so the next call to next finds
 // seq afresh.
 func (r *reader) forget(seq uint64) {
+	r.win.dropAll()
 	r.files.release()
 	r.seg, r.files, r.seq = nil, nil, seq
 	r.win.reset(nil)
@@ -84,16 +94,42 @@ func (r *reader) passRemoved(from, to uint64) {
 }
 
 // window buffers a stretch of a file so that records are decoded from
-// memory, with one pread per readChunk bytes.
+// memory, with one pread per readChunk bytes; or, for a reader whose
+// generation is mapped (m), hands out the mapping's bytes themselves.
+// Whoever sets m touches what bytesAt returns only under a fault guard
+// (reader.decodeAt), and clears m if touching it faults.
 type window struct {
 	r     io.ReaderAt
 	buf   []byte // bytes of r starting at off
 	off   int64
 	chunk int64 // read-ahead size; zero means readChunk
+	m     []byte
+	// dropped is where the pages of m not yet dropped begin (a multiple
+	// of allocUnit, a page).
+	dropped int64
+	touched int64 // the end of what bytesAt handed out of m
 }
 
 func (w *window) reset(r io.ReaderAt) {
-	w.r, w.buf, w.off = r, w.buf[:0], 0
+	w.r, w.buf, w.off, w.m, w.dropped, w.touched = r, w.buf[:0], 0, nil, 0, 0
+}
+
+// dropBehind drops the pages of m wholly before off from the resident set
+// once dropStep of them are waiting.
+func (w *window) dropBehind(off int64) {
+	if end := off &^ (allocUnit - 1); end-w.dropped >= dropStep && end <= int64(len(w.m)) {
+		dropPages(w.m[w.dropped:end])
+		w.dropped = end
+	}
+}
+
+// dropAll drops every page of m the window touched and has not dropped:
+// the reader is leaving the mapping.
+func (w *window) dropAll() {
+	if end := min(roundUp(w.touched, allocUnit), int64(len(w.m))); end > w.dropped {
+		dropPages(w.m[w.dropped:end])
+		w.dropped = end
+	}
 }
 
 // bytesAt returns n bytes at off, reading ahead when they are not buffered.
@@ -104,6 +140,10 @@ func (w *window) bytesAt(off int64, n int, limit int64) ([]byte, error) {
 	}
 	if off+int64(n) > limit {
 		return nil, errShortFrame
+	}
+	if end := off + int64(n); w.m != nil && off >= 0 && end <= int64(len(w.m)) {
+		w.touched = max(w.touched, end)
+		return w.m[off:end:end], nil
 	}
 	chunk := w.chunk
 	if chunk == 0 {
@@ -156,6 +196,9 @@ func (w *window) frameAt(off, limit int64, maxBody int) (recordHeader, []byte, i
 // generation and finds its next seq in the new one.
 func (r *reader) next() (Record, error) {
 	r.removed = r.removed[:0]
+	if rec, ok := r.nextMapped(); ok {
+		return rec, nil
+	}
 	for {
 		if r.seg != nil && r.seg.gone.Load() {
 			// Every record in it was acknowledged and its files deleted.
@@ -218,6 +261,9 @@ func (r *reader) next() (Record, error) {
 			r.passRemoved(r.seq, rec.Seq)
 			r.off += int64(n)
 			r.seq = rec.Seq + 1
+			if r.win.m != nil {
+				r.win.dropBehind(r.off)
+			}
 			return rec, nil
 		}
 		if !isDamage(err) {
@@ -227,6 +273,51 @@ func (r *reader) next() (Record, error) {
 		r.off, r.seq = d.to, d.next
 		return Record{}, d
 	}
+}
+
+// nextMapped is next's common case in one step: the reader's segment is
+// current, its generation mapped, and the next frame is r.seq's, whole
+// below the published size, and checks out. It decodes and copies the
+// record out of the mapping under one fault guard. Anything else (the end
+// of the segment, a compaction's gap, damage, a fault) reports false
+// having changed nothing but the slab's spare room, and next takes the
+// long way, which sorts each case out.
+func (r *reader) nextMapped() (rec Record, ok bool) {
+	m := r.win.m
+	if m == nil || r.jumped || r.seg.gone.Load() || r.files != r.seg.files.Load() {
+		return Record{}, false
+	}
+	off := r.off
+	limit := min(r.seg.limit(r.files), int64(len(m)))
+	if off < 0 || off+lengthSize > limit {
+		return Record{}, false
+	}
+	old := debug.SetPanicOnFault(true)
+	defer func() {
+		debug.SetPanicOnFault(old)
+		if v := recover(); v != nil {
+			if !isFault(v) {
+				panic(v)
+			}
+			rec, ok = Record{}, false
+		}
+	}()
+	n, err := frameLength(m[off:off+lengthSize], maxBodyForRead(r.l.opts.MaxRecordBytes))
+	if err != nil || off+int64(n) > limit {
+		return Record{}, false
+	}
+	end := off + int64(n)
+	h, body, _, err := decodeRecord(m[off:end:end], maxBodyForRead(r.l.opts.MaxRecordBytes))
+	if err != nil || h.seq != r.seq {
+		return Record{}, false
+	}
+	if rec, err = makeRecord(h, body, &r.slab); err != nil {
+		return Record{}, false
+	}
+	r.win.touched = max(r.win.touched, end)
+	r.off, r.seq = end, h.seq+1
+	r.win.dropBehind(end)
+	return rec, true
 }
 
 // removedInIndex reports whether the index of the reader's generation
@@ -254,13 +345,44 @@ func (r *reader) seekLog() {
 	maxBody := maxBodyForRead(r.l.opts.MaxRecordBytes)
 	off := int64(fileHeaderSize)
 	for off < limit {
-		h, _, n, err := r.win.frameAt(off, limit, maxBody)
+		var h recordHeader
+		var n int
+		var err error
+		if !guarded(func() { h, _, n, err = r.win.frameAt(off, limit, maxBody) }) {
+			r.win.m = nil // a fault: pread from here on, which tells a cut from a failure
+			continue
+		}
 		if err != nil || h.seq >= r.seq {
 			break
 		}
 		off += int64(n)
 	}
 	r.off, r.jumped = off, false
+}
+
+// guarded runs f, which touches a mapping, and reports false if touching it
+// faulted (the file was cut short underneath, or paging it in failed):
+// debug.SetPanicOnFault turns the fault into a panic here rather than a
+// crash of the process. Any other panic goes on.
+func guarded(f func()) (ok bool) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if v := recover(); v != nil {
+			if !isFault(v) {
+				panic(v)
+			}
+			ok = false
+		}
+	}()
+	f()
+	return true
+}
+
+// isFault reports whether a recovered value is a memory fault the runtime
+// turned into a panic (debug.SetPanicOnFault).
+func isFault(v any) bool {
+	_, ok := v.(interface{ Addr() uintptr })
+	return ok
 }
 
 // unread steps back over rec, just returned by next, so the next call
@@ -271,7 +393,39 @@ func (r *reader) unread(rec Record) {
 
 // decodeAt decodes the record at off, which must be r.seq or, in a
 // compacted log, a later seq of the segment (those between were removed).
+// From a mapping the checksum is computed and the body copied out of the
+// page cache under a fault guard; a fault sends the reader to pread for
+// the rest of the generation, which then reports what it finds (a frame
+// cut short is damage, a failed read an I/O error), as before mappings.
 func (r *reader) decodeAt(off, limit int64) (Record, int, error) {
+	if r.win.m != nil {
+		rec, n, err, ok := r.decodeMapped(off, limit)
+		if ok {
+			return rec, n, err
+		}
+		r.win.m = nil
+	}
+	return r.decodeFrame(off, limit)
+}
+
+// decodeMapped is decodeFrame under the fault guard (guarded, written
+// out: it runs once per record). ok is false if touching the mapping
+// faulted.
+func (r *reader) decodeMapped(off, limit int64) (rec Record, n int, err error, ok bool) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if v := recover(); v != nil {
+			if !isFault(v) {
+				panic(v)
+			}
+			ok = false
+		}
+	}()
+	rec, n, err = r.decodeFrame(off, limit)
+	return rec, n, err, true
+}
+
+func (r *reader) decodeFrame(off, limit int64) (Record, int, error) {
 	h, body, n, err := r.win.frameAt(off, limit, maxBodyForRead(r.l.opts.MaxRecordBytes))
 	if err != nil {
 		if !isDamage(err) {
@@ -395,8 +549,9 @@ func (l *Log) ReadAt(seq uint64) (Record, error) {
 	if seq+1 < end {
 		count = 2 // the next entry bounds the frame, so one read fetches it whole
 	}
-	offs, err := l.indexEntries(seg, f, seq, count)
-	if err != nil {
+	var entries [2]uint32
+	offs := entries[:count]
+	if err := l.readIndexEntries(seg, f, seq, offs); err != nil {
 		return Record{}, err
 	}
 	off, removed := indexOffset(offs[0], f.compacted)
@@ -418,17 +573,55 @@ func (l *Log) ReadAt(seq uint64) (Record, error) {
 		return l.readAtSlow(seg, f, seq, limit, fmt.Errorf("index entry %d is out of range", off))
 	}
 	buf := make([]byte, stop-off)
-	if _, err := f.log.ReadAt(buf, off); err != nil && err != io.EOF {
-		return Record{}, readError(seg, off, err)
+	if err := f.readLog(l, seg, buf, off); err != nil {
+		return Record{}, err
 	}
 	h, body, _, err := decodeRecord(buf, maxBodyForRead(l.opts.MaxRecordBytes))
 	if err == nil && h.seq == seq {
+		if h.flags&flagSnappy == 0 {
+			// buf is this call's own: the body needs no second copy.
+			return Record{Seq: h.seq, Time: time.Unix(0, h.ts), Body: body[:len(body):len(body)]}, nil
+		}
 		return makeRecord(h, body, nil)
 	}
 	if err == nil {
 		err = fmt.Errorf("record at the indexed offset has seq %d", h.seq)
 	}
 	return l.readAtSlow(seg, f, seq, limit, err)
+}
+
+// readLog fills b with the log bytes of generation f (held by the caller)
+// at off: a copy out of the mapping, or a pread where there is none or
+// touching it faults. Bytes past the end of the file read as zeros (the
+// frame's checks then fail), as from pread.
+func (f *segFiles) readLog(l *Log, seg *segment, b []byte, off int64) error {
+	if m, _ := f.maps(l, seg); copyMapped(b, m, off) {
+		return nil
+	}
+	if _, err := f.log.ReadAt(b, off); err != nil && err != io.EOF {
+		return readError(seg, off, err)
+	}
+	return nil
+}
+
+// copyMapped copies len(b) bytes of m at off into b under a fault guard.
+// It reports false, with b in any state, when m does not hold them or
+// touching them faulted.
+func copyMapped(b, m []byte, off int64) (ok bool) {
+	if m == nil || off < 0 || off+int64(len(b)) > int64(len(m)) {
+		return false
+	}
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if v := recover(); v != nil {
+			if !isFault(v) {
+				panic(v)
+			}
+			ok = false
+		}
+	}()
+	copy(b, m[off:])
+	return true
 }
 
 // readAtSlow is ReadAt when the index disagrees with the log: the log wins.
@@ -439,6 +632,7 @@ func (l *Log) ReadAt(seq uint64) (Record, error) {
 func (l *Log) readAtSlow(seg *segment, f *segFiles, seq uint64, limit int64, cause error) (Record, error) {
 	r := &reader{l: l, seg: seg, files: f, off: fileHeaderSize, seq: seg.base}
 	r.win.reset(f.log)
+	r.win.m, _ = f.maps(l, seg)
 	for r.off < limit {
 		rec, n, err := r.decodeAt(r.off, limit)
 		if err != nil {

@@ -56,7 +56,8 @@ type segment struct {
 	dir  string
 	base uint64 // seq of the first record; also the file name
 
-	// files are the read handles shared by Read, ReadAt and Scan (pread),
+	// files are the read handles shared by Read, ReadAt and Scan (mapped,
+	// or pread),
 	// nil until opened: the segment's current generation (segFiles). A
 	// segment found sealed at Open is opened on first use
 	// (Log.currentFiles), so opening a queue costs no file opens per
@@ -152,18 +153,23 @@ func (s *segment) diskBytes() int64 {
 // segment was created or found with, then those each compaction swaps in.
 // index is nil when the segment has no sequence index to use; readers then
 // scan the log. The fields are set before the generation is published and
-// never change, except refs.
+// never change, except refs, closed and the mappings (made once, by maps).
 //
 // A reader uses one generation throughout (offsets from its index are
 // offsets in its log), holding it with acquireFiles and letting go with
 // release. refs counts the holders: one for the segment while the
 // generation is its current one, and one per reader. The last release
-// closes the files, so a reader that holds a generation a compaction has
-// replaced finishes on it, reading the old files (unlinked, but open).
-// Deleting the segment closes every generation at once (closeFiles),
-// whatever refs says: a pread running then keeps its descriptor alive
-// until it returns (os.File counts references), and the next one fails
-// with os.ErrClosed, which callers turn into ErrNotFound.
+// closes the files and unmaps them, so a reader that holds a generation a
+// compaction has replaced finishes on it, reading the old files (unlinked,
+// but open and mapped). Deleting the segment closes every generation's
+// descriptors at once (closeFiles), whatever refs says: a pread running
+// then keeps its descriptor alive until it returns (os.File counts
+// references), and the next one fails with os.ErrClosed, which callers
+// turn into ErrNotFound. The mappings stay until the last holder lets go:
+// unmapping under a reader could hand it whatever the address is reused
+// for. (Deletion also makes each cursor's reader let go of the segment,
+// Cursor.leaveLocked, so an idle cursor does not keep a deleted segment's
+// blocks allocated; a Scan paused in one keeps them until it goes on.)
 type segFiles struct {
 	log, index file
 	// size is the log bytes this generation holds; zero for the first
@@ -174,7 +180,29 @@ type segFiles struct {
 	// skips the seqs of records compaction removed, and their index
 	// entries are marked (indexRemoved).
 	compacted bool
-	refs      atomic.Int64 // holders; zero or less once closed
+	refs      atomic.Int64 // holders; zero once the last has let go
+	// closed says the segment was deleted or the log closed: nobody takes
+	// the generation again, and its descriptors are closed.
+	closed atomic.Bool
+	// mu orders closing the descriptors (fdsClosed) against mapping them:
+	// a descriptor closed between Fd and mmap could be a number reused
+	// by another open, and the mapping another file's.
+	mu        sync.Mutex
+	fdsClosed bool
+	// logMap and indexMap are the log and index mapped shared and
+	// read-only (readMapper), made on first use (maps); nil where they
+	// cannot be, and readers then use pread. They are unmapped by the
+	// last release.
+	mapOnce          sync.Once
+	logMap, indexMap []byte
+}
+
+// readMapper is implemented by files that can be mapped shared and
+// read-only (the real file system on Linux).
+type readMapper interface {
+	// MapRead maps the first n bytes of the file shared and read-only; n
+	// may reach past the end of the file, where no byte may be touched.
+	MapRead(n int) ([]byte, error)
 }
 
 // newSegFiles makes a generation held by its segment alone.
@@ -188,30 +216,93 @@ func newSegFiles(log, index file, size int64, compacted bool) *segFiles {
 func (f *segFiles) tryAcquire() bool {
 	for {
 		n := f.refs.Load()
-		if n <= 0 {
+		if n <= 0 || f.closed.Load() {
 			return false
 		}
 		if f.refs.CompareAndSwap(n, n+1) {
-			return true
+			break
 		}
 	}
+	if f.closed.Load() {
+		// closeFiles ran meanwhile: the segment is gone.
+		f.release()
+		return false
+	}
+	return true
 }
 
-// release gives a reference back; the last one closes the files. Nil is
-// allowed.
+// release gives a reference back; the last one closes the files and
+// unmaps them. Nil is allowed.
 func (f *segFiles) release() {
 	if f != nil && f.refs.Add(-1) == 0 {
 		f.closeHandles()
+		// No holder is left to touch the mappings, and none can come:
+		// tryAcquire takes no reference from zero.
+		unmap(f.logMap)
+		unmap(f.indexMap)
+		f.logMap, f.indexMap = nil, nil
 	}
 }
 
+// closeHandles closes the descriptors, once.
 func (f *segFiles) closeHandles() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fdsClosed {
+		return
+	}
+	f.fdsClosed = true
 	if f.log != nil {
 		f.log.Close()
 	}
 	if f.index != nil {
 		f.index.Close()
 	}
+}
+
+// maps returns the generation's read-only mappings of its log and index
+// (either may be nil), mapping them on first use. The caller holds the
+// generation. A first generation of a segment still written is mapped as
+// far as the segment can grow (mapLimits), so the mapping covers every
+// record published later; bytes past the end of the file are never
+// touched, because readers stop at the published size.
+func (f *segFiles) maps(l *Log, s *segment) (logMap, indexMap []byte) {
+	f.mapOnce.Do(func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.fdsClosed {
+			return // pread, which reports the deletion, as before
+		}
+		logLen, indexLen := f.size, fileSize(f.index)
+		if f.size == 0 {
+			size, end := s.bounds()
+			logLen = size
+			if !s.sealed.Load() || s.writing.Load() {
+				logLen, indexLen, _ = l.mapLimits(size, indexBytesFor(int64(end-s.base)), 0)
+			}
+		}
+		f.logMap = mapRead(f.log, logLen)
+		f.indexMap = mapRead(f.index, indexLen)
+	})
+	return f.logMap, f.indexMap
+}
+
+// mapRead maps f's first n bytes read-only, or returns nil where f cannot
+// be mapped (not a readMapper, no address space, any failure): the
+// readers then go by pread, which is always right.
+func mapRead(f file, n int64) []byte {
+	rm, ok := f.(readMapper)
+	if !ok || n <= 0 || n > math.MaxInt || math.MaxInt == math.MaxInt32 {
+		// In a 32-bit address space the readers' mappings of every
+		// segment they touch would crowd out the writer's, which appends
+		// cannot go without: pread there.
+		return nil
+	}
+	m, err := rm.MapRead(int(n))
+	if err != nil {
+		return nil
+	}
+	return m
 }
 
 // limit is how far seg's log is readable in generation f.
@@ -233,12 +324,20 @@ func (s *segment) setFiles(log, index file) {
 func (s *segment) closeFiles() {
 	s.filesMu.Lock()
 	defer s.filesMu.Unlock()
+	if s.closed {
+		return
+	}
 	s.closed = true
-	for _, f := range append(s.retired, s.files.Load()) {
-		if f != nil && f.refs.Swap(0) > 0 {
+	cur := s.files.Load()
+	for _, f := range append(s.retired, cur) {
+		if f != nil {
+			f.closed.Store(true)
 			f.closeHandles()
 		}
 	}
+	// The segment's own hold on its current generation; compactions gave
+	// theirs on the retired ones back when they swapped them out.
+	cur.release()
 	s.retired = nil
 }
 
