@@ -548,8 +548,12 @@ func (t *keyTable) snapshot(floor uint64) []KeyEntry {
 		e := &t.ix.ents[n]
 		switch t.policy {
 		case KeyUnique, KeyReplace:
-			if t.topic && t.policy == KeyUnique && e.hasSeq && (e.seq < floor || t.settled(e.seq)) {
-				gone = append(gone, n) // every channel is done with it
+			if t.topic && t.policy == KeyUnique && e.hasSeq && e.seq < floor {
+				// Every channel is done with it. (One done out of order,
+				// above the floor, waits: asking each channel's bitmap for
+				// every key would hold Puts up the while; the next Put of
+				// its key asks.)
+				gone = append(gone, n)
 				return
 			}
 			if t.policy == KeyReplace && e.restored && e.hasSeq && e.seq < floor {
