@@ -393,7 +393,8 @@ type FanoutStats struct {
 	Channels    int   // channels joined
 	// KeysPending is the keys the topic's key policy holds: with a
 	// message some channel has not finished (KeyUnique; an entry goes at
-	// the next KeyState once all have), with a newest version some channel
+	// the next KeyState once every channel has finished all before it, or
+	// at the next Put of its key), with a newest version some channel
 	// may still reach (KeyReplace), put within the window (KeyDedup).
 	// Duplicates counts the Puts the policy refused.
 	KeysPending int
