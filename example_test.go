@@ -2,6 +2,7 @@ package spillq_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"os"
@@ -108,4 +109,95 @@ func ExampleOpenTopic() {
 	// analytics: order 1
 	// analytics: order 2
 	// records in the log: 2
+}
+
+// Latest wins: under KeyReplace a Put supersedes the pending message with
+// its key, consumers see only the newest version, and Compact takes the
+// superseded ones off the disk (the queue also does it by itself, see
+// Options.CompactDirtyRatio).
+func ExampleQueue_Compact() {
+	dir, err := os.MkdirTemp("", "spillq-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+
+	q, err := spillq.Open(dir, spillq.Options{
+		Keys: channel.KeyReplace,
+		Disk: diskqueue.Options{MaxSegmentBytes: 4 << 10}, // small, to have sealed segments
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer q.Close()
+	ctx := context.Background()
+	for v := range 100 {
+		price := fmt.Sprintf("price of item 7: %d", 100+v)
+		if err := q.PutWith(ctx, []byte(price), channel.PutOptions{Key: []byte("item-7")}); err != nil {
+			log.Fatal(err)
+		}
+	}
+	// The superseded versions in sealed segments go from the disk now;
+	// the channel drops the others unseen. Each counts once.
+	if _, err := q.Compact(ctx); err != nil {
+		log.Fatal(err)
+	}
+	m, err := q.Receive(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(string(m.Body))
+	m.Finish()
+	fmt.Println("superseded:", q.Stats().Superseded)
+	// Output:
+	// price of item 7: 199
+	// superseded: 99
+}
+
+// A topic's key policy decides at Put for every channel: under KeyUnique a
+// key is refused while some channel has not finished its message.
+func ExampleTopicOptions_keys() {
+	dir, err := os.MkdirTemp("", "spillq-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+
+	t, err := spillq.OpenTopic(dir, spillq.TopicOptions{Keys: channel.KeyUnique})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer t.Close()
+	billing, err := t.Channel("billing", spillq.ChannelOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	audit, err := t.Channel("audit", spillq.ChannelOptions{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	job := channel.PutOptions{Key: []byte("invoice-42")}
+	put := func() {
+		err := t.PutWith(ctx, []byte("send invoice 42"), job)
+		fmt.Println("put:", err == nil, errors.Is(err, channel.ErrDuplicate))
+	}
+	put()
+	put() // both channels have it pending
+	m, err := billing.Receive(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	m.Finish()
+	put() // audit still has it
+	if m, err = audit.Receive(ctx); err != nil {
+		log.Fatal(err)
+	}
+	m.Finish()
+	put() // every channel is done with it
+	// Output:
+	// put: true false
+	// put: false true
+	// put: false true
+	// put: true false
 }
