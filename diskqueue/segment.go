@@ -595,6 +595,11 @@ func (l *Log) openSealed(seg *segment) (*segFiles, error) {
 		return newSegFiles(log, index, 0, compacted), nil
 	}
 	if l.readOnly {
+		if l.deletedMeanwhile(seg) {
+			// A live writer deleted it (the log first, then its indexes)
+			// while this view opened it: not damage.
+			return fail(fmt.Errorf("diskqueue: segment %d: %w", seg.base, os.ErrNotExist))
+		}
 		l.logger.Warn("diskqueue: a sealed segment's indexes are damaged (read-only: not rebuilt); lookups in it scan the log", "segment", seg.base)
 		return newSegFiles(log, nil, 0, compacted), nil
 	}
