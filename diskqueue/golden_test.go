@@ -54,13 +54,15 @@ func writeGolden(t *testing.T, dir string) {
 	os.Remove(filepath.Join(dir, lockName))
 }
 
-// TestGoldenV1 pins the on-disk format: today's encoder must write exactly
-// the committed bytes, and today's decoder must read them. A change to
-// either fails here and calls for a new format version.
-func TestGoldenV1(t *testing.T) {
-	golden := filepath.Join("testdata", "v1")
+// checkGolden writes the files of testdata/version afresh with write
+// (with -update, over the committed ones), fails for each committed file
+// the encoder no longer writes byte for byte, and returns a copy of the
+// committed files for the decoder to read.
+func checkGolden(t *testing.T, version, test string, write func(*testing.T, string)) string {
+	t.Helper()
+	golden := filepath.Join("testdata", version)
 	fresh := t.TempDir()
-	writeGolden(t, fresh)
+	write(t, fresh)
 	if *update {
 		os.RemoveAll(golden)
 		if err := os.CopyFS(golden, os.DirFS(fresh)); err != nil {
@@ -69,20 +71,27 @@ func TestGoldenV1(t *testing.T) {
 	}
 	entries, err := os.ReadDir(golden)
 	if err != nil {
-		t.Fatalf("%v (run go test ./diskqueue -run TestGoldenV1 -update to create)", err)
+		t.Fatalf("%v (run go test ./diskqueue -run %s -update to create)", err, test)
 	}
 	for _, e := range entries {
 		want, _ := os.ReadFile(filepath.Join(golden, e.Name()))
 		got, err := os.ReadFile(filepath.Join(fresh, e.Name()))
 		if err != nil || !bytes.Equal(got, want) {
-			t.Errorf("%s: the encoder no longer writes the v1 bytes", e.Name())
+			t.Errorf("%s: the encoder no longer writes the %s bytes", e.Name(), version)
 		}
 	}
-	// Decode a copy of the committed files.
 	dir := t.TempDir()
 	if err := os.CopyFS(dir, os.DirFS(golden)); err != nil {
 		t.Fatal(err)
 	}
+	return dir
+}
+
+// TestGoldenV1 pins the on-disk format: today's encoder must write exactly
+// the committed bytes, and today's decoder must read them. A change to
+// either fails here and calls for a new format version.
+func TestGoldenV1(t *testing.T) {
+	dir := checkGolden(t, "v1", "TestGoldenV1", writeGolden)
 	q, err := Open(dir, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -168,30 +177,7 @@ func writeGoldenCompacted(t *testing.T, dir string) {
 // today's encoder must write exactly the committed bytes, and today's
 // decoder must read them.
 func TestGoldenV2(t *testing.T) {
-	golden := filepath.Join("testdata", "v2")
-	fresh := t.TempDir()
-	writeGoldenCompacted(t, fresh)
-	if *update {
-		os.RemoveAll(golden)
-		if err := os.CopyFS(golden, os.DirFS(fresh)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	entries, err := os.ReadDir(golden)
-	if err != nil {
-		t.Fatalf("%v (run go test ./diskqueue -run TestGoldenV2 -update to create)", err)
-	}
-	for _, e := range entries {
-		want, _ := os.ReadFile(filepath.Join(golden, e.Name()))
-		got, err := os.ReadFile(filepath.Join(fresh, e.Name()))
-		if err != nil || !bytes.Equal(got, want) {
-			t.Errorf("%s: the encoder no longer writes the v2 bytes", e.Name())
-		}
-	}
-	dir := t.TempDir()
-	if err := os.CopyFS(dir, os.DirFS(golden)); err != nil {
-		t.Fatal(err)
-	}
+	dir := checkGolden(t, "v2", "TestGoldenV2", writeGoldenCompacted)
 	l, err := OpenLog(dir, Options{})
 	if err != nil {
 		t.Fatal(err)
