@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -45,16 +44,6 @@ func TestCompactCrashChild(t *testing.T) {
 	start, _ := strconv.Atoi(os.Getenv("SPILLQ_CRASH_START"))
 	opts := crashConfig()
 	opts.MaxSegmentBytes = 8 << 10
-	opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	if point := os.Getenv("SPILLQ_CRASH_POINT"); point != "" {
-		hit, _ := strconv.Atoi(os.Getenv("SPILLQ_CRASH_HIT"))
-		var hits atomic.Int64
-		diskqueue.SetCrashPoint(&opts, func(p string) {
-			if p == point && hits.Add(1) == int64(hit) {
-				crashtest.KillSelf()
-			}
-		})
-	}
 	l, err := diskqueue.OpenLog(dir, opts)
 	if err != nil {
 		crashtest.Report("open-error", err)

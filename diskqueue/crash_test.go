@@ -27,11 +27,25 @@ var crashConfigs = map[string]diskqueue.Options{
 	"sync1":   {SyncEvery: 1, MaxSegmentBytes: 64 << 10},
 }
 
+// crashConfig is a crash child's options: SPILLQ_CRASH_CONFIG's, warnings
+// to stderr, and a kill at the SPILLQ_CRASH_HIT-th pass of the moment
+// SPILLQ_CRASH_POINT names, if it names one.
 func crashConfig() diskqueue.Options {
-	if o, ok := crashConfigs[os.Getenv("SPILLQ_CRASH_CONFIG")]; ok {
-		return o
+	o, ok := crashConfigs[os.Getenv("SPILLQ_CRASH_CONFIG")]
+	if !ok {
+		o = crashConfigs["sync1"]
 	}
-	return crashConfigs["sync1"]
+	o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if point := os.Getenv("SPILLQ_CRASH_POINT"); point != "" {
+		hit, _ := strconv.Atoi(os.Getenv("SPILLQ_CRASH_HIT"))
+		var hits atomic.Int64
+		diskqueue.SetCrashPoint(&o, func(p string) {
+			if p == point && hits.Add(1) == int64(hit) {
+				crashtest.KillSelf()
+			}
+		})
+	}
+	return o
 }
 
 // crashBody is the payload of producer p's record i. It is derived from
@@ -70,17 +84,6 @@ func TestCrashChild(t *testing.T) {
 	start, _ := strconv.Atoi(os.Getenv("SPILLQ_CRASH_START"))
 	producers, _ := strconv.Atoi(os.Getenv("SPILLQ_CRASH_PRODUCERS"))
 	opts := crashConfig()
-	opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	if point := os.Getenv("SPILLQ_CRASH_POINT"); point != "" {
-		// Die at the Nth pass of the named moment.
-		hit, _ := strconv.Atoi(os.Getenv("SPILLQ_CRASH_HIT"))
-		var hits atomic.Int64
-		diskqueue.SetCrashPoint(&opts, func(p string) {
-			if p == point && hits.Add(1) == int64(hit) {
-				crashtest.KillSelf()
-			}
-		})
-	}
 	q, err := diskqueue.Open(dir, opts)
 	if err != nil {
 		crashtest.Report("open-error", err)
