@@ -17,6 +17,32 @@ import (
 	"github.com/spillq/spillq/internal/crashtest"
 )
 
+// startKeyedProducers starts a crash child's producers: producer p puts
+// "k:v" with key k (one of space keys, at random) for v = start+p, then
+// every producers-th, pausing between Puts; it reports "put k:v" once Put
+// returned nil, and stops at an error other than a duplicate
+// ("put-error").
+func startKeyedProducers(ctx context.Context, producers, start, space int, pause time.Duration, put func(context.Context, []byte, channel.PutOptions) error) {
+	for p := range producers {
+		go func() {
+			for v := start + p; ; v += producers {
+				if pause > 0 {
+					time.Sleep(pause)
+				}
+				k := fmt.Sprintf("k%d", rand.IntN(space))
+				err := put(ctx, []byte(fmt.Sprintf("%s:%d", k, v)), channel.PutOptions{Key: []byte(k)})
+				switch {
+				case err == nil:
+					crashtest.Report("put", fmt.Sprintf("%s:%d", k, v))
+				case !errors.Is(err, channel.ErrDuplicate):
+					crashtest.Report("put-error", err)
+					return
+				}
+			}
+		}()
+	}
+}
+
 // killCycles skips a SIGKILL test under -short, and returns how many kills
 // it runs per configuration: SPILLQ_KILL_CYCLES, or def.
 func killCycles(t *testing.T, def int) int {
@@ -109,24 +135,11 @@ func TestKillKeysChild(t *testing.T) {
 		// Beside the automatic compactions, as many more as fit.
 		go compactForever(ctx, q.Compact)
 	}
-	for p := range producers {
-		go func() {
-			for v := start + p; ; v += producers {
-				if slow {
-					time.Sleep(200 * time.Microsecond)
-				}
-				k := fmt.Sprintf("k%d", rand.IntN(space))
-				err := q.PutWith(ctx, []byte(fmt.Sprintf("%s:%d", k, v)), channel.PutOptions{Key: []byte(k)})
-				switch {
-				case err == nil:
-					crashtest.Report("put", fmt.Sprintf("%s:%d", k, v))
-				case !errors.Is(err, channel.ErrDuplicate):
-					crashtest.Report("put-error", err)
-					return
-				}
-			}
-		}()
+	var pause time.Duration
+	if slow {
+		pause = 200 * time.Microsecond
 	}
+	startKeyedProducers(ctx, producers, start, space, pause, q.PutWith)
 	go func() {
 		for {
 			m, err := q.Receive(ctx)

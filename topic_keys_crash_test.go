@@ -74,22 +74,7 @@ func TestKillTopicKeysChild(t *testing.T) {
 	if policy == channel.KeyReplace {
 		go compactForever(ctx, tp.Compact)
 	}
-	for p := range producers {
-		go func() {
-			for v := start + p; ; v += producers {
-				time.Sleep(100 * time.Microsecond)
-				k := fmt.Sprintf("k%d", rand.IntN(space))
-				err := tp.PutWith(ctx, []byte(fmt.Sprintf("%s:%d", k, v)), channel.PutOptions{Key: []byte(k)})
-				switch {
-				case err == nil:
-					crashtest.Report("put", fmt.Sprintf("%s:%d", k, v))
-				case !errors.Is(err, channel.ErrDuplicate):
-					crashtest.Report("put-error", err)
-					return
-				}
-			}
-		}()
-	}
+	startKeyedProducers(ctx, producers, start, space, 100*time.Microsecond, tp.PutWith)
 	select {}
 }
 
