@@ -132,7 +132,11 @@ func (c *compactor) stop() {
 	c.running.Wait()
 }
 
+// stats is what every compaction did; nil (no compaction) did nothing.
 func (c *compactor) stats() CompactStats {
+	if c == nil {
+		return CompactStats{}
+	}
 	c.statsMu.Lock()
 	defer c.statsMu.Unlock()
 	return c.total
@@ -152,7 +156,12 @@ type removedVersion struct {
 // away. Versions compare by message ID, which grows with every Put, not
 // by seq: Close stores again what it held, so an older version can sit at
 // a higher seq.
+//
+// A nil compactor (a log compaction can remove nothing from) does nothing.
 func (c *compactor) compact(ctx context.Context) (CompactStats, error) {
+	if c == nil {
+		return CompactStats{Runs: 1}, nil
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st := CompactStats{Runs: 1}
@@ -324,17 +333,7 @@ func (c *compactor) newestVersions(ctx context.Context, from, end uint64) (newes
 // crash-safely, and a lookup of a removed record returns
 // diskqueue.ErrCompacted). A segment it cannot compact (damaged, say) is
 // skipped; the first such error is returned with what it did.
-func (q *Queue) Compact(ctx context.Context) (CompactStats, error) {
-	if q.comp == nil {
-		return CompactStats{Runs: 1}, nil
-	}
-	return q.comp.compact(ctx)
-}
+func (q *Queue) Compact(ctx context.Context) (CompactStats, error) { return q.comp.compact(ctx) }
 
 // CompactStats returns what every compaction since Open did, from memory.
-func (q *Queue) CompactStats() CompactStats {
-	if q.comp == nil {
-		return CompactStats{}
-	}
-	return q.comp.stats()
-}
+func (q *Queue) CompactStats() CompactStats { return q.comp.stats() }

@@ -343,21 +343,11 @@ func (t *Topic) DeleteChannel(name string) error {
 // queue's: under KeyReplace every version a newer one superseded goes
 // (each channel would drop it), and with retention the finished versions
 // a newer one replaced; otherwise nothing.
-func (t *Topic) Compact(ctx context.Context) (CompactStats, error) {
-	if t.comp == nil {
-		return CompactStats{Runs: 1}, nil
-	}
-	return t.comp.compact(ctx)
-}
+func (t *Topic) Compact(ctx context.Context) (CompactStats, error) { return t.comp.compact(ctx) }
 
 // CompactStats returns what every compaction of the topic's log since
 // OpenTopic did.
-func (t *Topic) CompactStats() CompactStats {
-	if t.comp == nil {
-		return CompactStats{}
-	}
-	return t.comp.stats()
-}
+func (t *Topic) CompactStats() CompactStats { return t.comp.stats() }
 
 // KeyState returns a snapshot of the topic's key policy state (what it
 // stores every second), and whether it has one.
