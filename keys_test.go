@@ -597,3 +597,25 @@ func TestCompactAfterRestartCounts(t *testing.T) {
 		})
 	}
 }
+
+// TestSerialCloseWithMemory: under KeySerial a keyed message held in the
+// memory buffer goes to the backend at Close, and comes back after it.
+func TestSerialCloseWithMemory(t *testing.T) {
+	dir := t.TempDir()
+	opts := spillq.Options{Keys: channel.KeySerial, MemQueueSize: 16}
+	q := open(t, dir, opts)
+	ctx := context.Background()
+	if err := q.PutWith(ctx, []byte("k:0"), channel.PutOptions{Key: []byte("k")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	q = open(t, dir, opts)
+	defer q.Close()
+	m, err := q.Receive(ctx)
+	if err != nil || string(m.Body) != "k:0" || string(m.Key) != "k" {
+		t.Fatalf("after the restart: %v, %v", m, err)
+	}
+	m.Finish()
+}

@@ -61,7 +61,9 @@ type Channel struct {
 	discards Discarder
 	// keys is the key policy's state; nil under KeyNone.
 	keys *keyTable
-	// seqs is the backend as a SeqBackend, if it is one.
+	// seqs is the backend as a SeqBackend, under a key policy that keeps
+	// state (KeyUnique, KeyReplace, KeyDedup) and names records by it; nil
+	// otherwise.
 	seqs SeqBackend
 	// unsent is a record the pump had read when the channel closed; Close
 	// gives it back to an Unreader source once the pump has returned.
@@ -185,7 +187,10 @@ func newChannel(opts Options, src Source, fan *Fanout) (*Channel, error) {
 			return nil, fmt.Errorf("%w: Keys %v on a topic's channel: it decides at Put, which is the topic's; a topic's channel takes KeyNone or KeySerial", ErrInvalidOptions, o.Keys)
 		}
 		c.keys = newKeyTable(o.Keys, o.DedupWindow, nil)
-		c.seqs, _ = o.Backend.(SeqBackend)
+		if o.Keys != KeySerial {
+			// The Put-time policies name records; KeySerial keeps nothing.
+			c.seqs, _ = o.Backend.(SeqBackend)
+		}
 		if o.KeyState != nil {
 			if o.KeyState.Policy != o.Keys {
 				return nil, fmt.Errorf("%w: KeyState is of policy %v, Keys is %v", ErrInvalidOptions, o.KeyState.Policy, o.Keys)
@@ -807,7 +812,7 @@ func (c *Channel) Compacted(key []byte, id ID) {
 // over a backend that is not a [SeqBackend]. Puts wait while it copies the
 // state, so that its watermark is exact: a cost of the number of keys.
 func (c *Channel) KeyState() (KeyState, bool) {
-	if c.keys == nil || c.seqs == nil || c.opts.Keys == KeySerial {
+	if c.seqs == nil {
 		return KeyState{}, false
 	}
 	c.prod.putMu.Lock()
@@ -1106,7 +1111,7 @@ func (c *Channel) Close() error {
 				errs = append(errs, fmt.Errorf("channel: close: keep message %s: %w", m.ID, err))
 				continue
 			}
-			if c.keys != nil && cp.Key != nil && c.seqs != nil {
+			if cp.Key != nil && c.seqs != nil {
 				c.keys.stored(cp.Key, cp.ID, cp.seq)
 			}
 		}

@@ -252,7 +252,7 @@ func (c *Channel) putBackend(ctx context.Context, m *Message) error {
 // the record it went to when the key policy needs to know it (a keyed
 // message, a SeqBackend): putKeyed's commit, or Close, tells the policy.
 func (c *Channel) putEnvelope(ctx context.Context, m *Message, env []byte) error {
-	if c.keys == nil || m.Key == nil || c.seqs == nil {
+	if m.Key == nil || c.seqs == nil {
 		return c.backend.Put(ctx, env)
 	}
 	seq, err := c.seqs.PutSeq(ctx, env)
