@@ -7,6 +7,7 @@ import (
 	"iter"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/spillq/spillq/channel"
@@ -46,10 +47,11 @@ type compactor struct {
 	compacted func(key []byte, id channel.ID)
 	nextRead  func() uint64
 
-	mu sync.Mutex // one compaction at a time; guards cleanEnd and sawKeys
+	mu sync.Mutex // one compaction at a time; guards sawKeys
 	// cleanEnd is the seq the last compaction looked at the records up
-	// to: segments from it on are dirty, new since.
-	cleanEnd uint64
+	// to: segments from it on are dirty, new since. Atomic, so that
+	// dirty (the keeper's every second) never waits behind a compaction.
+	cleanEnd atomic.Uint64
 	// sawKeys is set once a compaction has found a keyed record: until
 	// then each reads only the records new since the last.
 	sawKeys bool
@@ -68,6 +70,7 @@ type compactor struct {
 type compactLog interface {
 	Segments() []diskqueue.SegmentInfo
 	Stats() diskqueue.Stats
+	NextSeq() uint64
 	Sync(ctx context.Context) error
 	Scan(from, to uint64) iter.Seq2[diskqueue.Record, error]
 	Acknowledged(seq uint64) bool
@@ -93,9 +96,7 @@ func newCompactor(dq compactLog, replace bool, disk diskqueue.Options, ratio flo
 // segments, and the sealed log bytes from cleanEnd on at least ratio of
 // all sealed log bytes.
 func (c *compactor) dirty() bool {
-	c.mu.Lock()
-	clean := c.cleanEnd
-	c.mu.Unlock()
+	clean := c.cleanEnd.Load()
 	var sealed, total, dirty int64
 	for _, s := range c.dq.Segments() {
 		if !s.Sealed {
@@ -183,28 +184,23 @@ func (c *compactor) compactLocked(ctx context.Context, st *CompactStats) error {
 	if len(segs) < 2 {
 		return nil // the active segment alone: nothing sealed
 	}
-	end := c.dq.Stats().WriteSeq
+	end := c.dq.NextSeq()
 	if err := c.dq.Sync(ctx); err != nil {
 		return fmt.Errorf("spillq: compact: sync the log: %w", err)
 	}
+	// A log that never held a keyed record (retention alone) is not read
+	// through each time: only what is new since the last look, which is
+	// then every keyed record there is.
+	var from uint64
 	if !c.sawKeys {
-		// A log that never held a keyed record (retention alone) is not
-		// read through each time: only what is new since the last look.
-		_, _, keyed, err := c.newestVersions(ctx, c.cleanEnd, end)
-		if err != nil {
-			return err
-		}
-		if keyed == 0 {
-			c.cleanEnd = end
-			return nil
-		}
-		c.sawKeys = true
+		from = c.cleanEnd.Load()
 	}
-	newest, superseding, _, err := c.newestVersions(ctx, 0, end)
+	newest, superseding, keyed, err := c.newestVersions(ctx, from, end)
 	if err != nil {
 		return err
 	}
-	c.cleanEnd = end
+	c.cleanEnd.Store(end)
+	c.sawKeys = c.sawKeys || keyed > 0
 	if superseding == 0 {
 		return nil // no key has two versions: nothing to remove
 	}

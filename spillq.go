@@ -278,7 +278,7 @@ func (d diskBackend) PutSeq(ctx context.Context, body []byte) (uint64, error) {
 	return d.q.PutSeq(ctx, body)
 }
 func (d diskBackend) NextSeq() uint64 { return d.q.NextSeq() }
-func (d diskBackend) Floor() uint64   { return d.q.Stats().ReadSeq }
+func (d diskBackend) Floor() uint64   { return d.q.Floor() }
 func (d diskBackend) Depth() int64    { return d.q.Depth() }
 func (d diskBackend) Empty() error    { return d.q.Empty() }
 func (d diskBackend) Close() error    { return d.q.Close() }
