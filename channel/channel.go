@@ -359,16 +359,13 @@ func (c *Channel) deliver(m *Message) (*Message, bool) {
 	}
 	if m.Key != nil && c.fan != nil && c.fan.keys != nil && c.fan.keys.policy == KeyReplace && c.fan.keys.supersedes(m.Key, m.ID) {
 		c.cons.superseded.Add(1)
-		c.ackRecord(m, "superseded by a newer message with its key")
-		c.keyDone(m)
+		c.dropSuperseded(m)
 		return nil, false
 	}
 	if c.keys != nil && m.Key != nil {
 		switch ok, drop := c.keys.take(m); {
 		case drop:
-			// Superseded: it will never be delivered.
-			c.ackRecord(m, "superseded by a newer message with its key")
-			c.keyDone(m)
+			c.dropSuperseded(m)
 			return nil, false
 		case !ok:
 			return nil, false // parked behind its key's message (KeySerial)
@@ -466,6 +463,13 @@ func (c *Channel) finished(m *Message) error {
 		}
 	}
 	return nil
+}
+
+// dropSuperseded ends m, superseded by a newer message with its key: it
+// will never be delivered. (Counted by whoever decided it.)
+func (c *Channel) dropSuperseded(m *Message) {
+	c.ackRecord(m, "superseded by a newer message with its key")
+	c.keyDone(m)
 }
 
 // keyDone tells the key policy m will not be delivered again; under
@@ -1062,7 +1066,7 @@ func (c *Channel) Close() error {
 		slices.SortFunc(back, func(a, b *Message) int { return cmp.Compare(a.seq, b.seq) })
 		for _, m := range back {
 			if m.gen == c.gen.Load() {
-				u.Unread(m.seq, appendEnvelope(nil, &Message{ID: m.ID, Body: m.Body, Key: m.Key, Timestamp: m.Timestamp, Attempts: m.Attempts, due: m.due, expires: m.expires}))
+				u.Unread(m.seq, appendEnvelope(nil, m))
 			}
 		}
 	}
@@ -1075,8 +1079,7 @@ func (c *Channel) Close() error {
 			// newer one in the backend, where a restart, which knows the
 			// newest by its record, could take it for the newest.
 			if _, drop := c.keys.take(m); drop {
-				c.ackRecord(m, "superseded by a newer message with its key")
-				c.keyDone(m)
+				c.dropSuperseded(m)
 				continue
 			}
 		}
