@@ -43,10 +43,7 @@ func newKeyIndex() *keyIndex {
 
 // find returns the number of key's entry, or -1.
 func (x *keyIndex) find(key []byte) int32 {
-	return x.findHashed(key, maphash.Bytes(x.seed, key))
-}
-
-func (x *keyIndex) findHashed(key []byte, h uint64) int32 {
+	h := maphash.Bytes(x.seed, key)
 	mask := uint64(len(x.slots) - 1)
 	for i := h & mask; ; i = (i + 1) & mask {
 		switch s := x.slots[i]; {

@@ -85,12 +85,9 @@ const DefaultDedupWindow = 10 * time.Minute
 type keyTable struct {
 	policy KeyPolicy
 	window int64 // KeyDedup: ns
-	// topic is set for a topic's table ([Fanout]), kept at Put for every
-	// channel: its entries know no versions (as if restored, see
-	// keyEntry.restored), and under KeyUnique an entry goes once every
-	// channel has acknowledged its record (settled), there being no one
-	// done to wait for.
-	topic   bool
+	// settled is set for a topic's table ([Fanout]), kept at Put for every
+	// channel (see topic): it reports whether every channel has
+	// acknowledged a record.
 	settled func(seq uint64) bool
 
 	mu sync.Mutex
@@ -161,10 +158,16 @@ type seenKey struct {
 	gen uint32
 }
 
+// topic reports whether t is a topic's table: its entries know no
+// versions (as if restored, see keyEntry.restored), and under KeyUnique an
+// entry goes once every channel has acknowledged its record (settled),
+// there being no one done to wait for.
+func (t *keyTable) topic() bool { return t.settled != nil }
+
 // newKeyTable returns a channel's table, or with settled a topic's (see
 // keyTable.topic).
 func newKeyTable(policy KeyPolicy, window time.Duration, settled func(seq uint64) bool) *keyTable {
-	t := &keyTable{policy: policy, window: int64(window), topic: settled != nil, settled: settled}
+	t := &keyTable{policy: policy, window: int64(window), settled: settled}
 	if policy == KeySerial {
 		t.held, t.waiting = map[string]ID{}, map[string][]*Message{}
 	} else {
@@ -264,7 +267,7 @@ func (t *keyTable) admit(key []byte, id ID, now int64) (admitted, error) {
 	var fresh keyEntry
 	switch t.policy {
 	case KeyUnique:
-		if e != nil && !(t.topic && e.hasSeq && t.settled(e.seq)) {
+		if e != nil && !(t.topic() && e.hasSeq && t.settled(e.seq)) {
 			t.duplicates.Add(1)
 			return notAdmitted, fmt.Errorf("%w: key %q has a message pending", ErrDuplicate, key)
 		}
@@ -277,7 +280,7 @@ func (t *keyTable) admit(key []byte, id ID, now int64) (admitted, error) {
 			return admitted{n: n, gen: e.gen}, nil
 		}
 		fresh = keyEntry{v0: id}
-		if t.topic {
+		if t.topic() {
 			fresh = keyEntry{restored: true}
 		}
 	case KeyDedup:
@@ -548,7 +551,7 @@ func (t *keyTable) snapshot(floor uint64) []KeyEntry {
 		e := &t.ix.ents[n]
 		switch t.policy {
 		case KeyUnique, KeyReplace:
-			if t.topic && t.policy == KeyUnique && e.hasSeq && e.seq < floor {
+			if t.topic() && t.policy == KeyUnique && e.hasSeq && e.seq < floor {
 				// Every channel is done with it. (One done out of order,
 				// above the floor, waits: asking each channel's bitmap for
 				// every key would hold Puts up the while; the next Put of
