@@ -112,9 +112,13 @@ func decodeAckHeader(b []byte, base uint64) (readEnd uint64, flags byte, err err
 	return binary.BigEndian.Uint64(b[16:24]), b[5], nil
 }
 
-// guardFault turns a fault on a mapping (the file cut short or failing
-// underneath) into an error; deferred after debug.SetPanicOnFault(true).
-func guardFault(err *error, what string) {
+// guardFault ends a fault guard on a bitmap's mapping begun by
+// debug.SetPanicOnFault(true), whose old setting it restores, turning a
+// fault (the file cut short or failing underneath) into an error. It is
+// deferred itself, as defer guardFault(debug.SetPanicOnFault(true), &err,
+// name): recover stops a panic only in the deferred function's own call.
+func guardFault(old bool, err *error, what string) {
+	debug.SetPanicOnFault(old)
 	if r := recover(); r != nil {
 		*err = fmt.Errorf("%w: %s: %v", errFault, what, r)
 	}
@@ -257,8 +261,7 @@ func (a *ackFile) close() {
 
 func (a *ackFile) writeAt(b []byte, off int64) (err error) {
 	if a.m != nil {
-		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-		defer guardFault(&err, a.name)
+		defer guardFault(debug.SetPanicOnFault(true), &err, a.name)
 		copy(a.m[off:], b)
 		return nil
 	}
@@ -274,8 +277,7 @@ func (a *ackFile) isSet(i uint64) (set bool, err error) {
 	}
 	off := ackHeaderSize + int64(i/8)
 	if a.m != nil {
-		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-		defer guardFault(&err, a.name)
+		defer guardFault(debug.SetPanicOnFault(true), &err, a.name)
 		return a.m[off]&(1<<(i%8)) != 0, nil
 	}
 	var b [1]byte
@@ -293,8 +295,7 @@ func (a *ackFile) set(i uint64) (err error) {
 	off := ackHeaderSize + int64(i/8)
 	a.dirty = true
 	if a.m != nil {
-		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-		defer guardFault(&err, a.name)
+		defer guardFault(debug.SetPanicOnFault(true), &err, a.name)
 		a.m[off] |= 1 << (i % 8)
 		return nil
 	}
@@ -335,8 +336,7 @@ func (a *ackFile) setRange(from, to uint64) (n int64, err error) {
 	}
 	a.dirty = true
 	if a.m != nil {
-		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-		defer guardFault(&err, a.name)
+		defer guardFault(debug.SetPanicOnFault(true), &err, a.name)
 		set(a.m[ackHeaderSize+lo : ackHeaderSize+hi])
 		return n, nil
 	}
@@ -359,8 +359,7 @@ func (a *ackFile) testAndSet(i uint64) (was bool, err error) {
 	off := ackHeaderSize + int64(i/8)
 	bit := byte(1) << (i % 8)
 	if a.m != nil {
-		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-		defer guardFault(&err, a.name)
+		defer guardFault(debug.SetPanicOnFault(true), &err, a.name)
 		if a.m[off]&bit != 0 {
 			return true, nil
 		}
@@ -383,17 +382,7 @@ func (a *ackFile) setAtFloor(i, n uint64) (was, nextSet, ok bool, err error) {
 	if a.m == nil || i+1 >= min(n, a.cap) {
 		return false, false, false, nil
 	}
-	// One deferred call for both the guard and its undoing: this runs
-	// once per Ack.
-	old := debug.SetPanicOnFault(true)
-	defer func() {
-		debug.SetPanicOnFault(old)
-		// recover here, not in guardFault: only a deferred function's own
-		// call stops the panic.
-		if r := recover(); r != nil {
-			err = fmt.Errorf("%w: %s: %v", errFault, a.name, r)
-		}
-	}()
+	defer guardFault(debug.SetPanicOnFault(true), &err, a.name)
 	// The next bit first: a fault there leaves record i unacknowledged.
 	j := i + 1
 	nextSet = a.m[ackHeaderSize+int64(j/8)]&(1<<(j%8)) != 0
@@ -434,8 +423,7 @@ func (a *ackFile) view(from, to uint64, f func(b []byte)) (err error) {
 	}
 	lo, hi := int64(from/8), int64((to+7)/8)
 	if a.m != nil {
-		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-		defer guardFault(&err, a.name)
+		defer guardFault(debug.SetPanicOnFault(true), &err, a.name)
 		f(a.m[ackHeaderSize+lo : ackHeaderSize+hi])
 		return nil
 	}

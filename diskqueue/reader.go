@@ -292,16 +292,7 @@ func (r *reader) nextMapped() (rec Record, ok bool) {
 	if off < 0 || off+lengthSize > limit {
 		return Record{}, false
 	}
-	old := debug.SetPanicOnFault(true)
-	defer func() {
-		debug.SetPanicOnFault(old)
-		if v := recover(); v != nil {
-			if !isFault(v) {
-				panic(v)
-			}
-			rec, ok = Record{}, false
-		}
-	}()
+	defer endGuard(debug.SetPanicOnFault(true), &ok)
 	n, err := frameLength(m[off:off+lengthSize], maxBodyForRead(r.l.opts.MaxRecordBytes))
 	if err != nil || off+int64(n) > limit {
 		return Record{}, false
@@ -365,17 +356,25 @@ func (r *reader) seekLog() {
 // debug.SetPanicOnFault turns the fault into a panic here rather than a
 // crash of the process. Any other panic goes on.
 func guarded(f func()) (ok bool) {
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if v := recover(); v != nil {
-			if !isFault(v) {
-				panic(v)
-			}
-			ok = false
-		}
-	}()
+	defer endGuard(debug.SetPanicOnFault(true), &ok)
 	f()
 	return true
+}
+
+// endGuard ends a fault guard begun by debug.SetPanicOnFault(true), whose
+// old setting it restores. It is deferred itself, as
+// defer endGuard(debug.SetPanicOnFault(true), &ok), since recover stops a
+// panic only in the deferred function's own call: one deferred call per
+// guard, which matters where one runs per record. A fault leaves *ok
+// false; any other panic goes on.
+func endGuard(old bool, ok *bool) {
+	debug.SetPanicOnFault(old)
+	if v := recover(); v != nil {
+		if !isFault(v) {
+			panic(v)
+		}
+		*ok = false
+	}
 }
 
 // isFault reports whether a recovered value is a memory fault the runtime
@@ -408,19 +407,11 @@ func (r *reader) decodeAt(off, limit int64) (Record, int, error) {
 	return r.decodeFrame(off, limit)
 }
 
-// decodeMapped is decodeFrame under the fault guard (guarded, written
-// out: it runs once per record). ok is false if touching the mapping
+// decodeMapped is decodeFrame under the fault guard (guarded, without
+// its closure: it runs once per record). ok is false if touching the mapping
 // faulted.
 func (r *reader) decodeMapped(off, limit int64) (rec Record, n int, err error, ok bool) {
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if v := recover(); v != nil {
-			if !isFault(v) {
-				panic(v)
-			}
-			ok = false
-		}
-	}()
+	defer endGuard(debug.SetPanicOnFault(true), &ok)
 	rec, n, err = r.decodeFrame(off, limit)
 	return rec, n, err, true
 }
@@ -611,15 +602,7 @@ func copyMapped(b, m []byte, off int64) (ok bool) {
 	if m == nil || off < 0 || off+int64(len(b)) > int64(len(m)) {
 		return false
 	}
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if v := recover(); v != nil {
-			if !isFault(v) {
-				panic(v)
-			}
-			ok = false
-		}
-	}()
+	defer endGuard(debug.SetPanicOnFault(true), &ok)
 	copy(b, m[off:])
 	return true
 }
