@@ -387,7 +387,7 @@ func (l *Log) rewriteSegment(ctx context.Context, seg *segment, old *segFiles, k
 		panic(fmt.Sprintf("diskqueue: compaction built %d index bytes for %d records", got, end-seg.base))
 	}
 	l.crashPoint("compact-writing")
-	index := appendIndexChecksum(append(appendFileHeaderVersion(nil, magicIndex, formatVersionCompacted, seg.base), b.idx...))
+	index := encodeCompactedIndex(seg.base, b.idx)
 	timeIndex := append(appendFileHeader(nil, magicTimeIndex, seg.base), b.tidx...)
 	if _, err := files[1].WriteAt(index, 0); err != nil {
 		return fail(err)

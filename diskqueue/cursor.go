@@ -759,6 +759,16 @@ func (c *Cursor) Stats() CursorStats {
 	}
 }
 
+// ackCapacity is how many records seg's bitmap must have room for: those
+// it holds, and for the segment being written as many as it can take.
+func (c *Cursor) ackCapacity(seg *segment) uint64 {
+	capacity := seg.endNow() - seg.base
+	if seg.writing.Load() {
+		capacity = max(capacity, c.log.recordCapacity())
+	}
+	return capacity
+}
+
 // ackFor returns the cursor's acknowledgement file of seg, opening it on
 // first use, or creating it for a segment written before acknowledgement
 // files existed (format v1), one written before the cursor was, or one
@@ -775,10 +785,7 @@ func (c *Cursor) ackFor(seg *segment) (*ackFile, error) {
 	if seg.gone.Load() {
 		return nil, fmt.Errorf("%w: segment %d was acknowledged and deleted", ErrNotFound, seg.base)
 	}
-	capacity := seg.endNow() - seg.base
-	if seg.writing.Load() {
-		capacity = max(capacity, c.log.recordCapacity())
-	}
+	capacity := c.ackCapacity(seg)
 	a, flags, err := c.openAckFile(seg, capacity)
 	switch {
 	case err == nil && flags&ackGone != 0:
@@ -1160,10 +1167,7 @@ func (c *Cursor) prepare(seg *segment) {
 	if have {
 		return
 	}
-	capacity := seg.endNow() - seg.base
-	if seg.writing.Load() {
-		capacity = max(capacity, l.recordCapacity())
-	}
+	capacity := c.ackCapacity(seg)
 	a, flags, err := c.openAckFile(seg, capacity)
 	if err != nil {
 		return

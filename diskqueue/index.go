@@ -51,6 +51,12 @@ const indexChecksumSize = 4
 // entries.
 func compactedIndexBytes(n int64) int64 { return indexBytesFor(n) + indexChecksumSize }
 
+// encodeCompactedIndex is the whole index file of the compacted segment
+// at base whose entries are idx: header (version 2), entries, checksum.
+func encodeCompactedIndex(base uint64, idx []byte) []byte {
+	return appendIndexChecksum(append(appendFileHeaderVersion(nil, magicIndex, formatVersionCompacted, base), idx...))
+}
+
 // appendIndexChecksum appends the trailer of a compacted segment's index
 // whose header and entries are b.
 func appendIndexChecksum(b []byte) []byte {
@@ -253,7 +259,7 @@ func (l *Log) rebuildIndexes(seg *segment, log file, compacted bool) error {
 	b.finish(size, seg.base, end)
 	index := appendFileHeader(nil, magicIndex, seg.base)
 	if compacted {
-		index = appendIndexChecksum(append(appendFileHeaderVersion(nil, magicIndex, formatVersionCompacted, seg.base), b.idx...))
+		index = encodeCompactedIndex(seg.base, b.idx)
 		b.idx = nil
 	}
 	if err := l.writeAtomically(seg.path(indexSuffix), index, b.idx); err != nil {

@@ -521,13 +521,11 @@ func (l *Log) listedSize(name string) (int64, error) {
 	return info.Size(), nil
 }
 
+// headerOK reports whether f starts with a version 1 header of the
+// wanted kind for the segment at base.
 func (l *Log) headerOK(f file, magic [4]byte, base uint64) bool {
-	head := make([]byte, fileHeaderSize)
-	if _, err := f.ReadAt(head, 0); err != nil {
-		return false
-	}
-	got, err := decodeFileHeader(head, magic)
-	return err == nil && got == base
+	ok, compacted := l.segmentHeaderOK(f, magic, base)
+	return ok && !compacted
 }
 
 // segmentHeaderOK is headerOK for a sealed segment's log or index, which
