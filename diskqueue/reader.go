@@ -462,8 +462,9 @@ func (s *slab) copy(b []byte) []byte {
 	return s.buf[start:len(s.buf):len(s.buf)]
 }
 
-// makeRecord copies (or decompresses) a checked body into a Record the
-// caller owns. A nil slab allocates the body on its own.
+// makeRecord makes a Record the caller owns of a checked body: copied
+// into sl, or with a nil slab stored itself, which must then be the
+// caller's own bytes; decompressed either way if it was compressed.
 func makeRecord(h recordHeader, stored []byte, sl *slab) (Record, error) {
 	rec := Record{Seq: h.seq, Time: time.Unix(0, h.ts)}
 	if h.flags&flagSnappy != 0 {
@@ -475,7 +476,7 @@ func makeRecord(h recordHeader, stored []byte, sl *slab) (Record, error) {
 		return rec, nil
 	}
 	if sl == nil {
-		rec.Body = append(make([]byte, 0, len(stored)), stored...)
+		rec.Body = stored[:len(stored):len(stored)] // the caller's own bytes
 	} else {
 		rec.Body = sl.copy(stored)
 	}
@@ -569,11 +570,7 @@ func (l *Log) ReadAt(seq uint64) (Record, error) {
 	}
 	h, body, _, err := decodeRecord(buf, maxBodyForRead(l.opts.MaxRecordBytes))
 	if err == nil && h.seq == seq {
-		if h.flags&flagSnappy == 0 {
-			// buf is this call's own: the body needs no second copy.
-			return Record{Seq: h.seq, Time: time.Unix(0, h.ts), Body: body[:len(body):len(body)]}, nil
-		}
-		return makeRecord(h, body, nil)
+		return makeRecord(h, body, nil) // buf is this call's own: no second copy
 	}
 	if err == nil {
 		err = fmt.Errorf("record at the indexed offset has seq %d", h.seq)
