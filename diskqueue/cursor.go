@@ -1203,18 +1203,42 @@ func (c *Cursor) quarantine(d *damageError) {
 		}
 	}
 	c.logger.Warn("diskqueue: skipped damaged records", attrs...)
-	for s := d.first; s < d.next; s++ {
-		seg := c.log.segmentAt(s)
+	c.ackPassedLocked(d.first, d.next, "diskqueue: cannot acknowledge damaged records; they are skipped again after a restart")
+}
+
+// ackPassedLocked counts as acknowledged, for this cursor, the records
+// [from, to) its reader passed without handing them out: damaged ones, or
+// ones compaction removed. What it cannot acknowledge it logs once, with
+// why. The caller holds c.readMu.
+func (c *Cursor) ackPassedLocked(from, to uint64, why string) {
+	var seg *segment
+	var failed int
+	var firstErr error
+	var firstSeq uint64
+	for s := max(from, c.ackFloor.Load()); s < to; s++ {
+		if seg == nil || s < seg.base || s >= seg.endNow() {
+			seg = c.log.segmentAt(s)
+		}
 		if seg == nil || seg.gone.Load() {
-			continue
+			continue // deleted: every record in it acknowledged
 		}
-		if a, err := c.ackFor(seg); err == nil {
+		a, err := c.ackFor(seg)
+		if err == nil {
 			// Open counts bits only below readEnd.
-			a.raiseReadEnd(s+1, seg.base+a.cap)
+			err = a.raiseReadEnd(s+1, seg.base+a.cap)
 		}
-		if _, err := c.markAckedLocked(c.state(seg), s); err != nil {
-			c.logger.Warn("diskqueue: cannot acknowledge a damaged record; it is skipped again after a restart", "seq", s, "err", err)
+		if err == nil {
+			_, err = c.markAckedLocked(c.state(seg), s)
 		}
+		if err != nil {
+			if failed == 0 {
+				firstErr, firstSeq = err, s
+			}
+			failed++
+		}
+	}
+	if failed > 0 {
+		c.logger.Warn(why, "first_seq", firstSeq, "records", failed, "err", firstErr)
 	}
 }
 
@@ -1226,28 +1250,8 @@ func (c *Cursor) quarantine(d *damageError) {
 // they are not counted in Acks, and were never in flight. The caller holds
 // c.readMu.
 func (c *Cursor) passRemovedLocked(gaps []seqRange) {
-	var seg *segment
 	for _, g := range gaps {
-		for s := max(g.from, c.ackFloor.Load()); s < g.to; s++ {
-			if seg == nil || s < seg.base || s >= seg.endNow() {
-				if seg = c.log.segmentAt(s); seg == nil {
-					break
-				}
-			}
-			if seg.gone.Load() {
-				continue
-			}
-			a, err := c.ackFor(seg)
-			if err == nil {
-				err = a.raiseReadEnd(s+1, seg.base+a.cap)
-			}
-			if err == nil {
-				_, err = c.markAckedLocked(c.state(seg), s)
-			}
-			if err != nil {
-				c.logger.Warn("diskqueue: cannot acknowledge a record compaction removed; it stays in the cursor's depth until a restart passes it", "seq", s, "err", err)
-			}
-		}
+		c.ackPassedLocked(g.from, g.to, "diskqueue: cannot acknowledge records compaction removed; they stay in the cursor's depth until a restart passes them")
 	}
 }
 
