@@ -270,6 +270,16 @@ func (l *Log) recycleActiveLocked() error {
 	return l.rotateLocked()
 }
 
+// closeForDeletion closes a segment about to be deleted, and removes what
+// an interrupted compaction of it left, before its log goes (or Open would
+// finish that compaction).
+func (l *Log) closeForDeletion(s *segment) {
+	s.closeFiles()
+	if s.leftovers.Load() {
+		l.discardCompaction(s.base)
+	}
+}
+
 // ghostSegment deletes a fully acknowledged segment that older
 // unacknowledged records keep from leaving the list: NNNN.ack in the log's
 // directory becomes a tombstone first (it is the Queue's own cursor's
@@ -294,10 +304,7 @@ func (l *Log) ghostSegment(s *segment) {
 		l.segMu.Unlock()
 		return
 	}
-	s.closeFiles()
-	if s.leftovers.Load() {
-		l.discardCompaction(s.base) // before the log, or Open would finish it
-	}
+	l.closeForDeletion(s)
 	for _, suffix := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
 		if err := l.fs.Remove(s.path(suffix)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			l.logger.Warn("diskqueue: cannot remove an acknowledged segment", "segment", s.base, "err", err)
@@ -309,10 +316,7 @@ func (l *Log) ghostSegment(s *segment) {
 // removeSegment deletes the files of a segment already dropped from l.segs.
 // A failure is logged: the files stay and are cleaned up at the next Open.
 func (l *Log) removeSegment(s *segment) {
-	s.closeFiles()
-	if s.leftovers.Load() {
-		l.discardCompaction(s.base) // before the log, or Open would finish it
-	}
+	l.closeForDeletion(s)
 	cursors := *l.cursorList.Load()
 	for _, c := range cursors {
 		c.forget(s)
