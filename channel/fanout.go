@@ -289,8 +289,7 @@ func (f *Fanout) putKeyed(ctx context.Context, body []byte, po PutOptions) (int,
 	}
 	bctx, release := bound(ctx, f.closeCtx)
 	defer release()
-	env := appendEnvelope(nil, &m)
-	seq, err := f.klog.PutSeq(bctx, env)
+	seq, err := f.putOne(bctx, &m)
 	if err != nil {
 		f.keys.undo(m.ID, adm)
 		f.putFailures.Add(1)
@@ -298,6 +297,22 @@ func (f *Fanout) putKeyed(ctx context.Context, body []byte, po PutOptions) (int,
 	}
 	f.keys.commit(adm, m.ID, seq, true)
 	return 1, nil
+}
+
+// putOne stores m's envelope in the log, encoded into a pooled buffer,
+// and returns its seq when the log tells it (a KeyLog).
+func (f *Fanout) putOne(ctx context.Context, m *Message) (seq uint64, err error) {
+	buf := envelopes.Get().(*[]byte)
+	*buf = appendEnvelope((*buf)[:0], m)
+	if f.klog != nil {
+		seq, err = f.klog.PutSeq(ctx, *buf)
+	} else {
+		err = f.log.Put(ctx, *buf)
+	}
+	if cap(*buf) <= 64<<10 {
+		envelopes.Put(buf)
+	}
+	return seq, err
 }
 
 // pinsKeys reports whether the topic's key policy names pending keyed
@@ -347,13 +362,7 @@ func (f *Fanout) toLog(ctx context.Context, msgs []Message) (int, error) {
 	bctx, release := bound(ctx, f.closeCtx)
 	defer release()
 	if len(msgs) == 1 {
-		buf := envelopes.Get().(*[]byte)
-		*buf = appendEnvelope((*buf)[:0], &msgs[0])
-		err := f.log.Put(bctx, *buf)
-		if cap(*buf) <= 64<<10 {
-			envelopes.Put(buf)
-		}
-		if err != nil {
+		if _, err := f.putOne(bctx, &msgs[0]); err != nil {
 			return 0, f.putErr(err)
 		}
 		return 1, nil
