@@ -186,16 +186,12 @@ func newChannel(opts Options, src Source, fan *Fanout) (*Channel, error) {
 		if fan != nil && o.Keys != KeySerial {
 			return nil, fmt.Errorf("%w: Keys %v on a topic's channel: it decides at Put, which is the topic's; a topic's channel takes KeyNone or KeySerial", ErrInvalidOptions, o.Keys)
 		}
-		c.keys = newKeyTable(o.Keys, o.DedupWindow, nil)
+		if c.keys, err = newKeyTable(o.Keys, o.DedupWindow, nil, o.KeyState); err != nil {
+			return nil, err
+		}
 		if o.Keys != KeySerial {
 			// The Put-time policies name records; KeySerial keeps nothing.
 			c.seqs, _ = o.Backend.(SeqBackend)
-		}
-		if o.KeyState != nil {
-			if o.KeyState.Policy != o.Keys {
-				return nil, fmt.Errorf("%w: KeyState is of policy %v, Keys is %v", ErrInvalidOptions, o.KeyState.Policy, o.Keys)
-			}
-			c.keys.restore(o.KeyState, time.Now().UnixNano())
 		}
 	}
 	c.closeCtx, c.cancel = context.WithCancel(context.Background())

@@ -137,12 +137,8 @@ func NewFanout(log FanoutLog, opts FanoutOptions) (*Fanout, error) {
 			window = DefaultDedupWindow
 		}
 		f.klog = klog
-		f.keys = newKeyTable(opts.Keys, window, klog.Acknowledged)
-		if opts.KeyState != nil {
-			if opts.KeyState.Policy != opts.Keys {
-				return nil, fmt.Errorf("%w: KeyState is of policy %v, Keys is %v", ErrInvalidOptions, opts.KeyState.Policy, opts.Keys)
-			}
-			f.keys.restore(opts.KeyState, time.Now().UnixNano())
+		if f.keys, err = newKeyTable(opts.Keys, window, klog.Acknowledged, opts.KeyState); err != nil {
+			return nil, err
 		}
 	default:
 		return nil, fmt.Errorf("%w: Keys %v on a topic: it takes KeyNone, KeyUnique, KeyReplace or KeyDedup (KeySerial is a channel's)", ErrInvalidOptions, opts.Keys)

@@ -165,15 +165,21 @@ type seenKey struct {
 func (t *keyTable) topic() bool { return t.settled != nil }
 
 // newKeyTable returns a channel's table, or with settled a topic's (see
-// keyTable.topic).
-func newKeyTable(policy KeyPolicy, window time.Duration, settled func(seq uint64) bool) *keyTable {
+// keyTable.topic), holding st if a restart gave one.
+func newKeyTable(policy KeyPolicy, window time.Duration, settled func(seq uint64) bool, st *KeyState) (*keyTable, error) {
+	if st != nil && st.Policy != policy {
+		return nil, fmt.Errorf("%w: KeyState is of policy %v, Keys is %v", ErrInvalidOptions, st.Policy, policy)
+	}
 	t := &keyTable{policy: policy, window: int64(window), settled: settled}
 	if policy == KeySerial {
 		t.held, t.waiting = map[string]ID{}, map[string][]*Message{}
 	} else {
 		t.ix, t.more = newKeyIndex(), map[int32][]ID{}
 	}
-	return t
+	if st != nil {
+		t.restore(st, time.Now().UnixNano())
+	}
+	return t, nil
 }
 
 // lookup returns key's entry and its number, or nil and -1. The pointer

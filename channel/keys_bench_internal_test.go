@@ -15,7 +15,7 @@ func BenchmarkKeyTable(b *testing.B) {
 	}
 	for _, p := range []KeyPolicy{KeyUnique, KeyReplace, KeyDedup} {
 		b.Run(p.String(), func(b *testing.B) {
-			t := newKeyTable(p, time.Millisecond, nil)
+			t, _ := newKeyTable(p, time.Millisecond, nil, nil)
 			b.ReportAllocs()
 			i := 0
 			now := time.Now().UnixNano()
