@@ -22,7 +22,7 @@ func TestKeyIndexModel(t *testing.T) {
 				continue
 			}
 			id := ID(step + 1)
-			n := x.insert([]byte(k), keyEntry{id: id})
+			n := x.insert([]byte(k), x.hash([]byte(k)), keyEntry{id: id})
 			model[k], ids[k] = n, id
 		case op < 8:
 			n, ok := model[k]
@@ -40,18 +40,18 @@ func TestKeyIndexModel(t *testing.T) {
 			clear(model)
 		default:
 		}
-		if got := x.find([]byte(k)); (got >= 0) != modelHas(model, k) {
+		if got := findKey(x, k); (got >= 0) != modelHas(model, k) {
 			t.Fatalf("step %d: find(%q) = %d, model has %v", step, k, got, modelHas(model, k))
 		}
-		if modelHas(model, k) && (x.find([]byte(k)) != model[k] || x.ents[model[k]].id != ids[k] || string(x.keyOf(model[k])) != k) {
-			t.Fatalf("step %d: %q at %d, want %d with id %d", step, k, x.find([]byte(k)), model[k], ids[k])
+		if modelHas(model, k) && (findKey(x, k) != model[k] || x.ents[model[k]].id != ids[k] || string(x.keyOf(model[k])) != k) {
+			t.Fatalf("step %d: %q at %d, want %d with id %d", step, k, findKey(x, k), model[k], ids[k])
 		}
 	}
 	if x.live != len(model) {
 		t.Fatalf("live %d, model %d", x.live, len(model))
 	}
 	for k, n := range model {
-		if x.find([]byte(k)) != n {
+		if findKey(x, k) != n {
 			t.Fatalf("%q lost", k)
 		}
 	}
@@ -65,3 +65,5 @@ func TestKeyIndexModel(t *testing.T) {
 }
 
 func modelHas(m map[string]int32, k string) bool { _, ok := m[k]; return ok }
+
+func findKey(x *keyIndex, k string) int32 { return x.find([]byte(k), x.hash([]byte(k))) }

@@ -185,11 +185,19 @@ func newKeyTable(policy KeyPolicy, window time.Duration, settled func(seq uint64
 // lookup returns key's entry and its number, or nil and -1. The pointer
 // is good until the next insert.
 func (t *keyTable) lookup(key []byte) (*keyEntry, int32) {
-	n := t.ix.find(key)
+	e, n, _ := t.find(key)
+	return e, n
+}
+
+// find is lookup that also returns key's hash, for an insert of key
+// after it.
+func (t *keyTable) find(key []byte) (*keyEntry, int32, uint64) {
+	h := t.ix.hash(key)
+	n := t.ix.find(key, h)
 	if n < 0 {
-		return nil, -1
+		return nil, -1, h
 	}
-	return &t.ix.ents[n], n
+	return &t.ix.ents[n], n, h
 }
 
 // entryOf returns entry n if it is still the one of generation gen.
@@ -269,7 +277,7 @@ func (t *keyTable) admit(key []byte, id ID, now int64) (admitted, error) {
 	if t.policy == KeyDedup {
 		t.expireLocked(now) // first: it may remove key's entry
 	}
-	e, n := t.lookup(key)
+	e, n, h := t.find(key)
 	var fresh keyEntry
 	switch t.policy {
 	case KeyUnique:
@@ -303,7 +311,7 @@ func (t *keyTable) admit(key []byte, id ID, now int64) (admitted, error) {
 		a.had, a.prev, a.gen = true, *e, e.gen
 		e.setPayload(fresh)
 	} else {
-		a.n, a.made = t.ix.insert(key, fresh), true
+		a.n, a.made = t.ix.insert(key, h, fresh), true
 		a.gen = t.ix.ents[a.n].gen
 	}
 	if t.policy == KeyDedup {
@@ -612,10 +620,10 @@ func (t *keyTable) restore(st *KeyState, now int64) {
 		default:
 			continue
 		}
-		e, n := t.lookup(key)
+		e, n, h := t.find(key)
 		switch {
 		case e == nil:
-			n = t.ix.insert(key, p)
+			n = t.ix.insert(key, h, p)
 		case t.policy == KeyDedup && e.at >= p.at:
 			continue
 		default:
