@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"hash/maphash"
 	"math"
+	"slices"
 )
 
 // keyIndex is the Put-time key policies' table (keyTable.ix): entries by
@@ -89,10 +90,10 @@ func (x *keyIndex) insert(key []byte, h uint64, e keyEntry) int32 {
 		e.gen = x.ents[n].gen
 	} else {
 		n = int32(len(x.ents))
-		x.ents = append(x.ents, keyEntry{})
+		x.ents = append(grown(x.ents, 1), keyEntry{})
 	}
 	e.hash, e.koff, e.klen, e.live = h, uint32(len(x.arena)), uint16(len(key)), true
-	x.arena = append(x.arena, key...)
+	x.arena = append(grown(x.arena, len(key)), key...)
 	x.ents[n] = e
 	mask := uint64(len(x.slots) - 1)
 	for i := h & mask; ; i = (i + 1) & mask {
@@ -106,6 +107,16 @@ func (x *keyIndex) insert(key []byte, h uint64, e keyEntry) int32 {
 			return n
 		}
 	}
+}
+
+// grown returns s with room for n more, doubling its capacity when it
+// has none: append grows a large slice by a quarter, which for a table
+// growing to millions of keys copies every entry about five times over.
+func grown[T any](s []T, n int) []T {
+	if len(s)+n <= cap(s) {
+		return s
+	}
+	return slices.Grow(s, max(n, len(s)))
 }
 
 // remove deletes entry n; its number may be reused from now on.

@@ -559,7 +559,17 @@ type KeyEntry struct {
 func (t *keyTable) snapshot(floor uint64) []KeyEntry {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var out []KeyEntry
+	out := make([]KeyEntry, 0, t.ix.live)
+	// The keys out names, in its order, made one string at the end: one
+	// allocation where a string per key would cost one each, with Puts
+	// held up the while (the caller holds them off).
+	var keys []byte
+	var ends []int
+	add := func(n int32, ke KeyEntry) {
+		keys = append(keys, t.ix.keyOf(n)...)
+		ends = append(ends, len(keys))
+		out = append(out, ke)
+	}
 	var gone []int32
 	t.ix.each(func(n int32) {
 		e := &t.ix.ents[n]
@@ -583,19 +593,23 @@ func (t *keyTable) snapshot(floor uint64) []KeyEntry {
 				return
 			}
 			if e.hasSeq {
-				out = append(out, KeyEntry{Key: string(t.ix.keyOf(n)), ID: e.id, Seq: e.seq})
+				add(n, KeyEntry{ID: e.id, Seq: e.seq})
 			}
 		case KeyDedup:
 			// Only keys whose message reached the backend: after a crash
 			// one held in memory only is lost, and the producer's retry
 			// must then be let in, not refused as a duplicate.
 			if e.hasSeq {
-				out = append(out, KeyEntry{Key: string(t.ix.keyOf(n)), ID: e.id, Seq: e.seq, At: time.Unix(0, e.at)})
+				add(n, KeyEntry{ID: e.id, Seq: e.seq, At: time.Unix(0, e.at)})
 			}
 		}
 	})
 	for _, n := range gone {
 		t.removeEntry(n)
+	}
+	all, start := string(keys), 0
+	for i, end := range ends {
+		out[i].Key, start = all[start:end], end
 	}
 	return out
 }
