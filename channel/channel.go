@@ -816,9 +816,10 @@ func (c *Channel) KeyState() (KeyState, bool) {
 		return KeyState{}, false
 	}
 	c.prod.putMu.Lock()
-	defer c.prod.putMu.Unlock()
 	st := KeyState{Policy: c.opts.Keys, Watermark: c.seqs.NextSeq()}
-	st.Entries = c.keys.snapshot(c.seqs.Floor())
+	snap := c.keys.snapshot(c.seqs.Floor())
+	c.prod.putMu.Unlock()
+	st.Entries = snap.entries()
 	return st, true
 }
 

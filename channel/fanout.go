@@ -325,9 +325,10 @@ func (f *Fanout) KeyState() (KeyState, bool) {
 		return KeyState{}, false
 	}
 	f.putMu.Lock()
-	defer f.putMu.Unlock()
 	st := KeyState{Policy: f.keys.policy, Watermark: f.log.NextSeq()}
-	st.Entries = f.keys.snapshot(f.klog.Floor())
+	snap := f.keys.snapshot(f.klog.Floor())
+	f.putMu.Unlock()
+	st.Entries = snap.entries()
 	return st, true
 }
 
