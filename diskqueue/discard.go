@@ -114,9 +114,15 @@ func (c *Cursor) moveToEndLocked(t *tail) {
 // to drop: only the budget is.
 func (c *Cursor) SetDropWhenFull(drop bool) { c.dropWhenFull.Store(drop) }
 
-// droppingLocked reports whether a cursor is set to drop when full. The
-// caller holds l.mu.
-func (l *Log) droppingLocked() bool {
+// mayMakeRoomLocked reports whether makeRoom may find something to delete
+// when the budget is spent: a cursor set to drop when full, or segments
+// every cursor has acknowledged that retention or HoldFrom keeps (the
+// budget outranks both; without them the writer deletes such segments as
+// soon as it sees them). The caller holds l.mu.
+func (l *Log) mayMakeRoomLocked() bool {
+	if l.opts.RetainBytes > 0 || l.opts.RetainAge > 0 || l.heldFrom.Load() > 0 {
+		return true
+	}
 	for _, c := range l.cursors {
 		if c.dropWhenFull.Load() {
 			return true
@@ -126,8 +132,9 @@ func (l *Log) droppingLocked() bool {
 }
 
 // dropForRoom asks the writer goroutine to make room for a frame of n
-// bytes by the drop-when-full policy, and reports whether there is room
-// now. Put calls it only once it has found the budget spent.
+// bytes (makeRoom), and reports whether there is room now. Put calls it
+// only once it has found the budget spent, so that a Put is refused for
+// want of space only while nothing it outranks holds any.
 func (l *Log) dropForRoom(n int64) bool {
 	room := false
 	err := l.request(func() error {
@@ -137,10 +144,10 @@ func (l *Log) dropForRoom(n int64) bool {
 	return err == nil && room
 }
 
-// makeRoom deletes segments by the drop-when-full policy, oldest first,
-// until a frame of n bytes fits the disk budget or nothing more may go:
-// first those every cursor has acknowledged (retention keeps them, and the
-// budget outranks it), then those only drop-when-full cursors still hold.
+// makeRoom deletes segments, oldest first, until a frame of n bytes fits
+// the disk budget or nothing more may go: first those every cursor has
+// acknowledged (retention or HoldFrom keeps them, and the budget outranks
+// both), then those only drop-when-full cursors still hold.
 // It reports whether the frame fits now (housekeeping since the Put looked
 // may have made room already). Only the writer goroutine calls it.
 func (l *Log) makeRoom(n int64) bool {

@@ -347,7 +347,7 @@ func (l *Log) putRecords(ctx context.Context, flags []byte, stored [][]byte) (n 
 		drop := false
 		if full {
 			l.requestRollLocked()
-			drop = budget && l.droppingLocked()
+			drop = budget && l.mayMakeRoomLocked()
 			wait = l.freed.Wait()
 		}
 		l.mu.Unlock()

@@ -50,7 +50,10 @@ type Options struct {
 	// MaxDiskBytes caps the bytes the queue keeps on disk: what its log,
 	// index, time-index and acknowledgement files hold (the active
 	// segment's files are preallocated ahead of that: the log by up to 6
-	// MiB, the others by up to 256 KiB). At the cap Put returns ErrDiskFull, or waits if
+	// MiB, the others by up to 256 KiB). At the cap a Put first deletes
+	// the oldest segments every consumer has acknowledged that RetainBytes,
+	// RetainAge, HoldAtOpen or HoldFrom keep (the cap outranks them all);
+	// if that leaves no room, it returns ErrDiskFull, or waits if
 	// BlockWhenFull is set, until consumers free space. Zero means no cap.
 	MaxDiskBytes int64
 
