@@ -66,11 +66,9 @@ func (c *Channel) PutWith(ctx context.Context, body []byte, po PutOptions) error
 	if err := checkBody(body, c.minBody, c.maxBody-keyOverhead(po.Key)); err != nil {
 		return err
 	}
-	if po.Key != nil && c.keys != nil && c.opts.Keys != KeySerial {
-		// KeySerial acts at delivery only: its Put is any other.
-		return c.putKeyed(ctx, body, po)
-	}
-	if po.Delay <= 0 && c.memCh != nil && c.diskPending.Load() == 0 {
+	// KeySerial acts at delivery only: its Put is any other.
+	keyed := po.Key != nil && c.keys != nil && c.opts.Keys != KeySerial
+	if !keyed && po.Delay <= 0 && c.memCh != nil && c.diskPending.Load() == 0 {
 		// The common case, a message for the memory buffer, is allocated
 		// where it will live.
 		m := new(Message)
@@ -87,18 +85,15 @@ func (c *Channel) PutWith(ctx context.Context, body []byte, po PutOptions) error
 	// for the paths that hold on to it.
 	var m Message
 	c.fill(&m, body, po)
-	if m.due != 0 {
-		return c.putDeferred(ctx, &m)
+	if keyed {
+		return c.putKeyed(ctx, &m)
 	}
-	return c.putFull(ctx, &m)
+	return c.place(ctx, &m)
 }
 
 // putKeyed is PutWith of a message with a key under a key policy: the
 // policy admits it first, and takes it back if it is not stored.
-func (c *Channel) putKeyed(ctx context.Context, body []byte, po PutOptions) error {
-	// A value, as in PutWith: kept() copies it for the paths that hold it.
-	var m Message
-	c.fill(&m, body, po)
+func (c *Channel) putKeyed(ctx context.Context, m *Message) error {
 	adm, err := c.keys.admit(m.Key, m.ID, m.Timestamp.UnixNano())
 	if err != nil {
 		c.prod.putFailures.Add(1) // not a Put: Stats.Duplicates counts it
@@ -107,29 +102,33 @@ func (c *Channel) putKeyed(ctx context.Context, body []byte, po PutOptions) erro
 		}
 		return err
 	}
-	switch {
-	case m.due != 0 && c.pinsRecord(&m) && c.backend != nil:
-		err = c.putBackend(ctx, &m) // its record stays in the log while it waits
-	case m.due != 0:
-		err = c.putDeferred(ctx, &m)
-	case c.memCh != nil && c.diskPending.Load() == 0:
-		select {
-		case c.memCh <- m.kept():
-			c.keys.commit(adm, m.ID, 0, false)
-			return nil
-		default:
-		}
-		err = c.putFull(ctx, &m)
-	default:
-		err = c.putFull(ctx, &m)
-	}
-	if err != nil {
+	if err := c.place(ctx, m); err != nil {
 		c.keys.undo(m.ID, adm)
 		return err
 	}
 	// putEnvelope left the record's seq in m when it knows it.
 	c.keys.commit(adm, m.ID, m.seq, m.src == srcBackend)
 	return nil
+}
+
+// place puts m where it goes first: a deferred one in the timer store
+// (putDeferred), unless its record must stay in the backend (pinsRecord);
+// one due now in the memory buffer while it has room and nothing waits in
+// the backend, else putFull.
+func (c *Channel) place(ctx context.Context, m *Message) error {
+	switch {
+	case m.due != 0 && c.pinsRecord(m) && c.backend != nil:
+		return c.putBackend(ctx, m) // its record stays in the log while it waits
+	case m.due != 0:
+		return c.putDeferred(ctx, m)
+	case c.memCh != nil && c.diskPending.Load() == 0:
+		select {
+		case c.memCh <- m.kept():
+			return nil
+		default:
+		}
+	}
+	return c.putFull(ctx, m)
 }
 
 // pinsRecord reports whether m's record must stay in the backend (or the
