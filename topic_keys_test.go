@@ -185,6 +185,9 @@ func TestTopicKeyOptions(t *testing.T) {
 	if _, err := spillq.OpenTopic(t.TempDir(), spillq.TopicOptions{Keys: channel.KeySerial}); !errors.Is(err, channel.ErrInvalidOptions) {
 		t.Fatalf("OpenTopic with KeySerial: %v, want ErrInvalidOptions (it is a channel's)", err)
 	}
+	if _, err := spillq.OpenTopic(t.TempDir(), spillq.TopicOptions{Keys: channel.KeyDedup, DedupWindow: -time.Second}); !errors.Is(err, channel.ErrInvalidOptions) {
+		t.Fatalf("OpenTopic with a negative DedupWindow: %v, want ErrInvalidOptions, as a queue's", err)
+	}
 	tp := openTopic(t, t.TempDir(), spillq.TopicOptions{})
 	defer tp.Close()
 	if _, err := tp.Channel("a", spillq.ChannelOptions{Keys: channel.KeyUnique}); !errors.Is(err, channel.ErrInvalidOptions) {

@@ -133,7 +133,10 @@ func NewFanout(log FanoutLog, opts FanoutOptions) (*Fanout, error) {
 			return nil, fmt.Errorf("%w: Keys %v needs a log that is a KeyLog", ErrInvalidOptions, opts.Keys)
 		}
 		window := opts.DedupWindow
-		if window <= 0 {
+		switch {
+		case window < 0:
+			return nil, fmt.Errorf("%w: DedupWindow %v is negative", ErrInvalidOptions, window)
+		case window == 0:
 			window = DefaultDedupWindow
 		}
 		f.klog = klog
