@@ -9,7 +9,6 @@ import (
 	"runtime/debug"
 	"slices"
 	"sync/atomic"
-	"time"
 	"unsafe"
 )
 
@@ -293,7 +292,7 @@ func (l *Log) appendLocked(flags byte, stored []byte) (seq uint64, err error) {
 		}
 	}
 	t := l.t
-	ts := l.stamp()
+	ts := l.stampLocked()
 	seq = t.end
 	maxTime := max(t.maxTime, ts)
 	timeEntry := t.lastTimeSeq == maxSeq || t.size-t.lastTimeOff >= timeIndexIntervalBytes
@@ -431,18 +430,6 @@ func (l *Log) undoLocked(t *tail, err error) error {
 	}
 	l.failLocked(err)
 	return err
-}
-
-// stamp is a record's timestamp: the wall clock at Open plus the monotonic
-// time since, one clock read where time.Now takes two (a clock read is a
-// good share of a Put on a virtual machine), and immune to the wall clock
-// stepping while the queue is open. Adding the nanoseconds to the wall
-// clock's, not time.Time.Add, is the same sum without building a Time.
-func (l *Log) stamp() int64 {
-	if l.opts.clockForTesting != nil {
-		return l.opts.clockForTesting().UnixNano()
-	}
-	return l.startedNano + int64(time.Since(l.started))
 }
 
 // publishLocked makes what t holds visible to readers: the time index's

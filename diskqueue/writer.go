@@ -190,13 +190,24 @@ func (l *Log) sealAll(pend []*tail) error {
 // page fault on every 4 KiB.
 func (l *Log) prepare() {
 	defer close(l.prepDone)
+	// It also ticks the record clock (clock.go), stopped while no Put
+	// reads it.
+	tick := time.NewTimer(clockPeriod)
+	tick.Stop()
+	defer tick.Stop()
 	for {
 		select {
 		case <-l.prepCh:
+			l.prepareAhead()
+		case <-tick.C:
+			if l.clock.advance() {
+				tick.Reset(clockPeriod)
+			}
+		case <-l.clock.wake:
+			tick.Reset(clockPeriod)
 		case <-l.closeCh:
 			return
 		}
-		l.prepareAhead()
 	}
 }
 
