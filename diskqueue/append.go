@@ -137,14 +137,21 @@ func (r *region) write(off int64, b []byte) error {
 	return err
 }
 
-// putEntry stores one big-endian uint32 at off. Into a mapping it is an
-// atomic store, so a reader in another process that sees the index entry
-// also sees the record it points at (the record was copied before it).
+// putEntry stores one big-endian uint32 at off. Into a mapping it is one
+// store, in order after the record's copy (storesInOrder, or else an
+// atomic store), so a reader in another process that sees the index entry
+// also sees the record it points at. This process's readers go by the
+// segment's extent, published after it.
 func (r *region) putEntry(off int64, v uint32) error {
 	if r.m != nil {
 		var b [4]byte
 		binary.BigEndian.PutUint32(b[:], v)
-		atomic.StoreUint32((*uint32)(unsafe.Pointer(&r.m[off])), binary.NativeEndian.Uint32(b[:]))
+		p := (*uint32)(unsafe.Pointer(&r.m[off])) // off is a multiple of 4
+		if storesInOrder {
+			*p = binary.NativeEndian.Uint32(b[:])
+		} else {
+			atomic.StoreUint32(p, binary.NativeEndian.Uint32(b[:]))
+		}
 		return nil
 	}
 	_, err := r.f.WriteAt(binary.BigEndian.AppendUint32(nil, v), off)
