@@ -366,10 +366,7 @@ func (l *Log) appendLocked(flags byte, stored []byte) (seq uint64, err error) {
 	base := t.seg.base
 	t.unaccounted += n + t.indexSize - indexSize + t.timeSize - timeSize +
 		int64(t.seg.bitmaps.Load())*(ackFileSize(t.end-base)-ackFileSize(seq-base))
-	// nextSeq first: a record may be read and acknowledged as soon as its
-	// segment's end is published, and Depth (nextSeq - floor) must not dip.
-	l.nextSeq.Store(seq + 1)
-	l.publishLocked(t, timeEntry)
+	l.publishLocked(t, timeEntry) // and so nextSeq
 	return seq, nil
 }
 
@@ -493,6 +490,7 @@ func (l *Log) rotateLocked() error {
 	l.dirDirty = true
 	l.segMu.Lock()
 	l.segs = append(l.segs, seg)
+	l.nextSeq.last.Store(seg) // its end, its base, is old's
 	l.diskBytes.Add(seg.diskBytes())
 	l.segMu.Unlock()
 	l.adoptBitmaps(t)
