@@ -90,12 +90,13 @@ func appendRecord(dst []byte, flags byte, seq uint64, ts int64, body []byte) []b
 // exactly frameSize(len(body)) bytes: the append path encodes straight into
 // the mapped log with it.
 func encodeRecord(frame []byte, flags byte, seq uint64, ts int64, body []byte) {
-	binary.BigEndian.PutUint32(frame[0:4], uint32(len(frame)-lengthSize))
+	length := uint32(len(frame) - lengthSize)
+	binary.BigEndian.PutUint32(frame[0:4], length)
 	frame[8] = flags
 	binary.BigEndian.PutUint64(frame[9:17], seq)
 	binary.BigEndian.PutUint64(frame[17:25], uint64(ts))
 	copy(frame[recordHeaderSize:], body)
-	binary.BigEndian.PutUint32(frame[4:8], frameCRC(frame))
+	binary.BigEndian.PutUint32(frame[4:8], recordCRC(frame, length, flags, seq, ts, body))
 }
 
 // crcSlice4 are the tables of CRC-32C slicing by 4: crcSlice4[k][b] is
