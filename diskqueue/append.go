@@ -35,7 +35,7 @@ const allocUnit = 4096
 
 // Chunk sizes in which the active segment's files are preallocated. Each
 // is a multiple of allocUnit. The log's is also how far ahead the preparer
-// pre-faults (it is woken half a chunk before the end): at 1 MiB a
+// pre-faults (it is woken a chunk before the end): at 1 MiB a
 // preparer the scheduler kept off a busy CPU for a millisecond or two
 // left producers faulting on 2 to 4 times as many pages (34k against 11k
 // to 18k over 4M Puts of 100 B, with other load on both cores).
@@ -398,10 +398,10 @@ func (l *Log) reserve(t *tail, n int64, timeEntry bool) error {
 		return err
 	}
 	// Wake the preparer once per preallocation step: when appends come
-	// within half a chunk of its end, or allocated pages it has not
+	// within a chunk of its end, or allocated pages it has not
 	// pre-faulted yet. The writer too, whose round makes the spare
 	// segment when one is due.
-	if t.log.alloc != t.wokeAt && (t.log.alloc-(t.size+n) < logChunk/2 && t.log.alloc < l.opts.MaxSegmentBytes || t.log.prefaulted < t.log.alloc) {
+	if t.log.alloc != t.wokeAt && (t.log.alloc-(t.size+n) < logChunk && t.log.alloc < l.opts.MaxSegmentBytes || t.log.prefaulted < t.log.alloc) {
 		t.wokeAt = t.log.alloc
 		l.wakePreparer()
 		l.wake()

@@ -236,10 +236,20 @@ func (l *Log) prepareAhead() {
 		return
 	}
 	// Stay a chunk ahead, but not past what the segment can hold. ensure
-	// grows by a chunk, so starting only within half a chunk of the end
-	// keeps the log at most one and a half chunks ahead (options.go).
-	if want := min(t.size+logChunk, l.opts.MaxSegmentBytes); want > t.log.alloc && t.log.alloc-t.size < logChunk/2 {
+	// grows by a chunk, so starting within a chunk of the end keeps the
+	// log one to two chunks ahead: with one to one and a half, a
+	// preparer kept off the CPU for a few milliseconds let the producer
+	// overtake its pre-faulting (2 to 3 times the producer's page faults
+	// over 4 M Puts of 100 B, on the loaded 2-core machine).
+	if want := min(t.size+logChunk, l.opts.MaxSegmentBytes); want > t.log.alloc && t.log.alloc-t.size < logChunk {
 		t.log.ensure(want)
+	}
+	// The index as far ahead as it has grown (up to a chunk), so appends
+	// seldom grow it themselves, each time writing at once into a page
+	// not pre-faulted yet (a quarter of the index's pages took a fault in
+	// the producer); a small queue's index still starts small.
+	if ahead := min(indexChunk, max(allocUnit, t.indexSize)); t.index.alloc-t.indexSize < ahead/2 {
+		t.index.ensure(min(t.indexSize+ahead, int64(len(t.index.m))))
 	}
 	// What the records have passed needs no pre-faulting any more, and
 	// records written with pwrite (bigFrame) none at all: the kernel
@@ -259,11 +269,12 @@ func (l *Log) prepareAhead() {
 	t.index.prefaulted = max(t.index.prefaulted, ito)
 	im := t.index.m
 	l.mu.Unlock()
-	if to > from {
-		prefault(m[from:to])
-	}
+	// The index first: a few pages, each written by every Put for a while.
 	if ito > ifrom {
 		prefault(im[ifrom:ito])
+	}
+	if to > from {
+		prefault(m[from:to])
 	}
 	// Whatever the sync policy, the kernel's own writeback would otherwise
 	// meet the written pages still mapped.
