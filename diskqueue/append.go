@@ -100,8 +100,12 @@ func mapRegion(f file, size, limit, chunk int64) (region, bool, error) {
 // needs; on a failure nothing changes and the file keeps its size.
 func (r *region) ensure(end int64) error {
 	if r.m == nil || end <= r.alloc {
-		return nil
+		return nil // inlined: every Put asks this of each of its files
 	}
+	return r.grow(end)
+}
+
+func (r *region) grow(end int64) error {
 	if end > int64(len(r.m)) {
 		return fmt.Errorf("diskqueue: %d bytes do not fit the %d-byte mapping", end, len(r.m))
 	}
