@@ -56,7 +56,7 @@ type region struct {
 	// are guarded by l.mu.
 	prefaulted int64
 	// dropped is how much of m, from its start, has been taken out of the
-	// mapping (dropWritten); guarded by l.prepMu.
+	// mapping (dropWritten); guarded by l.dropMu.
 	dropped int64
 }
 
@@ -178,7 +178,7 @@ func (r *region) sync(n int64) error {
 // cleaning a mapped page costs a TLB shootdown, an interrupt of the CPU
 // the producer runs on, per page, where this costs one for the range.
 // Producers never touch a page below the records' end again (records are
-// only appended), so none faults them back in. The caller holds l.prepMu.
+// only appended), so none faults them back in. The caller holds l.dropMu.
 func (r *region) dropWritten(end int64) {
 	if r.m == nil {
 		return

@@ -82,11 +82,15 @@ type Log struct {
 	// prepCh (capacity 1) wakes the preparer goroutine (prepare), which
 	// closes prepDone when it returns. prepMu is held while it uses the
 	// active segment's mapping outside mu, and by whatever unmaps a
-	// segment being written (seal) or moves its dropped mark; never taken
-	// with mu held.
+	// segment being written (seal); never taken with mu held. dropMu
+	// guards the active segment's dropped mark (dropWritten), moved by the
+	// preparer (holding prepMu) and by the writer goroutine's syncs, which
+	// need not wait behind a pre-fault: the writer goroutine is the one
+	// that unmaps. It is taken last, with no other lock taken under it.
 	prepCh   chan struct{}
 	prepDone chan struct{}
 	prepMu   sync.Mutex
+	dropMu   sync.Mutex
 	// compactCh (capacity 1) is held by the Compact running: one at a
 	// time per log.
 	compactCh chan struct{}
