@@ -357,7 +357,11 @@ func (l *Log) putRecords(ctx context.Context, flags []byte, stored [][]byte) (n 
 			last = seq
 			n++
 		}
-		over := l.unsynced >= l.opts.SyncEvery
+		// Woken once, as the count crosses the policy: the writer resets it
+		// only when its round begins, and until then every Put would wake
+		// it again (a send on a full channel, about 3 ns a Put behind a
+		// slow fsync). The token stays until a round takes it.
+		over := l.unsynced >= l.opts.SyncEvery && l.unsynced-(n-from) < l.opts.SyncEvery
 		full := err != nil && errors.Is(err, ErrDiskFull)
 		var wait <-chan struct{}
 		drop := false
