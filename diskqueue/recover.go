@@ -150,9 +150,8 @@ func (l *Log) recover() error {
 	for _, s := range l.segs {
 		l.diskBytes.Add(s.diskBytes())
 	}
-	end := l.segs[len(l.segs)-1].endNow()
-	l.nextSeq.Store(end)
-	l.openSeq = end
+	l.nextSeq.last.Store(l.segs[len(l.segs)-1])
+	l.openSeq = l.nextSeq.Load()
 
 	if t := l.t; t != nil {
 		t.ackCap = l.recordCapacity() // lowered by each cursor's bitmap

@@ -1,0 +1,40 @@
+//go:build !purego
+
+package diskqueue
+
+import (
+	"hash/crc32"
+
+	"golang.org/x/sys/cpu"
+)
+
+// haveCRC32 says the CPU has SSE 4.2's CRC32 instruction, which the
+// assembly below needs.
+var haveCRC32 = cpu.X86.HasSSE42
+
+//go:noescape
+func crcHeaderSSE42(length uint32, flags byte, seq, ts uint64) uint32
+
+//go:noescape
+func crcUpdateSSE42(crc uint32, p []byte) uint32
+
+// shortCRC is the body size from which crc32.Update, whose three
+// interleaved streams win on long input, takes over from crcUpdateSSE42.
+const shortCRC = 512
+
+// recordCRC is the checksum of the frame encodeRecord just wrote,
+// computed from the header's fields in registers and from the caller's
+// body, not read back out of the frame: there (a fresh page of the
+// mapped log) the loads wait on the lines the stores just missed on. 39
+// ns of a 100-byte Put's CPU went to the CRC read back with frameCRC, 20
+// to this (perf, 4 M Puts).
+func recordCRC(frame []byte, length uint32, flags byte, seq uint64, ts int64, body []byte) uint32 {
+	if !haveCRC32 {
+		return frameCRC(frame)
+	}
+	c := crcHeaderSSE42(length, flags, seq, uint64(ts))
+	if len(body) < shortCRC {
+		return crcUpdateSSE42(c, body)
+	}
+	return crc32.Update(c, crcTable, body)
+}

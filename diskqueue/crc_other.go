@@ -1,0 +1,8 @@
+//go:build !amd64 || purego
+
+package diskqueue
+
+// recordCRC is the checksum of the frame encodeRecord just wrote.
+func recordCRC(frame []byte, _ uint32, _ byte, _ uint64, _ int64, _ []byte) uint32 {
+	return frameCRC(frame)
+}

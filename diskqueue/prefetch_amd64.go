@@ -1,0 +1,6 @@
+//go:build !purego
+
+package diskqueue
+
+//go:noescape
+func prefetchWrite(p *byte)
