@@ -32,7 +32,10 @@ const unknownTime = math.MinInt64
 // time index keeps the running maximum of timestamps, so the answer is right
 // even when the clock stepped backwards: every record before the returned
 // one is older than t. It returns [ErrNotFound] if no retained record is
-// that new.
+// that new. It goes by the records' timestamps, which come from a clock
+// reading shared by the records of about a millisecond ([Record].Time):
+// a record put less than about a millisecond after t may carry a time
+// before t, and is then not found from t.
 func (l *Log) SeekTime(t time.Time) (uint64, error) {
 	target := t.UnixNano()
 	l.segMu.RLock()

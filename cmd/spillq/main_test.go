@@ -118,8 +118,12 @@ func TestDumpSince(t *testing.T) {
 	q, _ := diskqueue.Open(dir, diskqueue.Options{})
 	q.Put(context.Background(), []byte("old"))
 	q.Sync(context.Background())
-	// "old" was stamped before mid and "new" is stamped after it.
+	// "old" was stamped before mid and "new" after it: a record's
+	// timestamp is a clock reading up to about a millisecond old, so each
+	// stands well away from mid.
+	time.Sleep(20 * time.Millisecond)
 	mid := time.Now()
+	time.Sleep(20 * time.Millisecond)
 	q.Put(context.Background(), []byte("new"))
 	q.Close()
 	out, code := tool(t, "", "dump", "-since", mid.UTC().Format(time.RFC3339Nano), dir)
