@@ -205,11 +205,12 @@ func loadKeyState(dir string, q keyLog, policy channel.KeyPolicy, window time.Du
 		}
 	}
 	if first := q.Stats().FirstSeq; from < first {
-		// Deleted since the state was stored: only MaxDiskBytes, which
-		// outranks the hold, does that. Under KeyDedup their keys are
-		// forgotten; under the others they were acknowledged.
+		// Deleted since the state was stored, though the hold keeps them
+		// (Empty discards them, or a hand removed files). Under KeyDedup
+		// their keys are forgotten; under the others they were
+		// acknowledged.
 		if policy == channel.KeyDedup {
-			logger.Warn("spillq: the records put after the key state was stored were deleted (MaxDiskBytes); their keys are not remembered as put", "from", from, "first", first)
+			logger.Warn("spillq: the records put after the key state was stored were deleted; their keys are not remembered as put", "from", from, "first", first)
 		}
 		from = first
 	}
@@ -273,9 +274,11 @@ func loadKeyState(dir string, q keyLog, policy channel.KeyPolicy, window time.Du
 
 // keeper does the background work of a queue or a topic that keeps a key
 // state or compacts: it stores the key state every keySaveInterval (less
-// often when storing it takes more than a twentieth of that), and starts a
-// compaction once the log is dirty enough. close stops both, then stores
-// the key state a last time.
+// often when storing it takes more than a twentieth of that), and as soon
+// as that allows when a Put at MaxDiskBytes finds the hold keeping
+// acknowledged segments (pressure), and starts a compaction once the log
+// is dirty enough. close stops both, then stores the key state a last
+// time.
 type keeper struct {
 	dir    string
 	logger *slog.Logger
@@ -285,12 +288,14 @@ type keeper struct {
 	state   func() (channel.KeyState, bool)
 	changes func() [3]int64
 	// hold keeps the log's segments from the stored state's watermark on,
-	// which a restart reads (diskqueue.Log.HoldFrom).
-	hold func(seq uint64)
-	comp *compactor // nil without compaction
-	stop chan struct{}
-	done chan struct{}
-	last [3]int64
+	// which a restart reads (diskqueue.Log.HoldFrom); pressure is the
+	// log's HoldPressure.
+	hold     func(seq uint64)
+	pressure <-chan struct{}
+	comp     *compactor // nil without compaction
+	stop     chan struct{}
+	done     chan struct{}
+	last     [3]int64
 	// next is when the next store may run: a store of a large state
 	// waits 20 times what the last one took, so storing takes at most
 	// about 5% of the time (and the tail a restart reads grows as much).
@@ -312,6 +317,10 @@ func (k *keeper) start() {
 				if k.comp != nil {
 					k.comp.maybeStart()
 				}
+			case <-k.pressure:
+				// A Put waits (or failed) for room the hold keeps: store
+				// the state, which moves the hold past what it covers.
+				k.save(false)
 			case <-k.stop:
 				return
 			}

@@ -181,7 +181,7 @@ func Open(dir string, opts Options) (*Queue, error) {
 	}
 	if keep != nil {
 		if saveKeys {
-			keep.state, keep.hold = ch.KeyState, dq.HoldFrom
+			keep.state, keep.hold, keep.pressure = ch.KeyState, dq.HoldFrom, dq.HoldPressure()
 			keep.changes = func() [3]int64 {
 				cs := ch.Stats()
 				return [3]int64{cs.Puts, cs.Finishes + cs.DeadLetters, cs.Superseded}

@@ -179,7 +179,7 @@ func OpenTopic(dir string, opts TopicOptions) (*Topic, error) {
 	if saveKeys || t.comp != nil {
 		t.keep = &keeper{dir: dir, logger: logger, comp: t.comp}
 		if saveKeys {
-			t.keep.state, t.keep.hold = fan.KeyState, l.HoldFrom
+			t.keep.state, t.keep.hold, t.keep.pressure = fan.KeyState, l.HoldFrom, l.HoldPressure()
 			t.keep.changes = func() [3]int64 {
 				fs := fan.Stats()
 				var acks int64

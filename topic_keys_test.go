@@ -185,8 +185,10 @@ func TestTopicKeyOptions(t *testing.T) {
 	if _, err := spillq.OpenTopic(t.TempDir(), spillq.TopicOptions{Keys: channel.KeySerial}); !errors.Is(err, channel.ErrInvalidOptions) {
 		t.Fatalf("OpenTopic with KeySerial: %v, want ErrInvalidOptions (it is a channel's)", err)
 	}
-	if _, err := spillq.OpenTopic(t.TempDir(), spillq.TopicOptions{Keys: channel.KeyDedup, DedupWindow: -time.Second}); !errors.Is(err, channel.ErrInvalidOptions) {
-		t.Fatalf("OpenTopic with a negative DedupWindow: %v, want ErrInvalidOptions, as a queue's", err)
+	for _, p := range []channel.KeyPolicy{channel.KeyNone, channel.KeyDedup} {
+		if _, err := spillq.OpenTopic(t.TempDir(), spillq.TopicOptions{Keys: p, DedupWindow: -time.Second}); !errors.Is(err, channel.ErrInvalidOptions) {
+			t.Fatalf("OpenTopic with %v and a negative DedupWindow: %v, want ErrInvalidOptions, as a queue's", p, err)
+		}
 	}
 	tp := openTopic(t, t.TempDir(), spillq.TopicOptions{})
 	defer tp.Close()

@@ -125,6 +125,9 @@ func NewFanout(log FanoutLog, opts FanoutOptions) (*Fanout, error) {
 	if f.minBody, f.maxBody, err = bodyLimits(log); err != nil {
 		return nil, err
 	}
+	if opts.DedupWindow < 0 {
+		return nil, fmt.Errorf("%w: DedupWindow %v is negative", ErrInvalidOptions, opts.DedupWindow)
+	}
 	switch opts.Keys {
 	case KeyNone:
 	case KeyUnique, KeyReplace, KeyDedup:
@@ -133,10 +136,7 @@ func NewFanout(log FanoutLog, opts FanoutOptions) (*Fanout, error) {
 			return nil, fmt.Errorf("%w: Keys %v needs a log that is a KeyLog", ErrInvalidOptions, opts.Keys)
 		}
 		window := opts.DedupWindow
-		switch {
-		case window < 0:
-			return nil, fmt.Errorf("%w: DedupWindow %v is negative", ErrInvalidOptions, window)
-		case window == 0:
+		if window == 0 {
 			window = DefaultDedupWindow
 		}
 		f.klog = klog

@@ -111,7 +111,7 @@ func (x *keyIndex) insert(key []byte, h uint64, e keyEntry) int32 {
 
 // grown returns s with room for n more, doubling its capacity when it
 // has none: append grows a large slice by a quarter, which for a table
-// growing to millions of keys copies every entry about five times over.
+// growing to millions of keys copies every entry about four times over.
 func grown[T any](s []T, n int) []T {
 	if len(s)+n <= cap(s) {
 		return s

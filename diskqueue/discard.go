@@ -1,6 +1,7 @@
 package diskqueue
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -114,11 +115,13 @@ func (c *Cursor) moveToEndLocked(t *tail) {
 // to drop: only the budget is.
 func (c *Cursor) SetDropWhenFull(drop bool) { c.dropWhenFull.Store(drop) }
 
-// mayMakeRoomLocked reports whether makeRoom may find something to delete
-// when the budget is spent: a cursor set to drop when full, or segments
-// every cursor has acknowledged that retention or HoldFrom keeps (the
-// budget outranks both; without them the writer deletes such segments as
-// soon as it sees them). The caller holds l.mu.
+// mayMakeRoomLocked reports whether makeRoom may find something to do
+// when the budget is spent: a cursor is set to drop when full, or
+// retention or HoldFrom may keep segments every cursor has acknowledged
+// (makeRoom deletes those retention keeps, which the budget outranks, and
+// tells the holder of the others). Otherwise a Put at the budget fails (or
+// waits) at once, without a round trip to the writer. The caller holds
+// l.mu.
 func (l *Log) mayMakeRoomLocked() bool {
 	if l.opts.RetainBytes > 0 || l.opts.RetainAge > 0 || l.heldFrom.Load() > 0 {
 		return true
@@ -133,11 +136,12 @@ func (l *Log) mayMakeRoomLocked() bool {
 
 // dropForRoom asks the writer goroutine to make room for a frame of n
 // bytes (makeRoom), and reports whether there is room now. Put calls it
-// only once it has found the budget spent, so that a Put is refused for
-// want of space only while nothing it outranks holds any.
-func (l *Log) dropForRoom(n int64) bool {
+// only once it has found the budget spent, so that it is refused for want
+// of space only while nothing it outranks holds any. It gives up when ctx
+// ends (the writer may be in a long fsync).
+func (l *Log) dropForRoom(ctx context.Context, n int64) bool {
 	room := false
-	err := l.request(func() error {
+	err := l.requestCtx(ctx, func() error {
 		room = l.makeRoom(n)
 		return nil
 	})
@@ -146,8 +150,9 @@ func (l *Log) dropForRoom(n int64) bool {
 
 // makeRoom deletes segments, oldest first, until a frame of n bytes fits
 // the disk budget or nothing more may go: first those every cursor has
-// acknowledged (retention or HoldFrom keeps them, and the budget outranks
-// both), then those only drop-when-full cursors still hold.
+// acknowledged (retention keeps them, and the budget outranks it), then
+// those only drop-when-full cursors still hold; never those HoldFrom
+// keeps, whose holder it tells instead (HoldPressure).
 // It reports whether the frame fits now (housekeeping since the Put looked
 // may have made room already). Only the writer goroutine calls it.
 func (l *Log) makeRoom(n int64) bool {
@@ -168,7 +173,15 @@ func (l *Log) makeRoom(n int64) bool {
 		if !full || !fits {
 			return !full
 		}
-		segs, i := l.nextToGiveUp()
+		segs, i, held := l.nextToGiveUp()
+		if held {
+			// Acknowledged segments HoldFrom keeps could make room: the
+			// holder is to move the hold (spillq stores its key state).
+			select {
+			case l.holdPressure <- struct{}{}:
+			default:
+			}
+		}
 		if i < 0 {
 			if rolled || !l.rollForDrop() {
 				return false
@@ -185,14 +198,16 @@ func (l *Log) makeRoom(n int64) bool {
 // nextToGiveUp returns l.segs and the index in it of the oldest sealed
 // segment every cursor has acknowledged, or else of the oldest one every
 // cursor holding its records has acknowledged and a drop-when-full cursor
-// has not; -1 if there is neither.
-func (l *Log) nextToGiveUp() ([]*segment, int) {
+// has not; -1 if there is neither. Segments HoldFrom keeps are passed over
+// (a restart would miss what its holder rebuilds from them); held says
+// whether one was.
+func (l *Log) nextToGiveUp() (segs []*segment, i int, held bool) {
 	cursors := *l.cursorList.Load()
 	l.segMu.RLock()
-	segs := l.segs
+	segs = l.segs
 	l.segMu.RUnlock()
 	if len(cursors) == 0 {
-		return segs, -1 // no consumer yet: the log holds everything for the first
+		return segs, -1, false // no consumer yet: the log holds everything for the first
 	}
 	all := make([]bool, len(segs))  // every cursor has acknowledged it
 	hold := make([]bool, len(segs)) // every cursor holding its records has
@@ -209,12 +224,17 @@ func (l *Log) nextToGiveUp() ([]*segment, int) {
 	}
 	for _, ok := range [][]bool{all, hold} {
 		for i := 0; i < len(segs)-1; i++ { // never the active one
-			if ok[i] {
-				return segs, i
+			if !ok[i] {
+				continue
 			}
+			if l.held(segs[i]) {
+				held = true
+				continue
+			}
+			return segs, i, held
 		}
 	}
-	return segs, -1
+	return segs, -1, held
 }
 
 // rollForDrop rolls the active segment when, of the cursors holding

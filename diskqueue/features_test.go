@@ -5,12 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -182,29 +184,23 @@ func TestDiskBudget(t *testing.T) {
 }
 
 // TestDiskBudgetOutranksRetention: segments every consumer has
-// acknowledged, kept by RetainBytes, RetainAge or HoldFrom, give way to
-// new records at MaxDiskBytes the moment a Put needs the room, not at the
-// writer's next round: a consumer that keeps up never sees ErrDiskFull
-// (it saw it on 9 Puts in 10 before), and the newest retained records
-// stay readable.
+// acknowledged that RetainBytes or RetainAge keep give way to new records
+// at MaxDiskBytes the moment a Put needs the room, not at the writer's next
+// round: a consumer that keeps up never sees ErrDiskFull (it saw it on 9
+// Puts in 10 before), and the newest retained records stay readable.
 func TestDiskBudgetOutranksRetention(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		opts Options
-		hold bool
 	}{
-		{"RetainBytes", Options{RetainBytes: 1 << 30}, false},
-		{"RetainAge", Options{RetainAge: time.Hour}, false},
-		{"HoldFrom", Options{}, true},
+		{"RetainBytes", Options{RetainBytes: 1 << 30}},
+		{"RetainAge", Options{RetainAge: time.Hour}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			opts := c.opts
 			opts.MaxDiskBytes, opts.MaxSegmentBytes = 64<<10, 4<<10
 			q := mustOpen(t, t.TempDir(), opts)
 			defer q.Close()
-			if c.hold {
-				q.HoldFrom(0)
-			}
 			ctx := context.Background()
 			const n = 5000 // about 8 times the budget
 			for i := range n {
@@ -222,10 +218,6 @@ func TestDiskBudgetOutranksRetention(t *testing.T) {
 			if used := q.Stats().DiskBytes; used > opts.MaxDiskBytes {
 				t.Fatalf("DiskBytes %d over the budget %d", used, opts.MaxDiskBytes)
 			}
-			// Retention still holds what the budget leaves room for.
-			if c.hold {
-				return
-			}
 			st := q.Stats()
 			if st.FirstSeq >= n-100 {
 				t.Fatalf("FirstSeq %d: retention kept almost nothing of %d records", st.FirstSeq, n)
@@ -233,6 +225,147 @@ func TestDiskBudgetOutranksRetention(t *testing.T) {
 			rec, err := q.ReadAt(st.FirstSeq)
 			if err != nil || !bytes.Equal(rec.Body, faultBody(int(st.FirstSeq))) {
 				t.Fatalf("ReadAt(%d) of a retained record: %v", st.FirstSeq, err)
+			}
+		})
+	}
+}
+
+// TestDiskBudgetKeepsTheHold: at MaxDiskBytes a Put does not delete the
+// acknowledged segments HoldFrom keeps (a restart rebuilds its holder's
+// state from them: deleting them lost keys after a SIGKILL); it fails,
+// tells the holder through HoldPressure, and once the hold moves the next
+// Put finds room.
+func TestDiskBudgetKeepsTheHold(t *testing.T) {
+	q := mustOpen(t, t.TempDir(), Options{MaxDiskBytes: 64 << 10, MaxSegmentBytes: 4 << 10})
+	defer q.Close()
+	q.HoldFrom(0)
+	ctx := context.Background()
+	var i int
+	var err error
+	for ; i < 10000; i++ {
+		if err = q.Put(ctx, faultBody(i)); err != nil {
+			break
+		}
+		rec, rerr := q.Read(ctx)
+		if rerr != nil {
+			t.Fatal(rerr)
+		}
+		if err := q.Ack(rec.Seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !errors.Is(err, ErrDiskFull) {
+		t.Fatalf("Put %d with every record acknowledged and held: %v, want ErrDiskFull", i, err)
+	}
+	if st := q.Stats(); st.FirstSeq != 0 {
+		t.Fatalf("FirstSeq %d: held records were deleted", st.FirstSeq)
+	}
+	select {
+	case <-q.HoldPressure():
+	default:
+		t.Fatal("a Put at the budget with held acknowledged segments did not tell the holder")
+	}
+	q.HoldFrom(q.NextSeq())
+	if err := q.Put(ctx, faultBody(i)); err != nil {
+		t.Fatalf("Put after the hold moved: %v", err)
+	}
+	if st := q.Stats(); st.FirstSeq == 0 {
+		t.Fatal("no segment went once the hold moved")
+	}
+}
+
+// gatedSyncFS blocks every fsync, once armed, until gate is closed.
+type gatedSyncFS struct {
+	osFS
+	armed atomic.Bool
+	gate  chan struct{}
+}
+
+func (g *gatedSyncFS) OpenFile(name string, flag int, perm fs.FileMode) (file, error) {
+	f, err := g.osFS.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return gatedSyncFile{f, g}, nil
+}
+
+type gatedSyncFile struct {
+	file
+	g *gatedSyncFS
+}
+
+func (f gatedSyncFile) Sync() error {
+	if f.g.armed.Load() {
+		<-f.g.gate
+	}
+	return f.file.Sync()
+}
+
+// TestDiskBudgetPutDoesNotWaitForWriter: a Put at MaxDiskBytes returns
+// while the writer goroutine is stuck in an fsync: at once when nothing
+// could make room (no retention, no hold, no drop-when-full cursor), and
+// when its context ends otherwise (it asked the writer to make room, which
+// waits for the writer's turn). It waited for the fsync, whatever its
+// deadline, when any retention or hold was set.
+func TestDiskBudgetPutDoesNotWaitForWriter(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		opts Options
+		hold bool
+		ack  bool // acknowledge what is read: the writer keeps acknowledged segments
+	}{
+		{"plain", Options{}, false, false},
+		{"HoldFrom", Options{}, true, false},
+		{"RetainBytes", Options{RetainBytes: 1 << 30}, false, false},
+		{"HoldFrom/acknowledged", Options{}, true, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g := &gatedSyncFS{gate: make(chan struct{})}
+			opts := c.opts
+			opts.MaxDiskBytes, opts.MaxSegmentBytes, opts.fsForTesting = 64<<10, 4<<10, g
+			q := mustOpen(t, t.TempDir(), opts)
+			defer q.Close()
+			if c.hold {
+				q.HoldFrom(0)
+			}
+			ctx := context.Background()
+			var i int
+			for ; ; i++ {
+				err := q.Put(ctx, faultBody(i))
+				if errors.Is(err, ErrDiskFull) {
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c.ack {
+					rec, err := q.Read(ctx)
+					if err != nil {
+						t.Fatal(err)
+					}
+					q.Ack(rec.Seq)
+				}
+			}
+			if err := q.Sync(ctx); err != nil { // housekeeping has seen it all
+				t.Fatal(err)
+			}
+			g.armed.Store(true)
+			synced := make(chan error, 1)
+			go func() { synced <- q.Sync(ctx) }() // the writer's next fsync blocks
+			pctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			defer cancel()
+			err := q.Put(pctx, faultBody(i))
+			select {
+			case <-synced:
+				t.Fatal("the fsync returned before the gate opened")
+			default:
+			}
+			close(g.gate)
+			if !errors.Is(err, ErrDiskFull) {
+				t.Fatalf("Put at the budget: %v, want ErrDiskFull", err)
+			}
+			if err := <-synced; err != nil {
+				t.Fatal(err)
 			}
 		})
 	}

@@ -130,6 +130,7 @@ type Log struct {
 	retriedWrites    atomic.Int64
 	droppedRecords   atomic.Int64        // given up by drop-when-full cursors (discard.go)
 	heldFrom         atomic.Uint64       // 1 + the seq HoldFrom holds segments from; 0 for none (retention.go)
+	holdPressure     chan struct{}       // capacity 1: a Put at the budget found held segments (HoldPressure)
 	compactedRecords atomic.Int64        // removed by Compact (compact.go)
 	compactedBytes   atomic.Int64        // log bytes Compact freed
 	sparesUsed       atomic.Int64        // rotations that renamed a spare into place
@@ -218,6 +219,8 @@ func newLog(dir string, o Options) *Log {
 		prepCh:      make(chan struct{}, 1),
 		prepDone:    make(chan struct{}),
 		compactCh:   make(chan struct{}, 1),
+
+		holdPressure: make(chan struct{}, 1),
 	}
 	l.cursorList.Store(new([]*Cursor))
 	l.clock.init()
@@ -386,7 +389,7 @@ func (l *Log) putRecords(ctx context.Context, flags []byte, stored [][]byte) (n 
 		if !full {
 			break
 		}
-		if drop && l.dropForRoom(int64(frameSize(len(stored[n])))) {
+		if drop && l.dropForRoom(ctx, int64(frameSize(len(stored[n])))) {
 			continue // there is room now, made by the drop-when-full policy or not (discard.go)
 		}
 		if !l.opts.BlockWhenFull {

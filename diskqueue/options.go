@@ -51,10 +51,11 @@ type Options struct {
 	// index, time-index and acknowledgement files hold (the active
 	// segment's files are preallocated ahead of that: the log by up to 6
 	// MiB, the others by up to 256 KiB). At the cap a Put first deletes
-	// the oldest segments every consumer has acknowledged that RetainBytes,
-	// RetainAge, HoldAtOpen or HoldFrom keep (the cap outranks them all);
-	// if that leaves no room, it returns ErrDiskFull, or waits if
-	// BlockWhenFull is set, until consumers free space. Zero means no cap.
+	// the oldest segments every consumer has acknowledged that RetainBytes
+	// or RetainAge keep (the cap outranks them; not HoldAtOpen and
+	// HoldFrom, see Log.HoldFrom); if that leaves no room, it returns
+	// ErrDiskFull, or waits if BlockWhenFull is set (honouring its
+	// context), until consumers free space. Zero means no cap.
 	MaxDiskBytes int64
 
 	// BlockWhenFull makes Put wait (honouring its context) instead of
@@ -73,7 +74,7 @@ type Options struct {
 	RetainAge time.Duration
 
 	// HoldAtOpen keeps every segment, acknowledged or not, from Open until
-	// the first [Log.HoldFrom] (MaxDiskBytes outranks it): for a caller
+	// the first [Log.HoldFrom] (a hold, as HoldFrom's): for a caller
 	// that rebuilds state of its own from the records after some seq, which
 	// housekeeping must not delete before it has read them and said which
 	// it still needs (spillq's key state). Default off.

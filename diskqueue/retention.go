@@ -12,9 +12,9 @@ import (
 
 // Retention: which segments leave the disk and how. The writer goroutine
 // deletes a sealed segment once every cursor has acknowledged all of it,
-// unless RetainBytes or RetainAge keep it (MaxDiskBytes outranks both); a
-// segment deleted while an older one still holds unacknowledged records
-// leaves a tombstone. Empty drops everything.
+// unless RetainBytes or RetainAge (MaxDiskBytes outranks both) or HoldFrom
+// keep it; a segment deleted while an older one still holds
+// unacknowledged records leaves a tombstone. Empty drops everything.
 
 // writeTombstone marks a fully acknowledged segment's acknowledgement file
 // as standing for its deleted files. It replaces the bitmap whole
@@ -88,20 +88,36 @@ func (l *Log) removeTombstone(base uint64) {
 
 // HoldFrom keeps the segments that hold records from seq on, even once
 // every cursor has acknowledged them, until a later HoldFrom moves the
-// hold; MaxDiskBytes outranks it, as it does retention. It is for a caller
-// whose state a restart rebuilds from the records after seq (spillq's key
-// state, stored every second): a crash must not find them deleted.
+// hold. It is for a caller whose state a restart rebuilds from the records
+// after seq (spillq's key state, stored every second): a crash must not
+// find them deleted. The hold outranks MaxDiskBytes: a Put that finds the
+// budget spent does not delete held segments to make room, as it does
+// those retention keeps; it tells the holder (HoldPressure) and fails or
+// waits as the options say, until the hold moves.
 // HoldFrom(math.MaxUint64) holds nothing (the default).
 func (l *Log) HoldFrom(seq uint64) {
 	if seq == math.MaxUint64 {
 		l.heldFrom.Store(0)
-		return
+	} else {
+		l.heldFrom.Store(seq + 1)
 	}
-	l.heldFrom.Store(seq + 1)
+	l.wake() // segments the old hold kept may go now
+}
+
+// HoldPressure returns a channel that receives when a Put found the disk
+// budget spent while HoldFrom kept segments every cursor has
+// acknowledged: the holder should store what it needs and move the hold,
+// so that they can go and the Put be let in.
+func (l *Log) HoldPressure() <-chan struct{} { return l.holdPressure }
+
+// held reports whether HoldFrom keeps seg.
+func (l *Log) held(seg *segment) bool {
+	h := l.heldFrom.Load()
+	return h > 0 && seg.endNow() > h-1
 }
 
 // housekeep deletes segments every record of which is acknowledged, except
-// those retention or HoldFrom keeps, and rolls a fully consumed active segment when the
+// those retention (within the disk budget) or HoldFrom keeps, and rolls a fully consumed active segment when the
 // disk budget asks for it.
 func (l *Log) housekeep(now time.Time) {
 	cursors := *l.cursorList.Load()
@@ -164,12 +180,10 @@ func (l *Log) housekeep(now time.Time) {
 		keep = k
 	}
 	// HoldFrom keeps the segments holding records from its seq on.
-	if h := l.heldFrom.Load(); h > 0 {
-		for keep > 0 && segs[cands[keep-1]].endNow() > h-1 {
-			keep--
-		}
+	for keep > 0 && l.held(segs[cands[keep-1]]) {
+		keep--
 	}
-	// The disk budget outranks retention and the hold.
+	// The disk budget outranks retention, not the hold (see HoldFrom).
 	if max := l.opts.MaxDiskBytes; max > 0 {
 		var freed int64
 		for k := 0; k < len(cands); k++ {
@@ -177,7 +191,7 @@ func (l *Log) housekeep(now time.Time) {
 				freed += segs[cands[k]].diskBytes()
 				continue
 			}
-			if l.diskBytes.Load()-freed <= max {
+			if l.diskBytes.Load()-freed <= max || l.held(segs[cands[k]]) {
 				break
 			}
 			freed += segs[cands[k]].diskBytes()

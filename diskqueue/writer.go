@@ -1,6 +1,7 @@
 package diskqueue
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"runtime"
@@ -364,16 +365,26 @@ type request struct {
 
 // request runs fn on the writer goroutine and returns its error.
 func (l *Log) request(fn func() error) error {
+	return l.requestCtx(context.Background(), fn)
+}
+
+// requestCtx is request that gives up when ctx ends, returning its error;
+// fn may still run after that, in the writer's turn.
+func (l *Log) requestCtx(ctx context.Context, fn func() error) error {
 	r := request{fn: fn, reply: make(chan error, 1)}
 	select {
 	case l.reqCh <- r:
 	case <-l.closeCh:
 		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 	select {
 	case err := <-r.reply:
 		return err
 	case <-l.writerCh:
 		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
