@@ -98,6 +98,21 @@ type segAcks struct {
 	// acked counts the segment's acknowledged records, once ack is open
 	// (or the floor has passed the segment).
 	acked int64
+	// known is an end of seg seen earlier: the records below it exist.
+	// Ack goes by it and loads the segment's extent, which every Put
+	// stores, only for a seq at or past it, so that acknowledging keeps
+	// off the producer's cache line.
+	known uint64
+}
+
+// holds reports whether seq, at or above seg's base, is one of seg's
+// records.
+func (sa *segAcks) holds(seq uint64) bool {
+	if seq < sa.known {
+		return true
+	}
+	sa.known = sa.seg.endNow()
+	return seq < sa.known
 }
 
 // Start says where a new cursor begins: [FromNext], [FromOldest],
@@ -890,7 +905,8 @@ func (c *Cursor) markAckedLocked(sa *segAcks, seq uint64) (bool, error) {
 		// acknowledged yet the floor steps over this one alone, with no
 		// round trip through ackedAbove and no scan of the bitmap. The
 		// next record is in the same segment, so no segment is done.
-		was, nextSet, ok, err := a.setAtFloor(seq-seg.base, seg.endNow()-seg.base)
+		sa.holds(seq + 1) // raises known past seq+1 if that record exists
+		was, nextSet, ok, err := a.setAtFloor(seq-seg.base, sa.known-seg.base)
 		if ok && (err != nil || was) {
 			return was, err
 		}
@@ -1276,7 +1292,7 @@ func (c *Cursor) Ack(seq uint64) error {
 	}
 	// Acks mostly land in the segment the last one did.
 	sa := c.lastAcked
-	if sa == nil || seq < sa.seg.base || seq >= sa.seg.endNow() {
+	if sa == nil || seq < sa.seg.base || !sa.holds(seq) {
 		seg := c.log.segmentAt(seq)
 		if seg == nil || seg.gone.Load() {
 			return fmt.Errorf("%w: seq %d already acknowledged", ErrNotInFlight, seq)
