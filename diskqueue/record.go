@@ -99,17 +99,31 @@ func encodeRecord(frame []byte, flags byte, seq uint64, ts int64, body []byte) {
 }
 
 // frameCRC computes the checksum of a complete frame, skipping the CRC field.
-// The four length bytes go through the table a byte at a time (what
-// crc32.Update does for them, without the cost of a call that would take
-// a third of the time for a small frame); the rest through crc32.Update,
-// on the CPU's CRC instruction where there is one.
+// The four length bytes go through lengthCRC, four independent table
+// loads (what crc32.Update would do for them costs a call chain that takes
+// a third of the time for a small frame, and a byte-at-a-time loop four
+// dependent loads); the rest through crc32.Update, on the CPU's CRC
+// instruction where there is one.
 func frameCRC(frame []byte) uint32 {
-	c := ^uint32(0)
-	for _, b := range frame[0:4] {
-		c = crcTable[byte(c)^b] ^ c>>8
-	}
+	c := ^binary.LittleEndian.Uint32(frame[0:4]) // the initial all-ones register, fed four bytes
+	c = lengthCRC[3][byte(c)] ^ lengthCRC[2][byte(c>>8)] ^ lengthCRC[1][byte(c>>16)] ^ lengthCRC[0][byte(c>>24)]
 	return crc32.Update(^c, crcTable, frame[8:])
 }
+
+// lengthCRC are the slicing-by-4 tables of CRC-32C: lengthCRC[k][b] is the
+// register after byte b followed by k zero bytes, from a zero register.
+var lengthCRC = func() (t [4][256]uint32) {
+	for b := range 256 {
+		t[0][b] = crcTable[b]
+	}
+	for k := 1; k < 4; k++ {
+		for b := range 256 {
+			v := t[k-1][b]
+			t[k][b] = crcTable[byte(v)] ^ v>>8
+		}
+	}
+	return t
+}()
 
 // recordHeader is the decoded fixed part of a frame.
 type recordHeader struct {
