@@ -73,9 +73,13 @@ type Cursor struct {
 	// ackedAbove counts acknowledged records above ackFloor (acked out of
 	// order, or before a restart ahead of the floor).
 	ackedAbove atomic.Int64
-	inFlight   atomic.Int64 // handed out by Read, not yet acknowledged
-	acks       atomic.Int64 // acknowledged since Open
-	dropped    atomic.Int64 // given up by the drop-when-full policy since Open
+	// handed counts the records Read handed out since Open, less those
+	// that left flight other than by Ack (Empty, the drop-when-full
+	// policy): the records in flight are handed - acks. Ack adds to one
+	// counter, not two, as each add is a locked instruction.
+	handed  atomic.Int64
+	acks    atomic.Int64 // acknowledged since Open
+	dropped atomic.Int64 // given up by the drop-when-full policy since Open
 
 	// dropWhenFull is the cursor's policy at MaxDiskBytes
 	// (SetDropWhenFull); read by producers on the full path and by the
@@ -764,12 +768,15 @@ type CursorStats struct {
 
 // Stats returns a snapshot of the cursor. It takes no lock and does no I/O.
 func (c *Cursor) Stats() CursorStats {
+	// acks before handed: every Ack follows its Read, so the difference
+	// is never below zero however the two race.
+	acks := c.acks.Load()
 	return CursorStats{
 		Name:     c.name,
 		Depth:    c.Depth(),
-		InFlight: c.inFlight.Load(),
+		InFlight: c.handed.Load() - acks,
 		ReadSeq:  c.ackFloor.Load(),
-		Acks:     c.acks.Load(),
+		Acks:     acks,
 		Dropped:  c.dropped.Load(),
 	}
 }
@@ -1119,7 +1126,7 @@ func (c *Cursor) tryRead() (Record, error) {
 				c.rd.unread(rec)
 				return Record{}, err
 			}
-			c.inFlight.Add(1)
+			c.handed.Add(1)
 			return rec, nil
 		}
 		if err == errNoData {
@@ -1310,7 +1317,6 @@ func (c *Cursor) Ack(seq uint64) error {
 	if was {
 		return fmt.Errorf("%w: seq %d already acknowledged", ErrNotInFlight, seq)
 	}
-	c.inFlight.Add(-1)
 	c.acks.Add(1)
 	return nil
 }
