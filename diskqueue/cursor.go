@@ -1088,11 +1088,86 @@ func (c *Cursor) Read(ctx context.Context) (Record, error) {
 
 // tryRead returns the next record or errNoData.
 func (c *Cursor) tryRead() (Record, error) {
+	c.prepareAhead()
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	rec, err := c.readLocked()
+	if err == nil {
+		c.handed.Add(1)
+	}
+	return rec, err
+}
+
+// prepareAhead opens what the reader needs for the segment it is about to
+// enter, before readMu (prepare).
+func (c *Cursor) prepareAhead() {
 	if seg := c.ahead.Load(); seg != nil && c.ahead.CompareAndSwap(seg, nil) {
 		c.prepare(seg)
 	}
+}
+
+// ReadBatch is [Cursor.Read] of up to len(dst) records at once, into dst:
+// it waits for the first as Read does, takes those ready after it without
+// waiting, and returns how many it stored. Each is in flight until
+// [Cursor.Ack], as from Read. It takes the cursor's lock once for them
+// all, so a consumer that works through records in batches, or hands them
+// on to others who Ack them meanwhile, does not contend for it once per
+// record. An error met after the first record ends the batch early, and
+// the next call meets it again. It returns 0 and no error only for an
+// empty dst.
+func (c *Cursor) ReadBatch(ctx context.Context, dst []Record) (int, error) {
+	if len(dst) == 0 {
+		return 0, nil
+	}
+	for {
+		n, err := c.tryReadBatch(dst)
+		if err != errNoData {
+			return n, err
+		}
+		wait := c.log.written.Wait()
+		// Look again now that we are registered for the next write, as
+		// Read does.
+		if n, err = c.tryReadBatch(dst); err != errNoData {
+			return n, err
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-c.log.closeCh:
+			return 0, ErrClosed
+		}
+	}
+}
+
+// tryReadBatch fills dst with the records ready, at least one, or returns
+// errNoData.
+func (c *Cursor) tryReadBatch(dst []Record) (int, error) {
+	c.prepareAhead()
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
+	n := 0
+	for n < len(dst) {
+		rec, err := c.readLocked()
+		if err != nil {
+			if n == 0 {
+				return 0, err
+			}
+			break
+		}
+		dst[n] = rec
+		n++
+		if c.ahead.Load() != nil {
+			break // the next segment's files are opened outside readMu, by the next call
+		}
+	}
+	c.handed.Add(int64(n))
+	return n, nil
+}
+
+// readLocked returns the next record or errNoData, and the caller adds
+// it to handed. The caller holds c.readMu.
+func (c *Cursor) readLocked() (Record, error) {
 	for {
 		if c.closed || c.log.isClosed.Load() {
 			return Record{}, ErrClosed
@@ -1126,7 +1201,6 @@ func (c *Cursor) tryRead() (Record, error) {
 				c.rd.unread(rec)
 				return Record{}, err
 			}
-			c.handed.Add(1)
 			return rec, nil
 		}
 		if err == errNoData {
