@@ -23,6 +23,19 @@ type Source interface {
 	Close() error
 }
 
+// BatchSource is implemented by sources that hand out several records in
+// one call, such as spillq's disk queue: the pump then takes what is
+// ready in batches, with one round trip to the source (and its lock, which
+// the consumers' acknowledgements take too) for each. A source that is
+// also an [Unreader] is read one record at a time, so that at Close the
+// pump holds at most one record it has not handed over.
+type BatchSource interface {
+	// ReadBatch is Read of up to len(seqs) records (bodies is as long):
+	// it waits for the first as Read does, takes those ready after it
+	// without waiting, and returns how many it stored.
+	ReadBatch(ctx context.Context, seqs []uint64, bodies [][]byte) (int, error)
+}
+
 // Unreader is implemented by sources that outlive the channel reading
 // them, such as a topic's cursor: at Close the channel gives back, in
 // order, the records its pump had read ahead and not handed to a

@@ -249,6 +249,16 @@ func (c *Cursor) openAckFile(seg *segment, capacity uint64) (*ackFile, byte, err
 	return a, flags, nil
 }
 
+// markDirty notes that the file changed since the writer last fsynced
+// it. It stores only when the flag is clear: producers read the fields
+// beside it (mem, alloc) on every Put, and a store on every Ack would take
+// their cache line away from them each time.
+func (a *ackFile) markDirty() {
+	if !a.dirty {
+		a.dirty = true
+	}
+}
+
 func (a *ackFile) close() {
 	if a.m != nil && !a.mem {
 		unmap(a.m)
@@ -293,7 +303,7 @@ func (a *ackFile) set(i uint64) (err error) {
 		return fmt.Errorf("%w: %s has room for %d records, not record %d", ErrCorrupt, a.name, a.cap, i)
 	}
 	off := ackHeaderSize + int64(i/8)
-	a.dirty = true
+	a.markDirty()
 	if a.m != nil {
 		defer guardFault(debug.SetPanicOnFault(true), &err, a.name)
 		a.m[off] |= 1 << (i % 8)
@@ -334,7 +344,7 @@ func (a *ackFile) setRange(from, to uint64) (n int64, err error) {
 			b[k] |= mask
 		}
 	}
-	a.dirty = true
+	a.markDirty()
 	if a.m != nil {
 		defer guardFault(debug.SetPanicOnFault(true), &err, a.name)
 		set(a.m[ackHeaderSize+lo : ackHeaderSize+hi])
@@ -364,7 +374,7 @@ func (a *ackFile) testAndSet(i uint64) (was bool, err error) {
 			return true, nil
 		}
 		a.m[off] |= bit
-		a.dirty = true
+		a.markDirty()
 		return false, nil
 	}
 	if was, err := a.isSet(i); err != nil || was {
@@ -392,7 +402,7 @@ func (a *ackFile) setAtFloor(i, n uint64) (was, nextSet, ok bool, err error) {
 		return true, false, true, nil
 	}
 	a.m[off] |= bit
-	a.dirty = true
+	a.markDirty()
 	return false, nextSet, true, nil
 }
 
@@ -409,7 +419,7 @@ func (a *ackFile) raiseReadEnd(end, limit uint64) error {
 		return err
 	}
 	a.readEnd = next
-	a.dirty = true // for syncAcks: Open trusts the bits only below it
+	a.markDirty() // for syncAcks: Open trusts the bits only below it
 	return nil
 }
 

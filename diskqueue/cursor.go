@@ -73,9 +73,13 @@ type Cursor struct {
 	// ackedAbove counts acknowledged records above ackFloor (acked out of
 	// order, or before a restart ahead of the floor).
 	ackedAbove atomic.Int64
-	inFlight   atomic.Int64 // handed out by Read, not yet acknowledged
-	acks       atomic.Int64 // acknowledged since Open
-	dropped    atomic.Int64 // given up by the drop-when-full policy since Open
+	// handed counts the records Read handed out since Open, less those
+	// that left flight other than by Ack (Empty, the drop-when-full
+	// policy): the records in flight are handed - acks. Ack adds to one
+	// counter, not two, as each add is a locked instruction.
+	handed  atomic.Int64
+	acks    atomic.Int64 // acknowledged since Open
+	dropped atomic.Int64 // given up by the drop-when-full policy since Open
 
 	// dropWhenFull is the cursor's policy at MaxDiskBytes
 	// (SetDropWhenFull); read by producers on the full path and by the
@@ -98,6 +102,21 @@ type segAcks struct {
 	// acked counts the segment's acknowledged records, once ack is open
 	// (or the floor has passed the segment).
 	acked int64
+	// known is an end of seg seen earlier: the records below it exist.
+	// Ack goes by it and loads the segment's extent, which every Put
+	// stores, only for a seq at or past it, so that acknowledging keeps
+	// off the producer's cache line.
+	known uint64
+}
+
+// holds reports whether seq, at or above seg's base, is one of seg's
+// records.
+func (sa *segAcks) holds(seq uint64) bool {
+	if seq < sa.known {
+		return true
+	}
+	sa.known = sa.seg.endNow()
+	return seq < sa.known
 }
 
 // Start says where a new cursor begins: [FromNext], [FromOldest],
@@ -749,12 +768,15 @@ type CursorStats struct {
 
 // Stats returns a snapshot of the cursor. It takes no lock and does no I/O.
 func (c *Cursor) Stats() CursorStats {
+	// acks before handed: every Ack follows its Read, so the difference
+	// is never below zero however the two race.
+	acks := c.acks.Load()
 	return CursorStats{
 		Name:     c.name,
 		Depth:    c.Depth(),
-		InFlight: c.inFlight.Load(),
+		InFlight: c.handed.Load() - acks,
 		ReadSeq:  c.ackFloor.Load(),
-		Acks:     c.acks.Load(),
+		Acks:     acks,
 		Dropped:  c.dropped.Load(),
 	}
 }
@@ -890,7 +912,8 @@ func (c *Cursor) markAckedLocked(sa *segAcks, seq uint64) (bool, error) {
 		// acknowledged yet the floor steps over this one alone, with no
 		// round trip through ackedAbove and no scan of the bitmap. The
 		// next record is in the same segment, so no segment is done.
-		was, nextSet, ok, err := a.setAtFloor(seq-seg.base, seg.endNow()-seg.base)
+		sa.holds(seq + 1) // raises known past seq+1 if that record exists
+		was, nextSet, ok, err := a.setAtFloor(seq-seg.base, sa.known-seg.base)
 		if ok && (err != nil || was) {
 			return was, err
 		}
@@ -1065,11 +1088,86 @@ func (c *Cursor) Read(ctx context.Context) (Record, error) {
 
 // tryRead returns the next record or errNoData.
 func (c *Cursor) tryRead() (Record, error) {
+	c.prepareAhead()
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	rec, err := c.readLocked()
+	if err == nil {
+		c.handed.Add(1)
+	}
+	return rec, err
+}
+
+// prepareAhead opens what the reader needs for the segment it is about to
+// enter, before readMu (prepare).
+func (c *Cursor) prepareAhead() {
 	if seg := c.ahead.Load(); seg != nil && c.ahead.CompareAndSwap(seg, nil) {
 		c.prepare(seg)
 	}
+}
+
+// ReadBatch is [Cursor.Read] of up to len(dst) records at once, into dst:
+// it waits for the first as Read does, takes those ready after it without
+// waiting, and returns how many it stored. Each is in flight until
+// [Cursor.Ack], as from Read. It takes the cursor's lock once for them
+// all, so a consumer that works through records in batches, or hands them
+// on to others who Ack them meanwhile, does not contend for it once per
+// record. An error met after the first record ends the batch early, and
+// the next call meets it again. It returns 0 and no error only for an
+// empty dst.
+func (c *Cursor) ReadBatch(ctx context.Context, dst []Record) (int, error) {
+	if len(dst) == 0 {
+		return 0, nil
+	}
+	for {
+		n, err := c.tryReadBatch(dst)
+		if err != errNoData {
+			return n, err
+		}
+		wait := c.log.written.Wait()
+		// Look again now that we are registered for the next write, as
+		// Read does.
+		if n, err = c.tryReadBatch(dst); err != errNoData {
+			return n, err
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-c.log.closeCh:
+			return 0, ErrClosed
+		}
+	}
+}
+
+// tryReadBatch fills dst with the records ready, at least one, or returns
+// errNoData.
+func (c *Cursor) tryReadBatch(dst []Record) (int, error) {
+	c.prepareAhead()
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
+	n := 0
+	for n < len(dst) {
+		rec, err := c.readLocked()
+		if err != nil {
+			if n == 0 {
+				return 0, err
+			}
+			break
+		}
+		dst[n] = rec
+		n++
+		if c.ahead.Load() != nil {
+			break // the next segment's files are opened outside readMu, by the next call
+		}
+	}
+	c.handed.Add(int64(n))
+	return n, nil
+}
+
+// readLocked returns the next record or errNoData, and the caller adds
+// it to handed. The caller holds c.readMu.
+func (c *Cursor) readLocked() (Record, error) {
 	for {
 		if c.closed || c.log.isClosed.Load() {
 			return Record{}, ErrClosed
@@ -1103,7 +1201,6 @@ func (c *Cursor) tryRead() (Record, error) {
 				c.rd.unread(rec)
 				return Record{}, err
 			}
-			c.inFlight.Add(1)
 			return rec, nil
 		}
 		if err == errNoData {
@@ -1276,7 +1373,7 @@ func (c *Cursor) Ack(seq uint64) error {
 	}
 	// Acks mostly land in the segment the last one did.
 	sa := c.lastAcked
-	if sa == nil || seq < sa.seg.base || seq >= sa.seg.endNow() {
+	if sa == nil || seq < sa.seg.base || !sa.holds(seq) {
 		seg := c.log.segmentAt(seq)
 		if seg == nil || seg.gone.Load() {
 			return fmt.Errorf("%w: seq %d already acknowledged", ErrNotInFlight, seq)
@@ -1294,7 +1391,6 @@ func (c *Cursor) Ack(seq uint64) error {
 	if was {
 		return fmt.Errorf("%w: seq %d already acknowledged", ErrNotInFlight, seq)
 	}
-	c.inFlight.Add(-1)
 	c.acks.Add(1)
 	return nil
 }

@@ -75,7 +75,7 @@ func (c *Cursor) moveToEndLocked(t *tail) {
 	}
 	c.ackFloor.Store(end)
 	c.ackedAbove.Store(0)
-	c.inFlight.Store(0)
+	c.handed.Store(c.acks.Load()) // nothing in flight
 	c.lastAcked = nil
 	c.lastRead = nil
 	for seg, sa := range c.segs {
@@ -342,7 +342,7 @@ func (c *Cursor) giveUp(seg *segment) (int64, error) {
 	c.state(seg).acked = int64(hi)
 	c.ackedAbove.Add(lost)
 	c.ackedMax = max(c.ackedMax, end-1)
-	c.inFlight.Add(-inFlight)
+	c.handed.Add(-inFlight)
 	c.dropped.Add(lost)
 	c.log.droppedRecords.Add(lost)
 	if c.rd.seq >= seg.base && c.rd.seq < end {

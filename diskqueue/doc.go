@@ -4,12 +4,13 @@
 //
 // # Using it
 //
-// [Open] a directory, [Log.Put] records, [Queue.Read] them in order and
-// [Queue.Ack] each one when done. [Log.ReadAt] finds any retained record
-// by sequence number with one index read and one log read;
-// [Log.SeekTime] finds the first record at or after a time; [Log.Scan]
-// replays a range without moving any cursor; [Log.Compact] rewrites a
-// sealed segment without the records its owner no longer needs. Package
+// [Open] a directory, [Log.Put] records, [Queue.Read] them in order (or
+// [Queue.ReadBatch] several at once) and [Queue.Ack] each one when done.
+// [Log.ReadAt] finds any retained record by sequence number with one
+// index read and one log read; [Log.SeekTime] finds the first record at
+// or after a time; [Log.Scan] replays a range without moving any cursor;
+// [Log.Compact] rewrites a sealed segment without the records its owner
+// no longer needs. Package
 // [github.com/spillq/spillq/diskqueue/godq] gives the same engine behind
 // github.com/nsqio/go-diskqueue's interface.
 //

@@ -56,6 +56,11 @@ func OpenReadOnly(dir string, opts Options) (*Queue, error) {
 // Read returns the next record in order; see [Cursor.Read].
 func (q *Queue) Read(ctx context.Context) (Record, error) { return q.c.Read(ctx) }
 
+// ReadBatch reads up to len(dst) records at once; see [Cursor.ReadBatch].
+func (q *Queue) ReadBatch(ctx context.Context, dst []Record) (int, error) {
+	return q.c.ReadBatch(ctx, dst)
+}
+
 // Ack acknowledges a record returned by Read; see [Cursor.Ack].
 func (q *Queue) Ack(seq uint64) error { return q.c.Ack(seq) }
 

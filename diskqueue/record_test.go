@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"hash/crc32"
 	"math"
 	"testing"
 )
@@ -23,6 +24,22 @@ func TestRecordRoundTrip(t *testing.T) {
 		}
 		if n != len(frame) || h.seq != 42 || h.ts != -7 || h.flags != flagSnappy || !bytes.Equal(got, body) {
 			t.Fatalf("decode: got %+v %q n=%d", h, got, n)
+		}
+	}
+}
+
+// The frame checksum is FORMAT.md's: CRC-32C of the length bytes followed
+// by every byte after the CRC field, whatever the lengths and length bytes.
+func TestFrameCRCIsCRC32COfLengthAndRest(t *testing.T) {
+	for n := 0; n < 600; n += 1 + n/8 {
+		body := make([]byte, n)
+		for i := range body {
+			body[i] = byte(i*131 + n)
+		}
+		frame := appendRecord(nil, byte(n&flagSnappy), uint64(n)*0x9e3779b97f4a7c15, int64(n)*-12345, body)
+		covered := append(append([]byte(nil), frame[0:4]...), frame[8:]...)
+		if got, want := binary.BigEndian.Uint32(frame[4:8]), crc32.Checksum(covered, crc32.MakeTable(crc32.Castagnoli)); got != want {
+			t.Fatalf("body of %d bytes: stored CRC %08x, CRC-32C of length and rest %08x", n, got, want)
 		}
 	}
 }

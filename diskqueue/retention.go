@@ -384,7 +384,7 @@ func (l *Log) empty() error {
 		}
 		c.ackFloor.Store(t.end)
 		c.ackedAbove.Store(0)
-		c.inFlight.Store(0)
+		c.handed.Store(c.acks.Load()) // nothing in flight
 		c.readMu.Unlock()
 	}
 	l.mu.Unlock()

@@ -40,7 +40,7 @@ var suites = []struct {
 	{"./diskqueue", "Put/|Drain|PutGet|SyncEveryRecord", nil},
 	{"./diskqueue", "Lookup|IndexCost", nil},
 	{"./diskqueue", "Open", []string{"-benchtime", "100x"}},
-	{".", "MemoryPath|SpillPath", nil},
+	{".", "MemoryPath|SpillPath|SpillDrain", nil},
 	{"./nsqbridge", "Publish", nil}, // builds and starts a real nsqd
 }
 
