@@ -5,14 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -274,39 +272,12 @@ func TestDiskBudgetKeepsTheHold(t *testing.T) {
 	}
 }
 
-// gatedSyncFS blocks every fsync, once armed, until gate is closed.
-type gatedSyncFS struct {
-	osFS
-	armed atomic.Bool
-	gate  chan struct{}
-}
-
-func (g *gatedSyncFS) OpenFile(name string, flag int, perm fs.FileMode) (file, error) {
-	f, err := g.osFS.OpenFile(name, flag, perm)
-	if err != nil {
-		return nil, err
-	}
-	return gatedSyncFile{f, g}, nil
-}
-
-type gatedSyncFile struct {
-	file
-	g *gatedSyncFS
-}
-
-func (f gatedSyncFile) Sync() error {
-	if f.g.armed.Load() {
-		<-f.g.gate
-	}
-	return f.file.Sync()
-}
-
 // TestDiskBudgetPutDoesNotWaitForWriter: a Put at MaxDiskBytes returns
-// while the writer goroutine is stuck in an fsync: at once when nothing
-// could make room (no retention, no hold, no drop-when-full cursor), and
-// when its context ends otherwise (it asked the writer to make room, which
-// waits for the writer's turn). It waited for the fsync, whatever its
-// deadline, when any retention or hold was set.
+// while the writer goroutine is stuck (in a long fsync, say): at once when
+// nothing could make room (no retention, no hold, no drop-when-full
+// cursor), and when its context ends otherwise (it asked the writer to
+// make room, which waits for the writer's turn). It waited for the writer,
+// whatever its deadline, when any retention or hold was set.
 func TestDiskBudgetPutDoesNotWaitForWriter(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -320,9 +291,8 @@ func TestDiskBudgetPutDoesNotWaitForWriter(t *testing.T) {
 		{"HoldFrom/acknowledged", Options{}, true, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			g := &gatedSyncFS{gate: make(chan struct{})}
 			opts := c.opts
-			opts.MaxDiskBytes, opts.MaxSegmentBytes, opts.fsForTesting = 64<<10, 4<<10, g
+			opts.MaxDiskBytes, opts.MaxSegmentBytes = 64<<10, 4<<10
 			q := mustOpen(t, t.TempDir(), opts)
 			defer q.Close()
 			if c.hold {
@@ -346,25 +316,36 @@ func TestDiskBudgetPutDoesNotWaitForWriter(t *testing.T) {
 					q.Ack(rec.Seq)
 				}
 			}
-			if err := q.Sync(ctx); err != nil { // housekeeping has seen it all
-				t.Fatal(err)
-			}
-			g.armed.Store(true)
-			synced := make(chan error, 1)
-			go func() { synced <- q.Sync(ctx) }() // the writer's next fsync blocks
+			// The writer goroutine busy until the gate opens.
+			gate, busy := make(chan struct{}), make(chan struct{})
+			var open sync.Once
+			defer open.Do(func() { close(gate) })
+			stuck := make(chan error, 1)
+			go func() {
+				stuck <- q.request(func() error { close(busy); <-gate; return nil })
+			}()
+			<-busy
 			pctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 			defer cancel()
-			err := q.Put(pctx, faultBody(i))
+			put := make(chan error, 1)
+			go func() { put <- q.Put(pctx, faultBody(i)) }()
+			var err error
 			select {
-			case <-synced:
-				t.Fatal("the fsync returned before the gate opened")
+			case err = <-put:
+			case <-time.After(10 * time.Second): // not a speed: the Put hangs
+				open.Do(func() { close(gate) })
+				t.Fatalf("Put at the budget returned only once the writer was free: %v", <-put)
+			}
+			select {
+			case <-stuck:
+				t.Fatal("the writer's turn ended before the gate opened")
 			default:
 			}
-			close(g.gate)
+			open.Do(func() { close(gate) })
 			if !errors.Is(err, ErrDiskFull) {
 				t.Fatalf("Put at the budget: %v, want ErrDiskFull", err)
 			}
-			if err := <-synced; err != nil {
+			if err := <-stuck; err != nil {
 				t.Fatal(err)
 			}
 		})
