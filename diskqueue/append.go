@@ -785,6 +785,7 @@ func (l *Log) seal(t *tail) error {
 	// on it is final.
 	t.seg.maxTime.Store(t.maxTime)
 	t.seg.writing.Store(false)
+	l.cacheOpen(t.seg) // its read handles are open, and now evictable
 	return err
 }
 

@@ -114,16 +114,17 @@ var benchSinkByte byte
 type segMaps struct{ log, index []byte }
 
 // lookupMaps returns q's segments and the mappings ReadAt reads them
-// through.
+// through, held until b ends (the cache may give back those nobody holds).
 func lookupMaps(b *testing.B, q *Queue) ([]*segment, []segMaps) {
 	b.Helper()
 	segs := q.segs
 	maps := make([]segMaps, len(segs))
 	for i, seg := range segs {
-		f, err := q.currentFiles(seg)
+		f, err := q.acquireFiles(seg)
 		if err != nil {
 			b.Fatal(err)
 		}
+		b.Cleanup(f.release)
 		maps[i].log, maps[i].index = f.maps(q.Log, seg)
 		if maps[i].log == nil || maps[i].index == nil {
 			b.Skip("segments are not mapped here")
@@ -143,7 +144,7 @@ func buildSparseIndex(b *testing.B, q *Queue) *sparseIndex {
 	b.Helper()
 	var si sparseIndex
 	for _, seg := range q.segs {
-		f, err := q.currentFiles(seg)
+		f, err := q.acquireFiles(seg)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -158,6 +159,7 @@ func buildSparseIndex(b *testing.B, q *Queue) *sparseIndex {
 				last = off
 			}
 		}
+		f.release()
 	}
 	return &si
 }
@@ -168,10 +170,11 @@ func (si *sparseIndex) lookup(b *testing.B, q *Queue, seq uint64) uint64 {
 	i := sort.Search(len(si.seqs), func(i int) bool { return si.seqs[i] > seq }) - 1
 	seg, off := si.segs[i], si.offs[i]
 	w := window{chunk: 4096}
-	f, err := q.currentFiles(seg)
+	f, err := q.acquireFiles(seg)
 	if err != nil {
 		b.Fatal(err)
 	}
+	defer f.release()
 	w.reset(f.log)
 	limit := seg.sizeNow()
 	for off < limit {

@@ -21,8 +21,22 @@ import (
 // the cursor delivers each record once, in order, and every Ack succeeds;
 // at the end exactly the records the rounds removed are gone.
 func TestCompactRace(t *testing.T) {
+	testCompactRace(t, diskqueue.Options{MaxSegmentBytes: 2048, RetainBytes: 1 << 30, NoSync: true})
+}
+
+// TestCompactRaceEvicting is TestCompactRace with room for the read
+// handles of two sealed segments nobody holds: the others are given back
+// and opened again under the readers and the compactions all the time,
+// and a compacted generation reopened must read as the one given back.
+func TestCompactRaceEvicting(t *testing.T) {
+	opts := diskqueue.Options{MaxSegmentBytes: 2048, RetainBytes: 1 << 30, NoSync: true}
+	diskqueue.SetOpenSealed(&opts, 2)
+	testCompactRace(t, opts)
+}
+
+func testCompactRace(t *testing.T, opts diskqueue.Options) {
 	dir := t.TempDir()
-	l, err := diskqueue.OpenLog(dir, diskqueue.Options{MaxSegmentBytes: 2048, RetainBytes: 1 << 30, NoSync: true})
+	l, err := diskqueue.OpenLog(dir, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -123,7 +123,12 @@
 // replaced is closed and unmapped by its last reader; a deletion closes
 // every generation's descriptors at once and makes each cursor's reader
 // let go, and the last holder unmaps (never a holder's mapping from under
-// it).
+// it). A sealed segment nobody holds keeps its generation only while it
+// is among the last few used (a clock over at most 64 such segments,
+// segCache): the others give theirs back, descriptors and mappings, and
+// are opened again on their next use, as segments found at Open are. So
+// the handles a log holds are bounded by that and by its readers, not by
+// its backlog.
 // Compactions run one at a time (the log's compaction slot) and do their
 // long part, reading the old files and writing the new, on the caller's
 // goroutine; the swap runs on the writer goroutine.
@@ -134,13 +139,14 @@
 // be sealed, the sticky error, the set of cursors), a cursor's readMu
 // (consumer side: its reader, its acknowledgement bitmaps and counts, its
 // floor; never two cursors' at once), the log's segMu (the segment list,
-// and the disk usage of segments joining, leaving or changing it), a
-// segment's filesMu (its lazily opened read handles, and the swap of a
-// compacted generation, renames included), a generation's mu (its
-// descriptors' closing against their mapping). A segment's size and
+// and the disk usage of segments joining, leaving or changing it), the
+// segment cache's mu (which sealed segments may hold read handles), a
+// segment's filesMu (its lazily opened read handles, their eviction, and
+// the swap of a compacted generation, renames included), a generation's
+// mu (its descriptors' closing against their mapping). A segment's size and
 // end are atomics a producer publishes (size, then end); the writer
-// goroutine alone seals, deletes and closes handles, so it may use the
-// active segment's handles outside mu. A cursor's file is stored only by
+// goroutine alone seals, deletes and closes write handles, so it may use
+// the active segment's handles outside mu. A cursor's file is stored only by
 // the writer goroutine.
 //
 // # Format

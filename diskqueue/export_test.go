@@ -19,3 +19,7 @@ func SetCrashPoint(opts *Options, f func(point string)) { opts.crashPointForTest
 
 // SparesUsed reports how many rotations renamed a spare segment into place.
 func SparesUsed(l *Log) int64 { return l.sparesUsed.Load() }
+
+// SetOpenSealed makes opts keep the read handles of at most n sealed
+// segments nobody holds (maxOpenSealed).
+func SetOpenSealed(opts *Options, n int) { opts.openSealedForTesting = n }

@@ -205,7 +205,7 @@ func (b *indexBuilder) finish(size int64, base, end uint64) {
 // the seqs a frame skips are removed records, and their entries are
 // marked so (indexRemoved).
 //
-// It runs at Open or, from currentFiles, while the queue is in use: it
+// It runs at Open or, from acquireFiles, while the queue is in use: it
 // touches no writer state, and the time index it writes holds the running
 // maximum within the segment (SeekTime takes the maximum across segments
 // itself).

@@ -113,6 +113,9 @@ type Log struct {
 	// goroutine removes from it.
 	segMu sync.RWMutex
 	segs  []*segment // sorted by base; the last one is being written
+	// openSegs are the sealed segments whose read handles may be open,
+	// kept to a bound (segment.go).
+	openSegs segCache
 
 	// w is the writer goroutine's state.
 	w writer

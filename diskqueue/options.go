@@ -110,6 +110,10 @@ type Options struct {
 	// clockForTesting replaces time.Now for record timestamps, so golden
 	// files are reproducible and clocks can step backwards on cue.
 	clockForTesting func() time.Time
+	// openSealedForTesting, if not zero, replaces maxOpenSealed, so a
+	// race test with a few segments has them given back and reopened
+	// under it all the time.
+	openSealedForTesting int
 }
 
 // Defaults documented on the Options fields.

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -60,18 +61,28 @@ type segment struct {
 	// or pread),
 	// nil until opened: the segment's current generation (segFiles). A
 	// segment found sealed at Open is opened on first use
-	// (Log.currentFiles), so opening a queue costs no file opens per
+	// (Log.acquireFiles), so opening a queue costs no file opens per
 	// sealed segment; the others get theirs when created; a compaction
-	// swaps in a new generation. filesMu orders that first open and the
-	// swap against closeFiles, and against each other; closed (under
-	// filesMu) says the segment was deleted, so nothing opens it again.
+	// swaps in a new generation. A sealed segment nobody holds may give
+	// its generation back (segCache) and is opened again on its next use,
+	// as at Open; reopenSize (under filesMu) is the size the generation
+	// given back had, for a compacted one whose extent still says the
+	// size before. filesMu orders those opens, the eviction and the swap
+	// against closeFiles, and against each other; closed (under filesMu)
+	// says the segment was deleted, so nothing opens it again.
 	// retired (under filesMu) are the generations compactions replaced,
 	// which readers may still hold: closed by their last release, or with
 	// the segment.
-	files   atomic.Pointer[segFiles]
-	filesMu sync.Mutex
-	closed  bool
-	retired []*segFiles
+	files      atomic.Pointer[segFiles]
+	filesMu    sync.Mutex
+	closed     bool
+	retired    []*segFiles
+	reopenSize int64
+	// used is set by each acquireFiles and cleared by the cache's sweep
+	// (a clock's reference bit), so that segments read lately keep their
+	// handles. cached (under the cache's mu) says the segment is in it.
+	used   atomic.Bool
+	cached bool
 
 	// extent packs the segment's size (low 32 bits: log bytes, header
 	// included, written and readable) and its record count (high 32 bits:
@@ -235,13 +246,18 @@ func (f *segFiles) tryAcquire() bool {
 // unmaps them. Nil is allowed.
 func (f *segFiles) release() {
 	if f != nil && f.refs.Add(-1) == 0 {
-		f.closeHandles()
-		// No holder is left to touch the mappings, and none can come:
-		// tryAcquire takes no reference from zero.
-		unmap(f.logMap)
-		unmap(f.indexMap)
-		f.logMap, f.indexMap = nil, nil
+		f.free()
 	}
+}
+
+// free closes the files and unmaps them once the references are gone.
+func (f *segFiles) free() {
+	f.closeHandles()
+	// No holder is left to touch the mappings, and none can come:
+	// tryAcquire takes no reference from zero.
+	unmap(f.logMap)
+	unmap(f.indexMap)
+	f.logMap, f.indexMap = nil, nil
 }
 
 // closeHandles closes the descriptors, once.
@@ -498,43 +514,144 @@ func (l *Log) openSealedLazily(seg *segment, next uint64) error {
 // deleted segment gives ErrNotFound.
 func (l *Log) acquireFiles(seg *segment) (*segFiles, error) {
 	for {
-		f, err := l.currentFiles(seg)
-		if err != nil {
-			return nil, err
+		f := seg.files.Load()
+		if f == nil {
+			f, opened, err := l.openFiles(seg)
+			if err != nil {
+				return nil, err
+			}
+			if opened {
+				// Held already, so the cache cannot give it back before
+				// the caller has used it.
+				l.cacheOpen(seg)
+				return f, nil
+			}
+			continue // another call opened it meanwhile
 		}
 		if f.tryAcquire() {
+			if !seg.used.Load() {
+				seg.used.Store(true)
+			}
 			return f, nil
 		}
 		if seg.files.Load() == f {
-			// Closed with the segment, not replaced by a compaction.
-			return nil, fmt.Errorf("%w: segment %d was deleted", ErrNotFound, seg.base)
+			if f.closed.Load() {
+				// Closed with the segment, not replaced by a compaction.
+				return nil, fmt.Errorf("%w: segment %d was deleted", ErrNotFound, seg.base)
+			}
+			// No reference left and not closed: the cache is giving the
+			// generation back (evict, under filesMu). Once it has, the
+			// next look opens the files again.
+			seg.filesMu.Lock()
+			seg.filesMu.Unlock() //lint:ignore SA2001 a wait for evict, which holds filesMu
 		}
 	}
 }
 
-// currentFiles returns seg's current generation, opening it on first use,
-// without holding it.
-func (l *Log) currentFiles(seg *segment) (*segFiles, error) {
-	if f := seg.files.Load(); f != nil {
-		return f, nil
-	}
+// openFiles is acquireFiles when seg has no generation: under filesMu it
+// opens one and returns it held for the caller, unless another call just
+// did (then it returns nil and opened false).
+func (l *Log) openFiles(seg *segment) (f *segFiles, opened bool, err error) {
 	seg.filesMu.Lock()
 	defer seg.filesMu.Unlock()
-	if f := seg.files.Load(); f != nil {
-		return f, nil
+	if seg.files.Load() != nil {
+		return nil, false, nil
 	}
 	if seg.closed {
-		return nil, fmt.Errorf("%w: segment %d was deleted", ErrNotFound, seg.base)
+		return nil, false, fmt.Errorf("%w: segment %d was deleted", ErrNotFound, seg.base)
 	}
 	before := seg.diskBytes()
-	f, err := l.openSealed(seg)
+	f, err = l.openSealed(seg)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	// Open counted the index files at their expected sizes.
 	l.diskBytes.Add(seg.diskBytes() - before)
+	f.size = seg.reopenSize
+	f.refs.Store(2) // the segment's and the caller's
+	seg.used.Store(true)
 	seg.files.Store(f)
-	return f, nil
+	return f, true, nil
+}
+
+// maxOpenSealed is how many sealed segments the cache lets keep their
+// read handles (two descriptors, and up to two mappings once read, each)
+// while nobody holds them. Segments a reader or a Scan is in keep theirs
+// beyond it, and so do those being written or sealed; the rest are opened
+// again on use, at the cost of a few system calls, as at Open.
+const maxOpenSealed = 64
+
+// segCache is the set of sealed segments whose read handles may be open:
+// those opened on use and those this process sealed. Past maxOpenSealed,
+// adding one gives back the handles of others nobody holds, by the clock
+// algorithm over segment.used, so that the descriptors and mappings a log
+// holds do not grow with its segments. Its mu comes after the log's segMu
+// in the lock order and before a segment's filesMu (evict takes that of
+// each segment it looks at).
+type segCache struct {
+	mu   sync.Mutex
+	segs []*segment // in the order they joined; hand is the clock's
+	hand int
+}
+
+// cacheOpen adds seg, whose read handles are open, to the cache and, when
+// that takes it past its bound, gives back the handles of others.
+func (l *Log) cacheOpen(seg *segment) {
+	c := &l.openSegs
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !seg.cached {
+		seg.cached = true
+		c.segs = append(c.segs, seg)
+	}
+	bound := maxOpenSealed
+	if n := l.opts.openSealedForTesting; n > 0 {
+		bound = n
+	}
+	// Two turns of the clock: the first may only clear reference bits.
+	for steps := 2 * len(c.segs); len(c.segs) > bound && steps > 0; steps-- {
+		if c.hand >= len(c.segs) {
+			c.hand = 0
+		}
+		s := c.segs[c.hand]
+		if s.used.Load() {
+			s.used.Store(false)
+			c.hand++
+			continue
+		}
+		if !s.evict() {
+			c.hand++
+			continue
+		}
+		s.cached = false
+		c.segs = slices.Delete(c.segs, c.hand, c.hand+1)
+	}
+}
+
+// evict gives back the segment's own reference to its current generation
+// if nobody else holds it, closing its files and unmapping them, and
+// reports whether the segment can leave the cache: evicted, deleted, or
+// with no handles. A segment being written or sealed, or one held, stays.
+// One that holds no record stays open but leaves: opened again, its time
+// index (with no entry) would be taken for damage and rebuilt.
+func (s *segment) evict() bool {
+	s.filesMu.Lock()
+	defer s.filesMu.Unlock()
+	f := s.files.Load()
+	switch {
+	case s.closed || f == nil || s.endNow() == s.base:
+		return true
+	case !s.sealed.Load() || s.writing.Load():
+		return false
+	case !f.refs.CompareAndSwap(1, 0):
+		return false // a reader, a Scan or a compaction is in it
+	}
+	// From zero nobody takes a reference (tryAcquire), and acquireFiles
+	// waits on filesMu for the nil that has it open the files again.
+	s.files.Store(nil)
+	s.reopenSize = f.size
+	f.free()
+	return true
 }
 
 // openSealed opens a sealed segment's log and index and checks them: a
