@@ -25,12 +25,15 @@ func TestCompactRace(t *testing.T) {
 }
 
 // TestCompactRaceEvicting is TestCompactRace with room for the read
-// handles of two sealed segments nobody holds: the others are given back
-// and opened again under the readers and the compactions all the time,
-// and a compacted generation reopened must read as the one given back.
+// handles of two sealed segments nobody holds and a cursor that looks
+// for bitmaps to close once it has more than one open: handles and
+// bitmaps are given back and opened again under the readers and the
+// compactions all the time, and a compacted generation reopened must read
+// as the one given back.
 func TestCompactRaceEvicting(t *testing.T) {
 	opts := diskqueue.Options{MaxSegmentBytes: 2048, RetainBytes: 1 << 30, NoSync: true}
 	diskqueue.SetOpenSealed(&opts, 2)
+	diskqueue.SetOpenBitmaps(&opts, 1)
 	testCompactRace(t, opts)
 }
 

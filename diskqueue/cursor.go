@@ -47,6 +47,14 @@ type Cursor struct {
 	segs      map[*segment]*segAcks
 	lastAcked *segAcks
 	lastRead  *segAcks
+	// open are the states whose bitmap may be open (closeFarBitmaps keeps
+	// it to those needed); sweepAt is the length past which it looks next.
+	open    []*segAcks
+	sweepAt int
+	// syncing is set while syncAcks fsyncs files it took from segs
+	// outside readMu: a bitmap closed meanwhile goes to retired, so its
+	// fsync is still done, before the close.
+	syncing bool
 	// closed is set when the log closes or the cursor is deleted: its
 	// files are released.
 	closed bool
@@ -107,6 +115,8 @@ type segAcks struct {
 	// stores, only for a seq at or past it, so that acknowledging keeps
 	// off the producer's cache line.
 	known uint64
+	// listed says the state is in the cursor's open list.
+	listed bool
 }
 
 // holds reports whether seq, at or above seg's base, is one of seg's
@@ -582,6 +592,13 @@ func (c *Cursor) closeFilesLocked() {
 	c.closed = true
 	c.rd.forget(c.rd.seq)
 	for _, f := range c.retired {
+		// Retired since the writer's last round: at Close, the fsync
+		// owed (Close fsyncs the acknowledgements) is still to do.
+		if !c.log.opts.NoSync {
+			if err := f.Sync(); err != nil && !errors.Is(err, os.ErrClosed) {
+				c.logger.Warn("diskqueue: cannot fsync acknowledgements; after a power cut finished records may be delivered again", "err", err)
+			}
+		}
 		f.Close()
 	}
 	c.retired = nil
@@ -607,8 +624,102 @@ func (c *Cursor) state(seg *segment) *segAcks {
 			sa.acked = int64(end - seg.base)
 		}
 		c.segs[seg] = sa
+		// Listed now, as a rotation hands the new segment's bitmap over
+		// (adoptBitmaps) right after making its state.
+		c.track(sa)
 	}
 	return sa
+}
+
+// maxOpenBitmaps is how many of a cursor's acknowledgement files may be
+// open before closeFarBitmaps looks for those it can close: of sealed
+// segments away from the read position with no record in flight. Those
+// of segments being written, at the read position or with records in
+// flight stay open beyond it.
+const maxOpenBitmaps = 32
+
+// track lists sa, whose bitmap is open or about to be. A list grown past
+// where closeFarBitmaps should look wakes the writer goroutine, whose
+// round does: a rotation lists the new segment's state under the log's
+// mu, which should not wait for closes. A read-only view's bitmaps are
+// copies in memory, never closed, so they are not listed. The caller
+// holds c.readMu.
+func (c *Cursor) track(sa *segAcks) {
+	if sa.listed || c.log.readOnly {
+		return
+	}
+	sa.listed = true
+	c.open = append(c.open, sa)
+	if len(c.open) == c.sweepLimit()+1 {
+		c.log.wake()
+	}
+}
+
+func (c *Cursor) sweepLimit() int { return max(c.openLimit(), c.sweepAt) }
+
+func (c *Cursor) openLimit() int {
+	if n := c.log.opts.openBitmapsForTesting; n > 0 {
+		return n
+	}
+	return maxOpenBitmaps
+}
+
+// closeFarBitmapsLocked closes the bitmaps the cursor does not need open
+// (bitmapNeeded) once more than sweepLimit are listed; their bits are in
+// the files, and ackFor opens them again on use. One owing an fsync goes
+// to retired, as the floor's passing would send it (shelve). The writer
+// goroutine runs it each round (retirePassed), and ackFor before it opens
+// another, so a reader, an Unacknowledged or Open's count (loadAcks)
+// walking many segments between two rounds does not open them all. The caller holds c.readMu and uses
+// no bitmap it had before the call.
+func (c *Cursor) closeFarBitmapsLocked() {
+	if len(c.open) <= c.sweepLimit() {
+		return
+	}
+	floor, next := c.ackFloor.Load(), c.rd.seq
+	at := c.log.segmentAt(next)
+	var after *segment
+	if at != nil {
+		after = c.log.segmentAfter(at)
+	}
+	kept := c.open[:0]
+	for _, sa := range c.open {
+		switch {
+		case sa.ack == nil || c.segs[sa.seg] != sa:
+			sa.listed = false // closed, or the segment left the log
+		case c.bitmapNeeded(sa, floor, next, at, after):
+			kept = append(kept, sa)
+		default:
+			c.shelve(sa)
+			sa.listed = false
+		}
+	}
+	clear(c.open[len(kept):])
+	c.open = kept
+	// Those kept are looked at again once the bound's worth more are
+	// listed, so a cursor with many segments in flight walks them once
+	// per that many opens, not each round.
+	c.sweepAt = len(kept) + c.openLimit()
+}
+
+// bitmapNeeded reports whether the cursor keeps sa's bitmap open: its
+// segment is being written or sealed (appends grow the file and the seal
+// cuts it), the reader is in it or about to enter it (at, after: the
+// segment of next, the next record Read hands out, and the one after), the
+// last Read or Ack used it, or it may hold records in flight. Those lie
+// in [floor, next): a segment past next, or every record of which is
+// acknowledged, holds none. A read-only view's bitmaps, in memory only,
+// are never closed (nor listed).
+func (c *Cursor) bitmapNeeded(sa *segAcks, floor, next uint64, at, after *segment) bool {
+	seg := sa.seg
+	switch {
+	case sa.ack.mem || !seg.sealed.Load() || seg.writing.Load():
+		return true
+	case seg == c.rd.seg || seg == at || seg == after || sa == c.lastRead || sa == c.lastAcked:
+		return true
+	}
+	end := seg.endNow()
+	return seg.base < next && end > floor && sa.acked < int64(end-seg.base)
 }
 
 // retire closes the cursor's bitmap of a segment its floor has passed:
@@ -627,10 +738,18 @@ func (c *Cursor) retire(sa *segAcks) {
 		c.passed = append(c.passed, sa) // for retirePassed, once sealed
 		return
 	}
+	c.shelve(sa)
+}
+
+// shelve closes sa's bitmap, or hands it to the writer goroutine to fsync
+// and close (retired) if bits set since the last fsync may not be durable
+// yet: it is dirty, or syncAcks is fsyncing it now. The caller holds
+// c.readMu.
+func (c *Cursor) shelve(sa *segAcks) {
 	a := sa.ack
 	sa.ack = nil
 	a.release()
-	if a.dirty && !c.log.opts.NoSync {
+	if (a.dirty || c.syncing) && !c.log.opts.NoSync {
 		c.retired = append(c.retired, a.f)
 		return
 	}
@@ -639,8 +758,9 @@ func (c *Cursor) retire(sa *segAcks) {
 
 // retirePassed retires the bitmaps of segments the floor has passed that
 // were still being sealed when it did (c.passed, not a walk of every
-// segment), then fsyncs and closes every retired file. The writer
-// goroutine calls it each round.
+// segment), closes those far from the read position
+// (closeFarBitmapsLocked), then fsyncs and closes every retired file. The
+// writer goroutine calls it each round.
 func (c *Cursor) retirePassed() {
 	c.readMu.Lock()
 	passed := c.passed
@@ -648,6 +768,7 @@ func (c *Cursor) retirePassed() {
 	for _, sa := range passed {
 		c.retire(sa) // those still being sealed go back on the list
 	}
+	c.closeFarBitmapsLocked()
 	retired := c.retired
 	c.retired = nil
 	c.readMu.Unlock()
@@ -807,6 +928,7 @@ func (c *Cursor) ackFor(seg *segment) (*ackFile, error) {
 	if seg.gone.Load() {
 		return nil, fmt.Errorf("%w: segment %d was acknowledged and deleted", ErrNotFound, seg.base)
 	}
+	c.closeFarBitmapsLocked()
 	capacity := c.ackCapacity(seg)
 	a, flags, err := c.openAckFile(seg, capacity)
 	switch {
@@ -834,6 +956,7 @@ func (c *Cursor) ackFor(seg *segment) (*ackFile, error) {
 	}
 	a.owner = c
 	sa.ack = a
+	c.track(sa)
 	return a, nil
 }
 
@@ -1018,7 +1141,13 @@ func (c *Cursor) syncAcks() {
 			todo = append(todo, dirty{seg.base, a.f})
 		}
 	}
+	c.syncing = len(todo) > 0
 	c.readMu.Unlock()
+	defer func() {
+		c.readMu.Lock()
+		c.syncing = false
+		c.readMu.Unlock()
+	}()
 	// Oldest first: Open counts acknowledgements up to the first bitmap
 	// whose readEnd says it was never read, so a later one must not be
 	// durable before an earlier one's raised readEnd is.
@@ -1280,7 +1409,9 @@ func (c *Cursor) prepare(seg *segment) {
 		return
 	}
 	a.owner = c
-	c.state(seg).ack = a
+	sa = c.state(seg)
+	sa.ack = a
+	c.track(sa)
 }
 
 // quarantine copies damaged bytes aside, reports them and treats their

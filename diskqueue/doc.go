@@ -128,7 +128,10 @@
 // segCache): the others give theirs back, descriptors and mappings, and
 // are opened again on their next use, as segments found at Open are. So
 // the handles a log holds are bounded by that and by its readers, not by
-// its backlog.
+// its backlog. A cursor likewise keeps open the bitmaps of the segments
+// being written, of where it reads and of those with records in flight,
+// and closes the others once more than 32 are open (fsyncing first what
+// it owes, on the writer goroutine); ackFor opens them again on use.
 // Compactions run one at a time (the log's compaction slot) and do their
 // long part, reading the old files and writing the new, on the caller's
 // goroutine; the swap runs on the writer goroutine.

@@ -23,3 +23,7 @@ func SparesUsed(l *Log) int64 { return l.sparesUsed.Load() }
 // SetOpenSealed makes opts keep the read handles of at most n sealed
 // segments nobody holds (maxOpenSealed).
 func SetOpenSealed(opts *Options, n int) { opts.openSealedForTesting = n }
+
+// SetOpenBitmaps makes opts have each cursor look for acknowledgement
+// files to close once more than n are open (maxOpenBitmaps).
+func SetOpenBitmaps(opts *Options, n int) { opts.openBitmapsForTesting = n }

@@ -114,6 +114,9 @@ type Options struct {
 	// race test with a few segments has them given back and reopened
 	// under it all the time.
 	openSealedForTesting int
+	// openBitmapsForTesting, if not zero, replaces maxOpenBitmaps, so
+	// tests have a cursor close and reopen its bitmaps all the time.
+	openBitmapsForTesting int
 }
 
 // Defaults documented on the Options fields.
