@@ -245,6 +245,13 @@ func (r *reader) next() (Record, error) {
 				prev = max(prev, nxt.endNow())
 				nxt = r.l.segmentAfter(nxt)
 			}
+			if r.seg.gone.Load() {
+				// Deleted since the check above: once it has left the
+				// list, so have the segments after it that the search
+				// skipped, which is no gap. The top of the loop finds
+				// r.seq again.
+				continue
+			}
 			if nxt == nil {
 				return Record{}, errNoData
 			}
