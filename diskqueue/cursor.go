@@ -1125,7 +1125,18 @@ func (c *Cursor) loadAcks() error {
 // syncAcks fsyncs the acknowledgement files changed since the last call,
 // so a power cut loses at most the acknowledgements of one SyncInterval.
 // Under the default policy that is the same bound as for the records.
+// First it closes the bitmaps the cursor no longer needs open, whatever
+// sweepAt says.
 func (c *Cursor) syncAcks() {
+	c.readMu.Lock()
+	if len(c.open) > c.openLimit() {
+		// Bitmaps kept for records in flight that have all been
+		// acknowledged since are closed here, at the latest, when no
+		// other bitmap opened since (sweepAt) has had the list looked at.
+		c.sweepAt = 0
+		c.closeFarBitmapsLocked()
+	}
+	c.readMu.Unlock()
 	if c.log.opts.NoSync || c.log.readOnly {
 		return
 	}
