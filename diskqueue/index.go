@@ -117,7 +117,7 @@ func (l *Log) readIndexEntries(seg *segment, f *segFiles, seq uint64, out []uint
 	// might alias.
 	var small [2 * indexEntrySize]byte
 	var buf []byte
-	if _, m := f.maps(l, seg); n <= len(small) && copyMapped(small[:n], m, at) {
+	if _, m := f.mapsForLookup(l, seg); n <= len(small) && copyMapped(small[:n], m, at) {
 		buf = small[:n]
 	} else if big := make([]byte, n); copyMapped(big, m, at) {
 		buf = big

@@ -613,7 +613,7 @@ func (l *Log) ReadAt(seq uint64) (Record, error) {
 // touching it faults. Bytes past the end of the file read as zeros (the
 // frame's checks then fail), as from pread.
 func (f *segFiles) readLog(l *Log, seg *segment, b []byte, off int64) error {
-	if m, _ := f.maps(l, seg); copyMapped(b, m, off) {
+	if m, _ := f.mapsForLookup(l, seg); copyMapped(b, m, off) {
 		return nil
 	}
 	if _, err := f.log.ReadAt(b, off); err != nil && err != io.EOF {

@@ -67,7 +67,7 @@ type segment struct {
 	// its generation back (segCache) and is opened again on its next use,
 	// as at Open; reopenSize (under filesMu) is the size the generation
 	// given back had, for a compacted one whose extent still says the
-	// size before. filesMu orders those opens, the eviction and the swap
+	// size before, and evicted (under filesMu) says one was given back. filesMu orders those opens, the eviction and the swap
 	// against closeFiles, and against each other; closed (under filesMu)
 	// says the segment was deleted, so nothing opens it again.
 	// retired (under filesMu) are the generations compactions replaced,
@@ -78,6 +78,7 @@ type segment struct {
 	closed     bool
 	retired    []*segFiles
 	reopenSize int64
+	evicted    bool
 	// used is set by each acquireFiles and cleared by the cache's sweep
 	// (a clock's reference bit), so that segments read lately keep their
 	// handles. cached (under the cache's mu) says the segment is in it.
@@ -206,6 +207,27 @@ type segFiles struct {
 	// last release.
 	mapOnce          sync.Once
 	logMap, indexMap []byte
+	// reopened says the cache gave the segment's previous generation back
+	// (evict): lookups then map this one only once they have used it
+	// mapAfterLookups times (mapsForLookup). lookups counts them.
+	reopened bool
+	lookups  atomic.Int32
+}
+
+// mapAfterLookups is how many lookups read a reopened generation with
+// pread before one maps it: mapping a file, faulting in its pages and
+// unmapping it when the cache gives it back costs more than the two
+// preads of a ReadAt, so a segment touched once between two evictions is
+// not mapped for it.
+const mapAfterLookups = 4
+
+// mapsForLookup is maps for a lookup of a record or two (ReadAt, and the
+// index entry a reader starts from). The caller holds the generation.
+func (f *segFiles) mapsForLookup(l *Log, s *segment) (logMap, indexMap []byte) {
+	if f.reopened && f.lookups.Load() < mapAfterLookups && f.lookups.Add(1) <= mapAfterLookups {
+		return nil, nil
+	}
+	return f.maps(l, s)
 }
 
 // readMapper is implemented by files that can be mapped shared and
@@ -568,6 +590,7 @@ func (l *Log) openFiles(seg *segment) (f *segFiles, opened bool, err error) {
 	// Open counted the index files at their expected sizes.
 	l.diskBytes.Add(seg.diskBytes() - before)
 	f.size = seg.reopenSize
+	f.reopened = seg.evicted
 	f.refs.Store(2) // the segment's and the caller's
 	seg.used.Store(true)
 	seg.files.Store(f)
@@ -649,7 +672,7 @@ func (s *segment) evict() bool {
 	// From zero nobody takes a reference (tryAcquire), and acquireFiles
 	// waits on filesMu for the nil that has it open the files again.
 	s.files.Store(nil)
-	s.reopenSize = f.size
+	s.reopenSize, s.evicted = f.size, true
 	f.free()
 	return true
 }
