@@ -68,8 +68,8 @@ func TestDescriptorsStayBounded(t *testing.T) {
 	// about to read and the eight holding records in flight (below).
 	const cursors = 2
 	bound := map[string]int{
-		".log":       maxOpenSealed + 8,
-		".index":     maxOpenSealed + 8,
+		".log":       maxOpenSealed + 16,
+		".index":     maxOpenSealed + 16,
 		".timeindex": 4,
 		".ack":       cursors * (maxOpenBitmaps + 16),
 		"":           4, // the cursor files and the lock
