@@ -137,7 +137,9 @@
 // goroutine; the swap runs on the writer goroutine.
 //
 // Lock order, outermost first: the log's compaction slot (held by
-// Compact throughout, never taken under another lock), the log's mu (producer side: the active
+// Compact throughout, never taken under another lock), the log's prepMu
+// (the preparer goroutine's use of the active segment's mapping outside mu,
+// and seal's unmapping, which waits for it), the log's mu (producer side: the active
 // segment's tail with every cursor's bitmap of it, the segments waiting to
 // be sealed, the sticky error, the set of cursors), a cursor's readMu
 // (consumer side: its reader, its acknowledgement bitmaps and counts, its
@@ -146,11 +148,14 @@
 // segment cache's mu (which sealed segments may hold read handles), a
 // segment's filesMu (its lazily opened read handles, their eviction, and
 // the swap of a compacted generation, renames included), a generation's
-// mu (its descriptors' closing against their mapping). A segment's size and
-// end are atomics a producer publishes (size, then end); the writer
-// goroutine alone seals, deletes and closes write handles, so it may use
-// the active segment's handles outside mu. A cursor's file is stored only by
-// the writer goroutine.
+// mu (its descriptors' closing against their mapping). The log's dropMu
+// (the active segment's mark of pages taken out of its mapping) is a
+// leaf: nothing is taken under it. A segment's size and end are one
+// atomic word (its extent) a producer publishes after the record and its
+// index entry, so a reader sees both or neither; the writer goroutine
+// alone seals, deletes and closes write handles, so it may use the active
+// segment's handles outside mu. A cursor's file is stored only by the
+// writer goroutine.
 //
 // # Format
 //
