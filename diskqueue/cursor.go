@@ -974,9 +974,9 @@ func (c *Cursor) advanceFloorLocked(hint *segment) error {
 	crossed := false // the floor left a segment: it may be deletable now
 	var err error
 	for {
-		// Bounded by the segments' published ends, not by nextSeq: a
-		// producer publishes a record's segment end before nextSeq, and
-		// the record may be read and acknowledged in between.
+		// Bounded by the segments' published ends, which nextSeq is the
+		// last of (read through the last segment, which a rotation
+		// replaces): the segment in hand says where its records end.
 		seg := hint
 		hint = nil
 		if seg == nil || floor < seg.base || floor >= seg.endNow() {
