@@ -159,3 +159,37 @@ func ExampleLog_PutBatch() {
 	// seq 2: log transfer
 	// fsyncs: 1
 }
+
+// A consumer that works in batches takes the records ready with one call
+// (and one acquisition of the cursor's lock), then acknowledges each.
+func ExampleQueue_ReadBatch() {
+	dir, _ := os.MkdirTemp("", "spillq-example")
+	defer os.RemoveAll(dir)
+	q, err := diskqueue.Open(dir, diskqueue.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer q.Close()
+
+	ctx := context.Background()
+	for _, b := range []string{"a", "b", "c", "d", "e"} {
+		if err := q.Put(ctx, []byte(b)); err != nil {
+			log.Fatal(err)
+		}
+	}
+	batch := make([]diskqueue.Record, 3)
+	for q.Depth() > 0 {
+		n, err := q.ReadBatch(ctx, batch)
+		if err != nil {
+			log.Fatal(err)
+		}
+		for _, rec := range batch[:n] {
+			fmt.Printf("%s ", rec.Body)
+			q.Ack(rec.Seq)
+		}
+		fmt.Println("| batch of", n)
+	}
+	// Output:
+	// a b c | batch of 3
+	// d e | batch of 2
+}
