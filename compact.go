@@ -214,11 +214,11 @@ func (c *compactor) compactLocked(ctx context.Context, st *CompactStats) error {
 		}
 		var gone []removedVersion
 		keep := func(rec diskqueue.Record) bool {
-			m, err := channel.UnmarshalMessage(rec.Body)
-			if err != nil || m.Key == nil {
+			key, mid, ok := channel.RecordKey(rec.Body)
+			if !ok {
 				return true
 			}
-			if id, ok := newest[string(m.Key)]; !ok || id <= m.ID {
+			if id, ok := newest[string(key)]; !ok || id <= mid {
 				return true
 			}
 			acked := c.dq.Acknowledged(rec.Seq)
@@ -226,7 +226,7 @@ func (c *compactor) compactLocked(ctx context.Context, st *CompactStats) error {
 				return !acked // only history: pending work stays
 			}
 			if !acked && c.compacted != nil {
-				gone = append(gone, removedVersion{key: append([]byte(nil), m.Key...), id: m.ID, seq: rec.Seq})
+				gone = append(gone, removedVersion{key: append([]byte(nil), key...), id: mid, seq: rec.Seq})
 			}
 			return false
 		}
@@ -286,17 +286,17 @@ func (c *compactor) newestVersions(ctx context.Context, from, end uint64) (newes
 				return nil, 0, 0, err
 			}
 			next = rec.Seq + 1
-			m, err := channel.UnmarshalMessage(rec.Body)
-			if err != nil || m.Key == nil {
+			key, mid, ok := channel.RecordKey(rec.Body)
+			if !ok {
 				continue
 			}
 			keyed++
-			id, ok := newest[string(m.Key)]
-			if ok && id != m.ID { // the same message stored again at Close supersedes nothing
+			id, ok := newest[string(key)]
+			if ok && id != mid { // the same message stored again at Close supersedes nothing
 				superseding++
 			}
-			if !ok || m.ID > id {
-				newest[string(m.Key)] = m.ID
+			if !ok || mid > id {
+				newest[string(key)] = mid
 			}
 		}
 		switch {

@@ -152,17 +152,38 @@ func envelopeDue(b []byte) int64 {
 
 // decodeEnvelope parses a backend record. The body and key alias b.
 func decodeEnvelope(b []byte) (*Message, error) {
+	m := new(Message)
+	if err := decodeEnvelopeInto(b, m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// RecordKey returns the key and ID of a record a Channel wrote to its
+// Backend, as UnmarshalMessage would decode them, without allocating; ok
+// is false for a record without a key or that is not a message. The key
+// aliases record.
+func RecordKey(record []byte) (key []byte, id ID, ok bool) {
+	var m Message
+	if decodeEnvelopeInto(record, &m) != nil || m.Key == nil {
+		return nil, 0, false
+	}
+	return m.Key, m.ID, true
+}
+
+// decodeEnvelopeInto is decodeEnvelope into m.
+func decodeEnvelopeInto(b []byte, m *Message) error {
 	if len(b) < envFixedSize {
-		return nil, fmt.Errorf("%w: %d bytes", ErrBadEnvelope, len(b))
+		return fmt.Errorf("%w: %d bytes", ErrBadEnvelope, len(b))
 	}
 	if b[0] != envelopeVersion {
-		return nil, fmt.Errorf("%w: envelope version %d", ErrBadEnvelope, b[0])
+		return fmt.Errorf("%w: envelope version %d", ErrBadEnvelope, b[0])
 	}
 	flags := b[1]
 	if flags&^envKnownFlags != 0 {
-		return nil, fmt.Errorf("%w: unknown flags %#x", ErrBadEnvelope, flags)
+		return fmt.Errorf("%w: unknown flags %#x", ErrBadEnvelope, flags)
 	}
-	m := &Message{
+	*m = Message{
 		ID:        ID(binary.BigEndian.Uint64(b[2:10])),
 		Attempts:  binary.BigEndian.Uint16(b[10:12]),
 		Timestamp: time.Unix(0, int64(binary.BigEndian.Uint64(b[12:20]))),
@@ -176,29 +197,29 @@ func decodeEnvelope(b []byte) (*Message, error) {
 			continue
 		}
 		if len(rest) < 8 {
-			return nil, fmt.Errorf("%w: truncated header", ErrBadEnvelope)
+			return fmt.Errorf("%w: truncated header", ErrBadEnvelope)
 		}
 		*f.dst = int64(binary.BigEndian.Uint64(rest))
 		if *f.dst == 0 {
 			// Zero means "absent" and is never written with its flag set.
-			return nil, fmt.Errorf("%w: flagged time is zero", ErrBadEnvelope)
+			return fmt.Errorf("%w: flagged time is zero", ErrBadEnvelope)
 		}
 		rest = rest[8:]
 	}
 	if flags&envFlagKey != 0 {
 		if len(rest) < 2 {
-			return nil, fmt.Errorf("%w: truncated key length", ErrBadEnvelope)
+			return fmt.Errorf("%w: truncated key length", ErrBadEnvelope)
 		}
 		n := int(binary.BigEndian.Uint16(rest))
 		if n == 0 || n > MaxKeyBytes || len(rest) < 2+n {
 			// Zero is "no key", never written with its flag set.
-			return nil, fmt.Errorf("%w: key of %d bytes (%d left, 1 to %d allowed)", ErrBadEnvelope, n, len(rest)-2, MaxKeyBytes)
+			return fmt.Errorf("%w: key of %d bytes (%d left, 1 to %d allowed)", ErrBadEnvelope, n, len(rest)-2, MaxKeyBytes)
 		}
 		m.Key = rest[2 : 2+n : 2+n]
 		rest = rest[2+n:]
 	}
 	m.Body = rest
-	return m, nil
+	return nil
 }
 
 // MarshalMessage encodes body as a channel message record, as a Channel
