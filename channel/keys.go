@@ -260,8 +260,7 @@ func (t *keyTable) hasVersion(n int32, id ID) bool {
 type admitted struct {
 	n    int32 // the entry the Put counts in, of generation gen; -1 if none
 	gen  uint32
-	made bool     // admit inserted it
-	had  bool     // admit replaced the payload of a live entry: prev
+	made bool     // admit inserted it; else (KeyUnique, KeyDedup) it replaced the payload of a live entry: prev
 	prev keyEntry // KeyUnique, KeyDedup
 }
 
@@ -308,7 +307,7 @@ func (t *keyTable) admit(key []byte, id ID, now int64) (admitted, error) {
 	}
 	a := admitted{n: n}
 	if e != nil {
-		a.had, a.prev, a.gen = true, *e, e.gen
+		a.prev, a.gen = *e, e.gen
 		e.setPayload(fresh)
 	} else {
 		a.n, a.made = t.ix.insert(key, h, fresh), true
@@ -340,7 +339,7 @@ func (t *keyTable) undo(id ID, a admitted) {
 		}
 		return
 	}
-	if a.had {
+	if !a.made {
 		e.setPayload(a.prev)
 	} else {
 		t.removeEntry(a.n)
@@ -566,7 +565,7 @@ type KeyEntry struct {
 func (t *keyTable) snapshot(floor uint64) keySnapshot {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	snap := keySnapshot{ents: make([]snapEntry, 0, t.ix.live), arena: slices.Clone(t.ix.arena), dedup: t.policy == KeyDedup}
+	snap := keySnapshot{ents: make([]snapEntry, 0, t.ix.live), arena: string(t.ix.arena), dedup: t.policy == KeyDedup}
 	var gone []int32
 	t.ix.each(func(n int32) {
 		e := &t.ix.ents[n]
@@ -610,8 +609,8 @@ func (t *keyTable) snapshot(floor uint64) keySnapshot {
 // table's key arena.
 type keySnapshot struct {
 	ents  []snapEntry
-	arena []byte
-	dedup bool // KeyDedup: each entry's At counts
+	arena string // the keys' bytes: KeyEntry.Key values are slices of it
+	dedup bool   // KeyDedup: each entry's At counts
 }
 
 type snapEntry struct {
@@ -628,7 +627,7 @@ func (s keySnapshot) entries() []KeyEntry {
 	if len(s.ents) == 0 {
 		return nil
 	}
-	keys := string(s.arena)
+	keys := s.arena
 	out := make([]KeyEntry, len(s.ents))
 	for i, e := range s.ents {
 		out[i] = KeyEntry{Key: keys[e.koff : e.koff+uint32(e.klen)], ID: e.id, Seq: e.seq}
@@ -644,8 +643,9 @@ func (s keySnapshot) entries() []KeyEntry {
 func (t *keyTable) restore(st *KeyState, now int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	var key []byte // find and insert copy it
 	for _, ke := range st.Entries {
-		key := []byte(ke.Key)
+		key = append(key[:0], ke.Key...)
 		p := keyEntry{id: ke.ID, seq: ke.Seq, hasSeq: true}
 		switch t.policy {
 		case KeyUnique:
