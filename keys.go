@@ -238,10 +238,7 @@ func loadKeyState(dir string, q keyLog, policy channel.KeyPolicy, window time.Du
 		kept = append(kept, e)
 	}
 	st.Entries = kept
-	index := make(map[string]int, len(kept))
-	for i, e := range kept {
-		index[e.Key] = i
-	}
+	var index map[string]int // made at the tail's first keyed record: a clean Close leaves no tail
 	for rec, err := range q.Scan(from, math.MaxUint64) {
 		if errors.Is(err, diskqueue.ErrCorrupt) {
 			continue // never delivered: nothing to remember
@@ -255,6 +252,12 @@ func loadKeyState(dir string, q keyLog, policy channel.KeyPolicy, window time.Du
 		}
 		if policy == channel.KeyUnique && q.Acknowledged(rec.Seq) {
 			continue
+		}
+		if index == nil {
+			index = make(map[string]int, len(st.Entries))
+			for i, e := range st.Entries {
+				index[e.Key] = i
+			}
 		}
 		e := channel.KeyEntry{Key: string(m.Key), ID: m.ID, Seq: rec.Seq, At: m.Timestamp}
 		if i, ok := index[e.Key]; ok {
