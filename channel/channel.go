@@ -542,7 +542,7 @@ func (m *Message) Requeue(delay time.Duration) error {
 	c := m.ch
 	// (Not when out of attempts: the dead-letter handler must not run
 	// holding putMu, as it may Put.)
-	toTimers := delay > 0 && c.timers != nil && !c.exhausted(m) && !c.pinsRecord(m)
+	toTimers := delay > 0 && c.toTimers(m) && !c.exhausted(m)
 	if toTimers {
 		// Held until the message lands, so Close, which waits for it,
 		// cannot miss the message while it is on its way to the timer

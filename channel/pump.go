@@ -75,7 +75,7 @@ func (c *Channel) dispatch(seq uint64, body []byte, gen uint32) bool {
 	m.ch, m.seq, m.src, m.gen = c, seq, srcBackend, gen
 	if m.due != 0 && m.due > time.Now().UnixNano() {
 		c.delivered()
-		if c.timers != nil && !c.pinsRecord(m) {
+		if c.toTimers(m) {
 			// Moved to the timer store (a queue written before it had
 			// one, where it failed, or a topic's deferred message): a new
 			// record there, then this one acknowledged.

@@ -117,8 +117,6 @@ func (c *Channel) putKeyed(ctx context.Context, m *Message) error {
 // the backend, else putFull.
 func (c *Channel) place(ctx context.Context, m *Message) error {
 	switch {
-	case m.due != 0 && c.pinsRecord(m) && c.backend != nil:
-		return c.putBackend(ctx, m) // its record stays in the log while it waits
 	case m.due != 0:
 		return c.putDeferred(ctx, m)
 	case c.memCh != nil && c.diskPending.Load() == 0:
@@ -145,6 +143,10 @@ func (c *Channel) pinsRecord(m *Message) bool {
 	}
 	return c.opts.Keys == KeyUnique || c.opts.Keys == KeyReplace
 }
+
+// toTimers reports whether m, deferred, may wait in the timer store: there
+// is one, and m's record need not stay in the backend (pinsRecord).
+func (c *Channel) toTimers(m *Message) bool { return c.timers != nil && !c.pinsRecord(m) }
 
 // fill makes m a new message: the next ID, stamped now.
 func (c *Channel) fill(m *Message, body []byte, po PutOptions) {
@@ -185,7 +187,7 @@ func (c *Channel) putFull(ctx context.Context, m *Message) error {
 // otherwise. If the timer store fails, the message goes to the backend, as
 // without one.
 func (c *Channel) putDeferred(ctx context.Context, m *Message) error {
-	if c.timers != nil {
+	if c.toTimers(m) {
 		bctx, release := c.bound(ctx)
 		err := c.putTimer(bctx, m)
 		release()
