@@ -125,8 +125,9 @@ func NewFanout(log FanoutLog, opts FanoutOptions) (*Fanout, error) {
 	if f.minBody, f.maxBody, err = bodyLimits(log); err != nil {
 		return nil, err
 	}
-	if opts.DedupWindow < 0 {
-		return nil, fmt.Errorf("%w: DedupWindow %v is negative", ErrInvalidOptions, opts.DedupWindow)
+	window, err := dedupWindow(opts.DedupWindow)
+	if err != nil {
+		return nil, err
 	}
 	switch opts.Keys {
 	case KeyNone:
@@ -134,10 +135,6 @@ func NewFanout(log FanoutLog, opts FanoutOptions) (*Fanout, error) {
 		klog, ok := log.(KeyLog)
 		if !ok {
 			return nil, fmt.Errorf("%w: Keys %v needs a log that is a KeyLog", ErrInvalidOptions, opts.Keys)
-		}
-		window := opts.DedupWindow
-		if window == 0 {
-			window = DefaultDedupWindow
 		}
 		f.klog = klog
 		if f.keys, err = newKeyTable(opts.Keys, window, klog.Acknowledged, opts.KeyState); err != nil {

@@ -103,11 +103,9 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Keys > KeySerial {
 		return o, fmt.Errorf("%w: Keys %v", ErrInvalidOptions, o.Keys)
 	}
-	if o.DedupWindow < 0 {
-		return o, fmt.Errorf("%w: DedupWindow %v is negative", ErrInvalidOptions, o.DedupWindow)
-	}
-	if o.DedupWindow == 0 {
-		o.DedupWindow = DefaultDedupWindow
+	var err error
+	if o.DedupWindow, err = dedupWindow(o.DedupWindow); err != nil {
+		return o, err
 	}
 	if o.MaxDeferredInMemory == 0 {
 		o.MaxDeferredInMemory = DefaultMaxDeferredInMemory
@@ -119,4 +117,15 @@ func (o Options) withDefaults() (Options, error) {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	return o, nil
+}
+
+// dedupWindow checks a DedupWindow option and gives its default for zero.
+func dedupWindow(w time.Duration) (time.Duration, error) {
+	if w < 0 {
+		return 0, fmt.Errorf("%w: DedupWindow %v is negative", ErrInvalidOptions, w)
+	}
+	if w == 0 {
+		return DefaultDedupWindow, nil
+	}
+	return w, nil
 }
