@@ -97,15 +97,16 @@ func decodeIndexEntry(b []byte, i int64) (int64, bool) {
 // from the generation f of seg's files (raw: see indexOffset).
 func (l *Log) indexEntries(seg *segment, f *segFiles, seq uint64, count int) ([]uint32, error) {
 	out := make([]uint32, count)
-	if err := l.readIndexEntries(seg, f, seq, out); err != nil {
+	_, m := f.mapsForLookup(l, seg)
+	if err := l.readIndexEntries(seg, f, m, seq, out); err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
-// readIndexEntries is indexEntries into out, len(out) entries: ReadAt's
-// two fit on its stack.
-func (l *Log) readIndexEntries(seg *segment, f *segFiles, seq uint64, out []uint32) error {
+// readIndexEntries is indexEntries into out, len(out) entries, from m,
+// f's index mapping (nil: pread): ReadAt's two fit on its stack.
+func (l *Log) readIndexEntries(seg *segment, f *segFiles, m []byte, seq uint64, out []uint32) error {
 	count := len(out)
 	if f.index == nil || (seg.partialIndex && seq+uint64(count) > seg.indexedEnd) {
 		return fmt.Errorf("%w: segment %d has no index entry for seq %d", ErrCorrupt, seg.base, seq)
@@ -117,10 +118,10 @@ func (l *Log) readIndexEntries(seg *segment, f *segFiles, seq uint64, out []uint
 	// might alias.
 	var small [2 * indexEntrySize]byte
 	var buf []byte
-	if _, m := f.mapsForLookup(l, seg); n <= len(small) && copyMapped(small[:n], m, at) {
+	if n <= len(small) && copyMapped(small[:n], m, at) {
 		buf = small[:n]
-	} else if big := make([]byte, n); copyMapped(big, m, at) {
-		buf = big
+	} else if big := make([]byte, n); n > len(small) && copyMapped(big, m, at) {
+		buf = big // (a small read whose copy failed would fail again)
 	} else {
 		if _, err := f.index.ReadAt(big, at); err != nil {
 			if errors.Is(err, os.ErrClosed) {

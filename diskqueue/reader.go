@@ -573,7 +573,10 @@ func (l *Log) ReadAt(seq uint64) (Record, error) {
 	}
 	var entries [2]uint32
 	offs := entries[:count]
-	if err := l.readIndexEntries(seg, f, seq, offs); err != nil {
+	// Once per ReadAt: each call counts toward mapping a reopened
+	// generation (mapAfterLookups).
+	logMap, indexMap := f.mapsForLookup(l, seg)
+	if err := l.readIndexEntries(seg, f, indexMap, seq, offs); err != nil {
 		return Record{}, err
 	}
 	off, removed := indexOffset(offs[0], f.compacted)
@@ -595,7 +598,7 @@ func (l *Log) ReadAt(seq uint64) (Record, error) {
 		return l.readAtSlow(seg, f, seq, limit, fmt.Errorf("index entry %d is out of range", off))
 	}
 	buf := make([]byte, stop-off)
-	if err := f.readLog(l, seg, buf, off); err != nil {
+	if err := f.readLog(seg, logMap, buf, off); err != nil {
 		return Record{}, err
 	}
 	h, body, _, err := decodeRecord(buf, maxBodyForRead(l.opts.MaxRecordBytes))
@@ -609,11 +612,11 @@ func (l *Log) ReadAt(seq uint64) (Record, error) {
 }
 
 // readLog fills b with the log bytes of generation f (held by the caller)
-// at off: a copy out of the mapping, or a pread where there is none or
-// touching it faults. Bytes past the end of the file read as zeros (the
-// frame's checks then fail), as from pread.
-func (f *segFiles) readLog(l *Log, seg *segment, b []byte, off int64) error {
-	if m, _ := f.mapsForLookup(l, seg); copyMapped(b, m, off) {
+// at off: a copy out of m, f's log mapping, or a pread where there is
+// none or touching it faults. Bytes past the end of the file read as zeros
+// (the frame's checks then fail), as from pread.
+func (f *segFiles) readLog(seg *segment, m, b []byte, off int64) error {
+	if copyMapped(b, m, off) {
 		return nil
 	}
 	if _, err := f.log.ReadAt(b, off); err != nil && err != io.EOF {
