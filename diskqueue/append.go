@@ -519,7 +519,7 @@ func (l *Log) adoptBitmaps(t *tail) {
 	for _, a := range t.acks {
 		c := a.owner
 		c.readMu.Lock()
-		c.state(t.seg).ack = a
+		c.installLocked(c.state(t.seg), a)
 		c.readMu.Unlock()
 	}
 }

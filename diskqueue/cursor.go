@@ -624,11 +624,16 @@ func (c *Cursor) state(seg *segment) *segAcks {
 			sa.acked = int64(end - seg.base)
 		}
 		c.segs[seg] = sa
-		// Listed now, as a rotation hands the new segment's bitmap over
-		// (adoptBitmaps) right after making its state.
-		c.track(sa)
 	}
 	return sa
+}
+
+// installLocked makes a the cursor's open bitmap of sa's segment, and lists
+// sa among the open ones (track). The caller holds c.readMu.
+func (c *Cursor) installLocked(sa *segAcks, a *ackFile) {
+	a.owner = c
+	sa.ack = a
+	c.track(sa)
 }
 
 // maxOpenBitmaps is how many of a cursor's acknowledgement files may be
@@ -954,9 +959,7 @@ func (c *Cursor) ackFor(seg *segment) (*ackFile, error) {
 	default:
 		return nil, err
 	}
-	a.owner = c
-	sa.ack = a
-	c.track(sa)
+	c.installLocked(sa, a)
 	return a, nil
 }
 
@@ -1419,10 +1422,7 @@ func (c *Cursor) prepare(seg *segment) {
 		a.close()
 		return
 	}
-	a.owner = c
-	sa = c.state(seg)
-	sa.ack = a
-	c.track(sa)
+	c.installLocked(c.state(seg), a)
 }
 
 // quarantine copies damaged bytes aside, reports them and treats their
