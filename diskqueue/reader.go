@@ -63,7 +63,7 @@ func (r *reader) reset(seg *segment, f *segFiles, off int64, seq uint64) {
 	r.seg, r.files, r.off, r.seq, r.known = seg, f, off, seq, 0
 	r.win.reset(f.log)
 	r.win.m, _ = f.maps(r.l, seg)
-	r.win.dropped = off &^ (allocUnit - 1)
+	r.win.dropped = off &^ int64(pageSize-1)
 }
 
 // moveTo points the reader at seq, which starts at off in seg's current
@@ -112,7 +112,7 @@ type window struct {
 	chunk int64 // read-ahead size; zero means readChunk
 	m     []byte
 	// dropped is where the pages of m not yet dropped begin (a multiple
-	// of allocUnit, a page).
+	// of pageSize: madvise takes a page-aligned start).
 	dropped int64
 	touched int64 // the end of what bytesAt handed out of m
 }
@@ -124,7 +124,7 @@ func (w *window) reset(r io.ReaderAt) {
 // dropBehind drops the pages of m wholly before off from the resident set
 // once dropStep of them are waiting.
 func (w *window) dropBehind(off int64) {
-	if end := off &^ (allocUnit - 1); end-w.dropped >= dropStep && end <= int64(len(w.m)) {
+	if end := off &^ int64(pageSize-1); end-w.dropped >= dropStep && end <= int64(len(w.m)) {
 		dropPages(w.m[w.dropped:end])
 		w.dropped = end
 	}
@@ -133,7 +133,7 @@ func (w *window) dropBehind(off int64) {
 // dropAll drops every page of m the window touched and has not dropped:
 // the reader is leaving the mapping.
 func (w *window) dropAll() {
-	if end := min(roundUp(w.touched, allocUnit), int64(len(w.m))); end > w.dropped {
+	if end := min(roundUp(w.touched, int64(pageSize)), int64(len(w.m))); end > w.dropped {
 		dropPages(w.m[w.dropped:end])
 		w.dropped = end
 	}
