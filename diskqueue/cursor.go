@@ -1059,7 +1059,8 @@ func (c *Cursor) markAckedLocked(sa *segAcks, seq uint64) (bool, error) {
 	c.ackedMax = max(c.ackedMax, seq)
 	c.ackedAbove.Add(1)
 	sa.acked++
-	if sa.acked >= int64(seg.endNow()-seg.base) && seg.sealed.Load() {
+	// Sealed first: the active segment's end is the line every Put stores.
+	if seg.sealed.Load() && sa.acked >= int64(seg.endNow()-seg.base) {
 		c.log.wake() // the whole segment may go
 	}
 	if seq == c.ackFloor.Load() {
