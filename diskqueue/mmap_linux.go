@@ -47,20 +47,17 @@ func (f osFile) PunchHole(off, n int64) error {
 
 // Map maps the first n bytes of the file shared and writable. n may reach
 // past the end of the file; only bytes inside it may be touched.
-func (f osFile) Map(n int) ([]byte, error) {
-	b, err := unix.Mmap(int(f.Fd()), 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		return nil, &os.PathError{Op: "mmap", Path: f.Name(), Err: err}
-	}
-	return b, nil
-}
+func (f osFile) Map(n int) ([]byte, error) { return f.mmap(n, unix.PROT_READ|unix.PROT_WRITE) }
 
 // MapRead maps the first n bytes of the file shared and read-only, for
 // readers: the kernel's page cache itself, so a read is a load, not a
 // system call and a copy. n may reach past the end of the file; only
 // bytes inside it may be touched.
-func (f osFile) MapRead(n int) ([]byte, error) {
-	b, err := unix.Mmap(int(f.Fd()), 0, n, unix.PROT_READ, unix.MAP_SHARED)
+func (f osFile) MapRead(n int) ([]byte, error) { return f.mmap(n, unix.PROT_READ) }
+
+// mmap maps the first n bytes of the file shared, with protection prot.
+func (f osFile) mmap(n, prot int) ([]byte, error) {
+	b, err := unix.Mmap(int(f.Fd()), 0, n, prot, unix.MAP_SHARED)
 	if err != nil {
 		return nil, &os.PathError{Op: "mmap", Path: f.Name(), Err: err}
 	}
