@@ -56,6 +56,11 @@ func (l *Log) run() {
 		round := l.roundStarted.Add(1)
 		if l.syncWaiters.Load() > 0 || l.unsyncedOver() || tick {
 			l.syncNow()
+			// Release the Puts this fsync covered now, not after the
+			// round's housekeeping: with SyncEvery 1 they put again
+			// meanwhile, and the next fsync serves them all. A Sync
+			// waiting for the round's end checks again then.
+			l.synced.Notify()
 		} else {
 			l.sealPending()
 		}
