@@ -590,6 +590,15 @@ func (l *Log) openFiles(seg *segment) (f *segFiles, opened bool, err error) {
 	// Open counted the index files at their expected sizes.
 	l.diskBytes.Add(seg.diskBytes() - before)
 	f.size = seg.reopenSize
+	if f.compacted {
+		// A compacted log is written whole and fsynced before it is
+		// swapped in, so the file's length is the generation's size. The
+		// segment's may be older: a read-only view lists segments once,
+		// and another process may have compacted this one since.
+		if n := fileSize(f.log); n > 0 {
+			f.size = n
+		}
+	}
 	f.reopened = seg.evicted
 	f.refs.Store(2) // the segment's and the caller's
 	seg.used.Store(true)
