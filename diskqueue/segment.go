@@ -65,20 +65,25 @@ type segment struct {
 	// sealed segment; the others get theirs when created; a compaction
 	// swaps in a new generation. A sealed segment nobody holds may give
 	// its generation back (segCache) and is opened again on its next use,
-	// as at Open; reopenSize (under filesMu) is the size the generation
-	// given back had, for a compacted one whose extent still says the
-	// size before, and evicted (under filesMu) says one was given back. filesMu orders those opens, the eviction and the swap
+	// as at Open; evicted (under filesMu) says one was given back, and
+	// gaveBack (under filesMu) what it was: its size, for a compacted one
+	// whose extent still says the size before, and what opening it again
+	// needs without checking its files anew. filesMu orders those opens,
+	// the eviction and the swap
 	// against closeFiles, and against each other; closed (under filesMu)
 	// says the segment was deleted, so nothing opens it again.
 	// retired (under filesMu) are the generations compactions replaced,
 	// which readers may still hold: closed by their last release, or with
 	// the segment.
-	files      atomic.Pointer[segFiles]
-	filesMu    sync.Mutex
-	closed     bool
-	retired    []*segFiles
-	reopenSize int64
-	evicted    bool
+	files    atomic.Pointer[segFiles]
+	filesMu  sync.Mutex
+	closed   bool
+	retired  []*segFiles
+	evicted  bool
+	gaveBack struct {
+		size               int64
+		compacted, indexed bool
+	}
 	// used is set by each acquireFiles and cleared by the cache's sweep
 	// (a clock's reference bit), so that segments read lately keep their
 	// handles. cached (under the cache's mu) says the segment is in it.
@@ -582,21 +587,27 @@ func (l *Log) openFiles(seg *segment) (f *segFiles, opened bool, err error) {
 	if seg.closed {
 		return nil, false, fmt.Errorf("%w: segment %d was deleted", ErrNotFound, seg.base)
 	}
-	before := seg.diskBytes()
-	f, err = l.openSealed(seg)
-	if err != nil {
-		return nil, false, err
-	}
-	// Open counted the index files at their expected sizes.
-	l.diskBytes.Add(seg.diskBytes() - before)
-	f.size = seg.reopenSize
-	if f.compacted {
-		// A compacted log is written whole and fsynced before it is
-		// swapped in, so the file's length is the generation's size. The
-		// segment's may be older: a read-only view lists segments once,
-		// and another process may have compacted this one since.
-		if n := fileSize(f.log); n > 0 {
-			f.size = n
+	if seg.evicted && !l.readOnly {
+		if f, err = l.reopenEvicted(seg); err != nil {
+			return nil, false, err
+		}
+		f.size = seg.gaveBack.size
+	} else {
+		before := seg.diskBytes()
+		if f, err = l.openSealed(seg); err != nil {
+			return nil, false, err
+		}
+		// Open counted the index files at their expected sizes.
+		l.diskBytes.Add(seg.diskBytes() - before)
+		if f.compacted {
+			// A compacted log is written whole and fsynced before it
+			// is swapped in, so the file's length is the generation's
+			// size. The segment's may be older: a read-only view lists
+			// segments once, and another process may have compacted
+			// this one since.
+			if n := fileSize(f.log); n > 0 {
+				f.size = n
+			}
 		}
 	}
 	f.reopened = seg.evicted
@@ -681,9 +692,32 @@ func (s *segment) evict() bool {
 	// From zero nobody takes a reference (tryAcquire), and acquireFiles
 	// waits on filesMu for the nil that has it open the files again.
 	s.files.Store(nil)
-	s.reopenSize, s.evicted = f.size, true
+	s.evicted = true
+	s.gaveBack.size, s.gaveBack.compacted, s.gaveBack.indexed = f.size, f.compacted, f.index != nil
 	f.free()
 	return true
+}
+
+// reopenEvicted opens the files of a segment whose generation the cache
+// gave back, without openSealed's checks and stats (about half the system
+// calls of a lookup that opens its segment): they were made when that
+// generation was opened, and while this process holds the directory's
+// lock nothing else changes a segment's files (a compaction here swaps a
+// generation in, and evict notes what the generation given back was). A
+// read-only view cannot know that and checks each time.
+func (l *Log) reopenEvicted(seg *segment) (*segFiles, error) {
+	log, err := l.fs.OpenFile(seg.path(logSuffix), os.O_RDONLY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("diskqueue: %w", err)
+	}
+	var index file
+	if seg.gaveBack.indexed {
+		if index, err = l.fs.OpenFile(seg.path(indexSuffix), os.O_RDONLY, 0); err != nil {
+			log.Close()
+			return nil, fmt.Errorf("diskqueue: %w", err)
+		}
+	}
+	return newSegFiles(log, index, 0, seg.gaveBack.compacted), nil
 }
 
 // openSealed opens a sealed segment's log and index and checks them: a
