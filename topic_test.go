@@ -252,6 +252,29 @@ func TestTopicMemoryTier(t *testing.T) {
 	}
 }
 
+// TestTopicMemoryTierAcrossRestart: what a channel's memory buffer held at
+// Close goes to its timer store, all due at Close, and comes back in put
+// order (it came back reversed while the timer heap broke ties at random).
+func TestTopicMemoryTierAcrossRestart(t *testing.T) {
+	dir := t.TempDir()
+	tp := openTopic(t, dir, spillq.TopicOptions{})
+	topicChannel(t, tp, "a", spillq.ChannelOptions{MemQueueSize: 100})
+	putRange(t, tp, 0, 20)
+	if st := tp.Stats(); st.ToMemory != 20 {
+		t.Fatalf("ToMemory = %d, want 20", st.ToMemory)
+	}
+	if err := tp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	tp = openTopic(t, dir, spillq.TopicOptions{})
+	defer tp.Close()
+	a := topicChannel(t, tp, "a", spillq.ChannelOptions{MemQueueSize: 100})
+	if got := take(t, a, 20); !slices.Equal(got, span(0, 20)) {
+		t.Errorf("after the restart a got %v, want 0..19 in order", got)
+	}
+	nothingMore(t, a)
+}
+
 // TestTopicRetention: a segment goes only once the slowest channel has
 // finished it; DeleteChannel frees what only that channel held.
 func TestTopicRetention(t *testing.T) {

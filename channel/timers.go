@@ -1,6 +1,7 @@
 package channel
 
 import (
+	"cmp"
 	"container/heap"
 	"context"
 	"errors"
@@ -65,6 +66,21 @@ type timerEntry struct {
 	seq uint64
 }
 
+// before orders entries by due time, then by seq: messages due at the same
+// moment come in the order they were stored, as those a topic's channel
+// keeps at Close (all due then, its memory buffer's in put order).
+func (e timerEntry) before(o timerEntry) bool {
+	return e.due < o.due || e.due == o.due && e.seq < o.seq
+}
+
+// compare is before as a comparison, for sorting.
+func (e timerEntry) compare(o timerEntry) int {
+	if c := cmp.Compare(e.due, o.due); c != 0 {
+		return c
+	}
+	return cmp.Compare(e.seq, o.seq)
+}
+
 // timerSet is the channel's view of its timer store; Channel.mu guards it.
 //
 // The invariant: every record in the store that is not in heap and not out
@@ -120,7 +136,7 @@ func (t *timerSet) add(e timerEntry) {
 // rather than dropping one entry keeps the cost of sorting at O(log max) per
 // add, amortised.
 func (t *timerSet) shrink() {
-	slices.SortFunc(t.heap, func(a, b timerEntry) int { return cmpInt64(a.due, b.due) })
+	slices.SortFunc(t.heap, timerEntry.compare)
 	keep := (t.max + 1) / 2
 	cut := t.heap[keep].due
 	if t.refilling {
@@ -194,7 +210,7 @@ func (t *timerSet) merge(gen uint64, kept []timerEntry, excludedMin int64) {
 			}
 		}
 		if len(t.heap) > t.max {
-			slices.SortFunc(t.heap, func(a, b timerEntry) int { return cmpInt64(a.due, b.due) })
+			slices.SortFunc(t.heap, timerEntry.compare)
 			horizon = min(horizon, t.heap[t.max].due)
 			clear(t.heap[t.max:])
 			t.heap = t.heap[:t.max]
@@ -207,21 +223,11 @@ func (t *timerSet) merge(gen uint64, kept []timerEntry, excludedMin int64) {
 	t.acked = nil
 }
 
-func cmpInt64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-// timerHeap is a min-heap of entries by due time.
+// timerHeap is a min-heap of entries in before's order.
 type timerHeap []timerEntry
 
 func (h timerHeap) Len() int           { return len(h) }
-func (h timerHeap) Less(i, j int) bool { return h[i].due < h[j].due }
+func (h timerHeap) Less(i, j int) bool { return h[i].before(h[j]) }
 func (h timerHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
 func (h *timerHeap) Push(x any)        { *h = append(*h, x.(timerEntry)) }
 func (h *timerHeap) Pop() any {
@@ -231,10 +237,11 @@ func (h *timerHeap) Pop() any {
 	return e
 }
 
-// latestHeap is a max-heap of entries by due time: a refill's earliest max.
+// latestHeap is a max-heap of entries in before's order: a refill's
+// earliest max.
 type latestHeap struct{ timerHeap }
 
-func (h latestHeap) Less(i, j int) bool { return h.timerHeap[i].due > h.timerHeap[j].due }
+func (h latestHeap) Less(i, j int) bool { return h.timerHeap[j].before(h.timerHeap[i]) }
 
 // refillTimers reads the timer store through and keeps the earliest
 // entries; it runs on its own goroutine, one at a time. Cost: every record
@@ -263,7 +270,7 @@ func (c *Channel) refillTimers() {
 			switch {
 			case len(kept.timerHeap) < t.max:
 				heap.Push(&kept, e)
-			case e.due < kept.timerHeap[0].due:
+			case e.before(kept.timerHeap[0]):
 				excludedMin = min(excludedMin, kept.timerHeap[0].due)
 				kept.timerHeap[0] = e
 				heap.Fix(&kept, 0)
