@@ -122,6 +122,13 @@ type Queue struct {
 // options but for retention, BlockWhenFull (a deferral that finds it full
 // waits in memory instead, its record in the main log), and segments of at
 // most 4 MiB; MaxDiskBytes caps each of the two separately.
+//
+// A directory of another kind is refused with an error wrapping
+// [diskqueue.ErrInvalidOptions], nothing in it changed: a topic's (open it
+// with [OpenTopic]), and a log whose oldest unacknowledged records (up to
+// 8) are none of them channel messages, such as one written with the
+// diskqueue package directly, whose every record the channel would
+// otherwise count bad and drop. OpenTopic refuses the same.
 func Open(dir string, opts Options) (*Queue, error) {
 	if fi, err := os.Stat(filepath.Join(dir, ChannelsDir)); err == nil && fi.IsDir() {
 		return nil, fmt.Errorf("spillq: %w: %s is a topic's directory (it has %s/); open it with OpenTopic", diskqueue.ErrInvalidOptions, dir, ChannelsDir)
@@ -137,6 +144,10 @@ func Open(dir string, opts Options) (*Queue, error) {
 	dq, err := diskqueue.Open(dir, dopts)
 	if err != nil {
 		return nil, openErr(err, maxBody)
+	}
+	if err := notMessages(dir, dq.Log); err != nil {
+		dq.Close()
+		return nil, err
 	}
 	tq, err := diskqueue.Open(filepath.Join(dir, TimersDir), topts)
 	if err != nil {
@@ -193,6 +204,40 @@ func Open(dir string, opts Options) (*Queue, error) {
 		keep.start()
 	}
 	return &Queue{Channel: ch, disk: dq, timers: tq, comp: comp}, nil
+}
+
+// envelopeSample is how many of the oldest records not yet acknowledged
+// Open decodes to tell a channel's log from one written another way.
+const envelopeSample = 8
+
+// notMessages refuses a log whose oldest unacknowledged records are none of
+// them channel messages: a directory written with diskqueue directly (or
+// by another program) opened by Open or OpenTopic, whose channel would
+// count every record bad, acknowledge it and drop it. One record of the
+// sample that decodes is enough: damage hits records, not whole logs.
+func notMessages(dir string, l *diskqueue.Log) error {
+	from := l.Floor()
+	n, bad := 0, error(nil)
+	for rec, err := range l.Scan(from, l.NextSeq()) {
+		if err != nil {
+			if errors.Is(err, diskqueue.ErrCorrupt) || errors.Is(err, diskqueue.ErrCompacted) {
+				continue
+			}
+			return fmt.Errorf("spillq: open: %w", err)
+		}
+		if _, derr := channel.UnmarshalMessage(rec.Body); derr == nil {
+			return nil
+		} else if bad == nil {
+			bad = derr
+		}
+		if n++; n == envelopeSample {
+			break
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	return fmt.Errorf("spillq: %w: %s holds records that are not channel messages (none of the %d from seq %d decodes: %v); a log written with the diskqueue package is opened with diskqueue.Open or diskqueue.OpenLog", diskqueue.ErrInvalidOptions, dir, n, from, bad)
 }
 
 // logOptions turns the caller's disk options, whose record limits are on

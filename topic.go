@@ -152,6 +152,10 @@ func OpenTopic(dir string, opts TopicOptions) (*Topic, error) {
 	if err != nil {
 		return nil, openErr(err, maxBody)
 	}
+	if err := notMessages(dir, l); err != nil {
+		l.Close()
+		return nil, err
+	}
 	logger := orDiscard(dopts.Logger)
 	fopts := channel.FanoutOptions{Keys: opts.Keys, DedupWindow: opts.DedupWindow, DuplicatesOK: opts.DuplicatesOK}
 	saveKeys := keepsKeyState(opts.Keys)
