@@ -657,3 +657,42 @@ func TestReadBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestOpenRefusesALogsDirectory: Open of a directory with named cursors and
+// no cursor of a queue's own refuses it rather than make one at the oldest
+// record, which nobody would read and which would keep every segment. A
+// queue that also has named cursors opens as before, and so does a
+// read-only view of either.
+func TestOpenRefusesALogsDirectory(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	l := openLog(t, dir, diskqueue.Options{})
+	openCursor(t, l, "a", diskqueue.FromOldest())
+	if err := l.Put(ctx, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if q, err := diskqueue.Open(dir, diskqueue.Options{}); !errors.Is(err, diskqueue.ErrInvalidOptions) {
+		if q != nil {
+			q.Close()
+		}
+		t.Fatalf("Open of a log's directory: %v, want ErrInvalidOptions", err)
+	}
+	view, err := diskqueue.OpenReadOnly(dir, diskqueue.Options{})
+	if err != nil {
+		t.Fatalf("OpenReadOnly of a log's directory: %v", err)
+	}
+	view.Close()
+	l = openLog(t, dir, diskqueue.Options{})
+	if got := l.Cursors(); !slices.Equal(got, []string{"a"}) {
+		t.Errorf("after the refusal the log has cursors %q, want just a", got)
+	}
+	l.Close()
+
+	qd := t.TempDir()
+	q := openQueue(t, qd, diskqueue.Options{})
+	openCursor(t, q.Log, "b", diskqueue.FromOldest())
+	q.Close()
+	q = openQueue(t, qd, diskqueue.Options{})
+	q.Close()
+}

@@ -2,6 +2,7 @@ package diskqueue
 
 import (
 	"context"
+	"fmt"
 	"iter"
 )
 
@@ -23,16 +24,25 @@ type Queue struct {
 // recovers from whatever state a crash left it in (see FORMAT.md). Only one
 // Queue may have a directory open at a time; a second Open returns
 // [ErrLocked]. A directory whose cursor file is missing or damaged has
-// every record on disk delivered again.
+// every record on disk delivered again, unless it has named cursors: that
+// is a [Log]'s directory ([OpenLog]), refused with [ErrInvalidOptions].
 func Open(dir string, opts Options) (*Queue, error) {
 	return withOwnCursor(OpenLog(dir, opts))
 }
 
 // withOwnCursor makes a Queue of a log just opened: its own cursor, made
-// at the oldest record when the directory has none.
+// at the oldest record when the directory has none. A directory with named
+// cursors and none of its own is a Log's (OpenLog's, or a topic's): a
+// cursor of its own made there would hold every segment from the oldest
+// on, read by nobody, so Open refuses it. A read-only view's cursor is
+// never stored and may go anywhere.
 func withOwnCursor(l *Log, err error) (*Queue, error) {
 	if err != nil {
 		return nil, err
+	}
+	if names := l.Cursors(); !l.readOnly && len(names) > 0 && names[0] != "" {
+		l.Close()
+		return nil, fmt.Errorf("%w: %s is a log with named cursors %q and no cursor of a queue's own; open it with OpenLog", ErrInvalidOptions, l.dir, names)
 	}
 	c, err := l.cursor("", FromOldest())
 	if err != nil {
