@@ -116,14 +116,21 @@ func (c *Cursor) moveToEndLocked(t *tail) {
 func (c *Cursor) SetDropWhenFull(drop bool) { c.dropWhenFull.Store(drop) }
 
 // mayMakeRoomLocked reports whether makeRoom may find something to do
-// when the budget is spent: a cursor is set to drop when full, or
-// retention or HoldFrom may keep segments every cursor has acknowledged
-// (makeRoom deletes those retention keeps, which the budget outranks, and
-// tells the holder of the others). Otherwise a Put at the budget fails (or
+// when the budget is spent: a cursor is set to drop when full; retention
+// or HoldFrom may keep segments every cursor has acknowledged (makeRoom
+// deletes those retention keeps, which the budget outranks, and tells the
+// holder of the others); every record of the active segment is
+// acknowledged (makeRoom rolls it, so it can go); or acknowledgements
+// were made since the writer last looked for segments to delete (it
+// deletes them in its own time, and Put would fail meanwhile although
+// the space is free to take). Otherwise a Put at the budget fails (or
 // waits) at once, without a round trip to the writer. The caller holds
 // l.mu.
 func (l *Log) mayMakeRoomLocked() bool {
 	if l.opts.RetainBytes > 0 || l.opts.RetainAge > 0 || l.heldFrom.Load() > 0 {
+		return true
+	}
+	if l.consumedLocked() || l.acksSum() != l.acksLooked.Load() {
 		return true
 	}
 	for _, c := range l.cursors {
@@ -149,7 +156,8 @@ func (l *Log) dropForRoom(ctx context.Context, n int64) bool {
 }
 
 // makeRoom deletes segments, oldest first, until a frame of n bytes fits
-// the disk budget or nothing more may go: first those every cursor has
+// the disk budget or nothing more may go (the active segment rolled first
+// if every record in it is acknowledged): first those every cursor has
 // acknowledged (retention keeps them, and the budget outranks it), then
 // those only drop-when-full cursors still hold; never those HoldFrom
 // keeps, whose holder it tells instead (HoldPressure).
@@ -161,7 +169,10 @@ func (l *Log) makeRoom(n int64) bool {
 	}
 	// Segments rotated out must be sealed before they can go.
 	l.sealPending()
-	rolled := false
+	// A consumed active segment is rolled first, so that the records put
+	// from now on do not share a segment with acknowledged ones, which
+	// would keep their space until the new ones are acknowledged too.
+	rolled := l.rollConsumed()
 	for {
 		l.mu.Lock()
 		full := l.fullLocked(n) != nil
@@ -235,6 +246,18 @@ func (l *Log) nextToGiveUp() (segs []*segment, i int, held bool) {
 		}
 	}
 	return segs, -1, held
+}
+
+// rollConsumed is rollConsumedLocked, then the seal of the segment rolled
+// out, so that it can go.
+func (l *Log) rollConsumed() bool {
+	l.mu.Lock()
+	ok := l.rollConsumedLocked()
+	l.mu.Unlock()
+	if ok {
+		l.sealPending()
+	}
+	return ok
 }
 
 // rollForDrop rolls the active segment when, of the cursors holding

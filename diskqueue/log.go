@@ -134,6 +134,7 @@ type Log struct {
 	droppedRecords   atomic.Int64        // given up by drop-when-full cursors (discard.go)
 	heldFrom         atomic.Uint64       // 1 + the seq HoldFrom holds segments from; 0 for none (retention.go)
 	holdPressure     chan struct{}       // capacity 1: a Put at the budget found held segments (HoldPressure)
+	acksLooked       atomic.Int64        // the cursors' acks when the writer last looked for segments to delete (acksSum)
 	compactedRecords atomic.Int64        // removed by Compact (compact.go)
 	compactedBytes   atomic.Int64        // log bytes Compact freed
 	sparesUsed       atomic.Int64        // rotations that renamed a spare into place
@@ -461,6 +462,42 @@ func (l *Log) requestRollLocked() {
 		l.rollRequested.Store(true)
 		l.wake()
 	}
+}
+
+// rollConsumedLocked rolls the active segment if every cursor has
+// acknowledged every record in it, so that it can go once sealed; on a file
+// system too full for the next segment it frees the active one's blocks in
+// place first (recycleActiveLocked). It reports whether it rolled. The
+// caller holds l.mu and is the writer goroutine.
+func (l *Log) rollConsumedLocked() bool {
+	t := l.t
+	if t == nil || t.end == t.seg.base || !l.consumedLocked() || l.writeErr != nil {
+		return false
+	}
+	err := l.rotateLocked()
+	if errors.Is(err, ErrDiskFull) {
+		// No room even for the next segment's first pages: the active
+		// one holds nothing unacknowledged, so it goes first.
+		err = l.recycleActiveLocked()
+	}
+	if err != nil && !errors.Is(err, ErrDiskFull) {
+		l.failLocked(err)
+	}
+	return err == nil
+}
+
+// acksSum is how many acknowledgements the log's cursors have made since
+// Open. The writer notes it each time housekeeping deletes what every
+// cursor has acknowledged (acksLooked): a Put at the budget that sees it
+// moved since asks the writer to make room at once (makeRoom, which
+// deletes only as much as the Put needs, so the next such Put asks too)
+// rather than fail while the space it needs is acknowledged.
+func (l *Log) acksSum() int64 {
+	var n int64
+	for _, c := range *l.cursorList.Load() {
+		n += c.acks.Load()
+	}
+	return n
 }
 
 // consumedLocked reports whether every cursor has acknowledged every

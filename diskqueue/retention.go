@@ -121,20 +121,11 @@ func (l *Log) held(seg *segment) bool {
 // disk budget asks for it.
 func (l *Log) housekeep(now time.Time) {
 	cursors := *l.cursorList.Load()
+	l.acksLooked.Store(l.acksSum())
 	if l.rollRequested.Load() {
 		l.rollRequested.Store(false)
 		l.mu.Lock()
-		if t := l.t; l.consumedLocked() && t.end > t.seg.base && l.writeErr == nil {
-			err := l.rotateLocked()
-			if errors.Is(err, ErrDiskFull) {
-				// No room even for the next segment's first pages: the
-				// active one holds nothing unacknowledged, so it goes first.
-				err = l.recycleActiveLocked()
-			}
-			if err != nil && !errors.Is(err, ErrDiskFull) {
-				l.failLocked(err)
-			}
-		}
+		l.rollConsumedLocked()
 		l.mu.Unlock()
 		l.sealPending()
 	}
