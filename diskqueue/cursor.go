@@ -1211,16 +1211,25 @@ func (c *Cursor) Depth() int64 {
 // record is tried again by the next Read. After [Log.DeleteCursor] Read
 // returns [ErrClosed].
 func (c *Cursor) Read(ctx context.Context) (Record, error) {
+	// The record is decoded straight into rec, here, and copied once, on
+	// return: passed back up through each layer it was copied four times,
+	// each copy a load of what the last one had just stored.
+	var rec Record
 	for {
-		rec, err := c.tryRead()
+		err := c.tryRead(&rec)
+		if err == nil {
+			return rec, nil
+		}
 		if err != errNoData {
-			return rec, err
+			return Record{}, err
 		}
 		wait := c.log.written.Wait()
 		// Look again now that we are registered for the next write, so a
 		// write between the two is not missed.
-		if rec, err = c.tryRead(); err != errNoData {
-			return rec, err
+		if err = c.tryRead(&rec); err == nil {
+			return rec, nil
+		} else if err != errNoData {
+			return Record{}, err
 		}
 		select {
 		case <-wait:
@@ -1232,16 +1241,17 @@ func (c *Cursor) Read(ctx context.Context) (Record, error) {
 	}
 }
 
-// tryRead returns the next record or errNoData.
-func (c *Cursor) tryRead() (Record, error) {
+// tryRead stores the next record in rec or returns errNoData; after an
+// error rec holds anything.
+func (c *Cursor) tryRead(rec *Record) error {
 	c.prepareAhead()
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
-	rec, err := c.readLocked()
+	err := c.readLocked(rec)
 	if err == nil {
 		c.handed.addOwned(1)
 	}
-	return rec, err
+	return err
 }
 
 // prepareAhead opens what the reader needs for the segment it is about to
@@ -1294,14 +1304,13 @@ func (c *Cursor) tryReadBatch(dst []Record) (int, error) {
 	defer c.readMu.Unlock()
 	n := 0
 	for n < len(dst) {
-		rec, err := c.readLocked()
-		if err != nil {
+		if err := c.readLocked(&dst[n]); err != nil {
+			dst[n] = Record{} // not handed out
 			if n == 0 {
 				return 0, err
 			}
 			break
 		}
-		dst[n] = rec
 		n++
 		if c.ahead.Load() != nil {
 			break // the next segment's files are opened outside readMu, by the next call
@@ -1311,14 +1320,15 @@ func (c *Cursor) tryReadBatch(dst []Record) (int, error) {
 	return n, nil
 }
 
-// readLocked returns the next record or errNoData, and the caller adds
-// it to handed. The caller holds c.readMu.
-func (c *Cursor) readLocked() (Record, error) {
+// readLocked stores the next record in rec or returns errNoData, and the
+// caller adds it to handed; after an error rec holds anything. The caller
+// holds c.readMu.
+func (c *Cursor) readLocked(rec *Record) error {
 	for {
 		if c.closed || c.log.isClosed.Load() {
-			return Record{}, ErrClosed
+			return ErrClosed
 		}
-		rec, err := c.rd.next()
+		err := c.rd.nextInto(rec)
 		if len(c.rd.removed) > 0 {
 			c.passRemovedLocked(c.rd.removed)
 		}
@@ -1326,16 +1336,16 @@ func (c *Cursor) readLocked() (Record, error) {
 			seg := c.rd.seg
 			a, err := c.readAckFor(seg)
 			if err != nil {
-				c.rd.unread(rec)
+				c.rd.unread(*rec)
 				c.log.readErrors.Add(1)
-				return Record{}, err
+				return err
 			}
 			if rec.Seq <= c.ackedMax {
 				// Acknowledged before a restart, out of order.
 				set, err := a.isSet(rec.Seq - seg.base)
 				if err != nil {
-					c.rd.unread(rec)
-					return Record{}, err
+					c.rd.unread(*rec)
+					return err
 				}
 				if set {
 					continue
@@ -1344,13 +1354,13 @@ func (c *Cursor) readLocked() (Record, error) {
 			// Record that this far may be handed out before it is, so a
 			// crash cannot leave an acknowledgement Open would not count.
 			if err := a.raiseReadEnd(rec.Seq+1, seg.base+a.cap); err != nil {
-				c.rd.unread(rec)
-				return Record{}, err
+				c.rd.unread(*rec)
+				return err
 			}
-			return rec, nil
+			return nil
 		}
 		if err == errNoData {
-			return Record{}, err
+			return err
 		}
 		// next returns damage unwrapped; a type switch, unlike errors.As,
 		// costs no allocation on this hot path.
@@ -1359,7 +1369,7 @@ func (c *Cursor) readLocked() (Record, error) {
 			continue
 		}
 		c.log.readErrors.Add(1)
-		return Record{}, err
+		return err
 	}
 }
 
