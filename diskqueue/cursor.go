@@ -1211,14 +1211,10 @@ func (c *Cursor) Depth() int64 {
 // record is tried again by the next Read. After [Log.DeleteCursor] Read
 // returns [ErrClosed].
 func (c *Cursor) Read(ctx context.Context) (Record, error) {
-	// The record is decoded straight into rec, here, and copied once, on
-	// return: passed back up through each layer it was copied four times,
-	// each copy a load of what the last one had just stored.
-	var rec Record
 	for {
-		err := c.tryRead(&rec)
+		seq, ts, body, err := c.tryRead()
 		if err == nil {
-			return rec, nil
+			return makeRead(seq, ts, body), nil
 		}
 		if err != errNoData {
 			return Record{}, err
@@ -1226,8 +1222,8 @@ func (c *Cursor) Read(ctx context.Context) (Record, error) {
 		wait := c.log.written.Wait()
 		// Look again now that we are registered for the next write, so a
 		// write between the two is not missed.
-		if err = c.tryRead(&rec); err == nil {
-			return rec, nil
+		if seq, ts, body, err = c.tryRead(); err == nil {
+			return makeRead(seq, ts, body), nil
 		} else if err != errNoData {
 			return Record{}, err
 		}
@@ -1241,17 +1237,27 @@ func (c *Cursor) Read(ctx context.Context) (Record, error) {
 	}
 }
 
-// tryRead stores the next record in rec or returns errNoData; after an
-// error rec holds anything.
-func (c *Cursor) tryRead(rec *Record) error {
+// makeRead is the Record of a read's fields. The layers of a Read pass
+// the fields apart, in registers, and only Read and ReadBatch put them
+// together: a Record is too large for the compiler to keep out of memory,
+// so passed back up through the layers it was copied at each, a load of
+// what had just been stored in other widths, and written through a
+// pointer instead each of its pointers took a write barrier while the
+// collector ran (a drain's allocations keep it running often).
+func makeRead(seq uint64, ts int64, body []byte) Record {
+	return Record{Seq: seq, Time: time.Unix(0, ts), Body: body}
+}
+
+// tryRead returns the next record's fields (makeRead), or errNoData.
+func (c *Cursor) tryRead() (seq uint64, ts int64, body []byte, err error) {
 	c.prepareAhead()
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
-	err := c.readLocked(rec)
+	seq, ts, body, err = c.readLocked()
 	if err == nil {
 		c.handed.addOwned(1)
 	}
-	return err
+	return seq, ts, body, err
 }
 
 // prepareAhead opens what the reader needs for the segment it is about to
@@ -1304,13 +1310,14 @@ func (c *Cursor) tryReadBatch(dst []Record) (int, error) {
 	defer c.readMu.Unlock()
 	n := 0
 	for n < len(dst) {
-		if err := c.readLocked(&dst[n]); err != nil {
-			dst[n] = Record{} // not handed out
+		seq, ts, body, err := c.readLocked()
+		if err != nil {
 			if n == 0 {
 				return 0, err
 			}
 			break
 		}
+		dst[n] = makeRead(seq, ts, body)
 		n++
 		if c.ahead.Load() != nil {
 			break // the next segment's files are opened outside readMu, by the next call
@@ -1320,15 +1327,14 @@ func (c *Cursor) tryReadBatch(dst []Record) (int, error) {
 	return n, nil
 }
 
-// readLocked stores the next record in rec or returns errNoData, and the
-// caller adds it to handed; after an error rec holds anything. The caller
-// holds c.readMu.
-func (c *Cursor) readLocked(rec *Record) error {
+// readLocked returns the next record's fields (makeRead) or errNoData,
+// and the caller adds it to handed. The caller holds c.readMu.
+func (c *Cursor) readLocked() (uint64, int64, []byte, error) {
 	for {
 		if c.closed || c.log.isClosed.Load() {
-			return ErrClosed
+			return 0, 0, nil, ErrClosed
 		}
-		err := c.rd.nextInto(rec)
+		seq, ts, body, err := c.rd.nextRaw()
 		if len(c.rd.removed) > 0 {
 			c.passRemovedLocked(c.rd.removed)
 		}
@@ -1336,16 +1342,16 @@ func (c *Cursor) readLocked(rec *Record) error {
 			seg := c.rd.seg
 			a, err := c.readAckFor(seg)
 			if err != nil {
-				c.rd.unread(*rec)
+				c.rd.unread(seq)
 				c.log.readErrors.Add(1)
-				return err
+				return 0, 0, nil, err
 			}
-			if rec.Seq <= c.ackedMax {
+			if seq <= c.ackedMax {
 				// Acknowledged before a restart, out of order.
-				set, err := a.isSet(rec.Seq - seg.base)
+				set, err := a.isSet(seq - seg.base)
 				if err != nil {
-					c.rd.unread(*rec)
-					return err
+					c.rd.unread(seq)
+					return 0, 0, nil, err
 				}
 				if set {
 					continue
@@ -1353,14 +1359,14 @@ func (c *Cursor) readLocked(rec *Record) error {
 			}
 			// Record that this far may be handed out before it is, so a
 			// crash cannot leave an acknowledgement Open would not count.
-			if err := a.raiseReadEnd(rec.Seq+1, seg.base+a.cap); err != nil {
-				c.rd.unread(*rec)
-				return err
+			if err := a.raiseReadEnd(seq+1, seg.base+a.cap); err != nil {
+				c.rd.unread(seq)
+				return 0, 0, nil, err
 			}
-			return nil
+			return seq, ts, body, nil
 		}
 		if err == errNoData {
-			return err
+			return 0, 0, nil, err
 		}
 		// next returns damage unwrapped; a type switch, unlike errors.As,
 		// costs no allocation on this hot path.
@@ -1369,7 +1375,7 @@ func (c *Cursor) readLocked(rec *Record) error {
 			continue
 		}
 		c.log.readErrors.Add(1)
-		return err
+		return 0, 0, nil, err
 	}
 }
 
