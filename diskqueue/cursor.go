@@ -1210,11 +1210,14 @@ func (c *Cursor) Depth() int64 {
 // too, and counted acknowledged for this cursor (not in Acks). An I/O error is returned as is and the same
 // record is tried again by the next Read. After [Log.DeleteCursor] Read
 // returns [ErrClosed].
-func (c *Cursor) Read(ctx context.Context) (Record, error) {
+func (c *Cursor) Read(ctx context.Context) (rec Record, err error) {
 	for {
 		seq, ts, body, err := c.tryRead()
 		if err == nil {
-			return makeRead(seq, ts, body), nil
+			// Field by field: a Record built whole is built aside and
+			// copied over in wider loads than its stores.
+			rec.Seq, rec.Time, rec.Body = seq, time.Unix(0, ts), body
+			return rec, nil
 		}
 		if err != errNoData {
 			return Record{}, err
@@ -1223,7 +1226,8 @@ func (c *Cursor) Read(ctx context.Context) (Record, error) {
 		// Look again now that we are registered for the next write, so a
 		// write between the two is not missed.
 		if seq, ts, body, err = c.tryRead(); err == nil {
-			return makeRead(seq, ts, body), nil
+			rec.Seq, rec.Time, rec.Body = seq, time.Unix(0, ts), body
+			return rec, nil
 		} else if err != errNoData {
 			return Record{}, err
 		}
