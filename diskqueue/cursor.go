@@ -76,17 +76,19 @@ type Cursor struct {
 	retired []file
 
 	// Written only under readMu, readable without it (Depth, Stats, the
-	// writer goroutine's housekeeping).
-	ackFloor atomic.Uint64 // oldest record not yet acknowledged
+	// writer goroutine's housekeeping). Read and the in-order Ack change
+	// ackFloor, handed and acks with plain stores (owned.go): a locked
+	// instruction for each was a tenth of a drain's time.
+	ackFloor ownedUint64 // oldest record not yet acknowledged
 	// ackedAbove counts acknowledged records above ackFloor (acked out of
 	// order, or before a restart ahead of the floor).
 	ackedAbove atomic.Int64
 	// handed counts the records Read handed out since Open, less those
 	// that left flight other than by Ack (Empty, the drop-when-full
-	// policy): the records in flight are handed - acks. Ack adds to one
-	// counter, not two, as each add is a locked instruction.
-	handed  atomic.Int64
-	acks    atomic.Int64 // acknowledged since Open
+	// policy): the records in flight are handed - acks, so Ack changes
+	// one counter, not two.
+	handed  ownedInt64
+	acks    ownedInt64   // acknowledged since Open
 	dropped atomic.Int64 // given up by the drop-when-full policy since Open
 
 	// dropWhenFull is the cursor's policy at MaxDiskBytes
@@ -1046,7 +1048,7 @@ func (c *Cursor) markAckedLocked(sa *segAcks, seq uint64) (bool, error) {
 		if ok && !nextSet {
 			c.ackedMax = max(c.ackedMax, seq)
 			sa.acked++
-			c.ackFloor.Store(seq + 1)
+			c.ackFloor.storeOwned(seq + 1)
 			return false, nil
 		}
 		set = ok
@@ -1208,17 +1210,26 @@ func (c *Cursor) Depth() int64 {
 // too, and counted acknowledged for this cursor (not in Acks). An I/O error is returned as is and the same
 // record is tried again by the next Read. After [Log.DeleteCursor] Read
 // returns [ErrClosed].
-func (c *Cursor) Read(ctx context.Context) (Record, error) {
+func (c *Cursor) Read(ctx context.Context) (rec Record, err error) {
 	for {
-		rec, err := c.tryRead()
+		seq, ts, body, err := c.tryRead()
+		if err == nil {
+			// Field by field: a Record built whole is built aside and
+			// copied over in wider loads than its stores.
+			rec.Seq, rec.Time, rec.Body = seq, time.Unix(0, ts), body
+			return rec, nil
+		}
 		if err != errNoData {
-			return rec, err
+			return Record{}, err
 		}
 		wait := c.log.written.Wait()
 		// Look again now that we are registered for the next write, so a
 		// write between the two is not missed.
-		if rec, err = c.tryRead(); err != errNoData {
-			return rec, err
+		if seq, ts, body, err = c.tryRead(); err == nil {
+			rec.Seq, rec.Time, rec.Body = seq, time.Unix(0, ts), body
+			return rec, nil
+		} else if err != errNoData {
+			return Record{}, err
 		}
 		select {
 		case <-wait:
@@ -1230,16 +1241,27 @@ func (c *Cursor) Read(ctx context.Context) (Record, error) {
 	}
 }
 
-// tryRead returns the next record or errNoData.
-func (c *Cursor) tryRead() (Record, error) {
+// makeRead is the Record of a read's fields. The layers of a Read pass
+// the fields apart, in registers, and only Read and ReadBatch put them
+// together: a Record is too large for the compiler to keep out of memory,
+// so passed back up through the layers it was copied at each, a load of
+// what had just been stored in other widths, and written through a
+// pointer instead each of its pointers took a write barrier while the
+// collector ran (a drain's allocations keep it running often).
+func makeRead(seq uint64, ts int64, body []byte) Record {
+	return Record{Seq: seq, Time: time.Unix(0, ts), Body: body}
+}
+
+// tryRead returns the next record's fields (makeRead), or errNoData.
+func (c *Cursor) tryRead() (seq uint64, ts int64, body []byte, err error) {
 	c.prepareAhead()
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
-	rec, err := c.readLocked()
+	seq, ts, body, err = c.readLocked()
 	if err == nil {
-		c.handed.Add(1)
+		c.handed.addOwned(1)
 	}
-	return rec, err
+	return seq, ts, body, err
 }
 
 // prepareAhead opens what the reader needs for the segment it is about to
@@ -1292,31 +1314,31 @@ func (c *Cursor) tryReadBatch(dst []Record) (int, error) {
 	defer c.readMu.Unlock()
 	n := 0
 	for n < len(dst) {
-		rec, err := c.readLocked()
+		seq, ts, body, err := c.readLocked()
 		if err != nil {
 			if n == 0 {
 				return 0, err
 			}
 			break
 		}
-		dst[n] = rec
+		dst[n] = makeRead(seq, ts, body)
 		n++
 		if c.ahead.Load() != nil {
 			break // the next segment's files are opened outside readMu, by the next call
 		}
 	}
-	c.handed.Add(int64(n))
+	c.handed.addOwned(int64(n))
 	return n, nil
 }
 
-// readLocked returns the next record or errNoData, and the caller adds
-// it to handed. The caller holds c.readMu.
-func (c *Cursor) readLocked() (Record, error) {
+// readLocked returns the next record's fields (makeRead) or errNoData,
+// and the caller adds it to handed. The caller holds c.readMu.
+func (c *Cursor) readLocked() (uint64, int64, []byte, error) {
 	for {
 		if c.closed || c.log.isClosed.Load() {
-			return Record{}, ErrClosed
+			return 0, 0, nil, ErrClosed
 		}
-		rec, err := c.rd.next()
+		seq, ts, body, err := c.rd.nextRaw()
 		if len(c.rd.removed) > 0 {
 			c.passRemovedLocked(c.rd.removed)
 		}
@@ -1324,16 +1346,16 @@ func (c *Cursor) readLocked() (Record, error) {
 			seg := c.rd.seg
 			a, err := c.readAckFor(seg)
 			if err != nil {
-				c.rd.unread(rec)
+				c.rd.unread(seq)
 				c.log.readErrors.Add(1)
-				return Record{}, err
+				return 0, 0, nil, err
 			}
-			if rec.Seq <= c.ackedMax {
+			if seq <= c.ackedMax {
 				// Acknowledged before a restart, out of order.
-				set, err := a.isSet(rec.Seq - seg.base)
+				set, err := a.isSet(seq - seg.base)
 				if err != nil {
-					c.rd.unread(rec)
-					return Record{}, err
+					c.rd.unread(seq)
+					return 0, 0, nil, err
 				}
 				if set {
 					continue
@@ -1341,14 +1363,14 @@ func (c *Cursor) readLocked() (Record, error) {
 			}
 			// Record that this far may be handed out before it is, so a
 			// crash cannot leave an acknowledgement Open would not count.
-			if err := a.raiseReadEnd(rec.Seq+1, seg.base+a.cap); err != nil {
-				c.rd.unread(rec)
-				return Record{}, err
+			if err := a.raiseReadEnd(seq+1, seg.base+a.cap); err != nil {
+				c.rd.unread(seq)
+				return 0, 0, nil, err
 			}
-			return rec, nil
+			return seq, ts, body, nil
 		}
 		if err == errNoData {
-			return Record{}, err
+			return 0, 0, nil, err
 		}
 		// next returns damage unwrapped; a type switch, unlike errors.As,
 		// costs no allocation on this hot path.
@@ -1357,7 +1379,7 @@ func (c *Cursor) readLocked() (Record, error) {
 			continue
 		}
 		c.log.readErrors.Add(1)
-		return Record{}, err
+		return 0, 0, nil, err
 	}
 }
 
@@ -1534,7 +1556,7 @@ func (c *Cursor) Ack(seq uint64) error {
 	if was {
 		return fmt.Errorf("%w: seq %d already acknowledged", ErrNotInFlight, seq)
 	}
-	c.acks.Add(1)
+	c.acks.addOwned(1)
 	return nil
 }
 

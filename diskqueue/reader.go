@@ -202,9 +202,21 @@ func (w *window) frameAt(off, limit int64, maxBody int) (recordHeader, []byte, i
 // while the reader is in it is noticed here: the reader lets go of the old
 // generation and finds its next seq in the new one.
 func (r *reader) next() (Record, error) {
-	r.removed = r.removed[:0]
-	if rec, ok := r.nextMapped(); ok {
-		return rec, nil
+	seq, ts, body, err := r.nextRaw()
+	if err != nil {
+		return Record{}, err
+	}
+	return makeRead(seq, ts, body), nil
+}
+
+// nextRaw is next returning the record's fields apart (makeRead), which
+// Read's layers pass in registers.
+func (r *reader) nextRaw() (seq uint64, ts int64, body []byte, err error) {
+	if len(r.removed) > 0 {
+		r.removed = r.removed[:0]
+	}
+	if seq, ts, body, ok := r.nextMapped(); ok {
+		return seq, ts, body, nil
 	}
 	for {
 		if r.seg != nil && r.seg.gone.Load() {
@@ -217,7 +229,7 @@ func (r *reader) next() (Record, error) {
 		if r.seg == nil {
 			seg, f, off, seq, err := r.l.locate(r.seq)
 			if err != nil {
-				return Record{}, err
+				return 0, 0, nil, err
 			}
 			r.reset(seg, f, off, seq)
 			r.jumped = f.compacted && off != fileHeaderSize
@@ -227,7 +239,7 @@ func (r *reader) next() (Record, error) {
 		limit := r.seg.limit(r.files) // every frame below it has a seq below its end
 		if r.off >= limit {
 			if !sealed {
-				return Record{}, errNoData
+				return 0, 0, nil, errNoData
 			}
 			if end := r.seg.endNow(); r.files.compacted && r.seq < end {
 				if r.jumped && !r.removedInIndex(r.seq, end, r.off) {
@@ -253,39 +265,40 @@ func (r *reader) next() (Record, error) {
 				continue
 			}
 			if nxt == nil {
-				return Record{}, errNoData
+				return 0, 0, nil, errNoData
 			}
 			if err := r.moveTo(nxt, fileHeaderSize, nxt.base); err != nil {
-				return Record{}, err
+				return 0, 0, nil, err
 			}
 			if nxt.base > prev {
-				return Record{}, &damageError{seg: nxt, from: from, to: from, first: prev, next: nxt.base, cause: errors.New("segments missing")}
+				return 0, 0, nil, &damageError{seg: nxt, from: from, to: from, first: prev, next: nxt.base, cause: errors.New("segments missing")}
 			}
 			continue
 		}
-		rec, n, err := r.decodeAt(r.off, limit)
+		got, n, err := r.decodeAt(r.off, limit)
 		if r.jumped {
 			r.jumped = false
-			if err == nil && rec.Seq > r.seq && !r.removedInIndex(r.seq, rec.Seq, r.off) || err != nil && isDamage(err) {
+			if err == nil && got.Seq > r.seq && !r.removedInIndex(r.seq, got.Seq, r.off) || err != nil && isDamage(err) {
 				r.seekLog()
 				continue
 			}
 		}
 		if err == nil {
-			r.passRemoved(r.seq, rec.Seq)
+			r.passRemoved(r.seq, got.Seq)
 			r.off += int64(n)
-			r.seq = rec.Seq + 1
+			r.seq = got.Seq + 1
 			if r.win.m != nil {
 				r.win.dropBehind(r.off)
 			}
-			return rec, nil
+			// makeRecord's time is time.Unix(0, ts), whose UnixNano is ts.
+			return got.Seq, got.Time.UnixNano(), got.Body, nil
 		}
 		if !isDamage(err) {
-			return Record{}, err
+			return 0, 0, nil, err
 		}
 		d := r.l.skipDamage(r.seg, r.files, r.off, r.seq, limit, err)
 		r.off, r.seq = d.to, d.next
-		return Record{}, d
+		return 0, 0, nil, d
 	}
 }
 
@@ -296,42 +309,41 @@ func (r *reader) next() (Record, error) {
 // of the segment, a compaction's gap, damage, a fault) reports false
 // having changed nothing but the slab's spare room and r.known, and next
 // takes the long way, which sorts each case out.
-func (r *reader) nextMapped() (rec Record, ok bool) {
+func (r *reader) nextMapped() (seq uint64, ts int64, body []byte, ok bool) {
 	m := r.win.m
 	if m == nil || r.jumped || r.seg.gone.Load() || r.files != r.seg.files.Load() {
-		return Record{}, false
+		return 0, 0, nil, false
 	}
 	off := r.off
 	if off < 0 || off >= int64(len(m)) {
-		return Record{}, false
+		return 0, 0, nil, false
 	}
 	maxBody := maxBodyForRead(r.l.opts.MaxRecordBytes)
 	defer endGuard(debug.SetPanicOnFault(true), &ok)
-	h, body, n, err := decodeRecord(m[off:max(off, min(r.known, int64(len(m))))], maxBody)
+	h, stored, n, err := decodeRecord(m[off:max(off, min(r.known, int64(len(m))))], maxBody)
 	if err == errShortFrame {
 		// Past what was readable when we last looked: look again.
 		r.known = r.seg.limit(r.files)
-		h, body, n, err = decodeRecord(m[off:max(off, min(r.known, int64(len(m))))], maxBody)
+		h, stored, n, err = decodeRecord(m[off:max(off, min(r.known, int64(len(m))))], maxBody)
 	}
 	if err != nil || h.seq != r.seq {
-		return Record{}, false
+		return 0, 0, nil, false
 	}
 	if h.flags&flagSnappy != 0 {
-		if rec, err = makeRecord(h, body, &r.slab); err != nil {
-			return Record{}, false
+		rec, err := makeRecord(h, stored, &r.slab)
+		if err != nil {
+			return 0, 0, nil, false
 		}
+		body = rec.Body
 	} else {
-		// makeRecord's plain case, written into rec in place: rec lives in
-		// memory (the deferred guard may set ok), and copying in a Record
-		// makeRecord built showed as a tenth of Read's time in profiles of
-		// a drain.
-		rec.Seq, rec.Time, rec.Body = h.seq, time.Unix(0, h.ts), r.slab.copy(body)
+		// makeRecord's plain case, without building a Record.
+		body = r.slab.copy(stored)
 	}
 	end := off + int64(n)
 	r.win.touched = max(r.win.touched, end)
 	r.off, r.seq = end, h.seq+1
 	r.win.dropBehind(end)
-	return rec, true
+	return h.seq, h.ts, body, true
 }
 
 // removedInIndex reports whether the index of the reader's generation
@@ -407,10 +419,10 @@ func isFault(v any) bool {
 	return ok
 }
 
-// unread steps back over rec, just returned by next, so the next call
-// returns it again.
-func (r *reader) unread(rec Record) {
-	r.forget(rec.Seq)
+// unread steps back over record seq, just returned by next, so the next
+// call returns it again.
+func (r *reader) unread(seq uint64) {
+	r.forget(seq)
 }
 
 // decodeAt decodes the record at off, which must be r.seq or, in a
