@@ -1,7 +1,7 @@
 // Package spillq is an embeddable durable work queue: an NSQ-style channel
 // whose bounded memory buffer spills to a checksummed, indexed disk log.
 //
-//	q, err := spillq.Open("/var/lib/myservice/jobs", spillq.Options{MemQueueSize: 10000})
+//	q, err := spillq.Open("/var/lib/myservice/jobs", spillq.Options{})
 //	...
 //	q.Put(ctx, job)
 //	m, err := q.Receive(ctx)
@@ -36,9 +36,11 @@ import (
 // zero means.
 type Options struct {
 	// MemQueueSize is how many messages may wait in memory before new ones
-	// go to disk. Messages in memory are lost if the process crashes (Close
-	// writes them to disk), so zero, the default, sends every message
-	// through the disk log, where Disk's sync policy decides durability.
+	// go to disk. Messages in memory are lost if the process crashes, and
+	// so are those in flight that were delivered from memory, which have
+	// no record on disk (Close writes both to disk). So zero, the default,
+	// sends every message through the disk log, where Disk's sync policy
+	// decides durability.
 	MemQueueSize int
 
 	// MsgTimeout is how long a delivered message may stay unfinished before
@@ -49,8 +51,8 @@ type Options struct {
 	// to DeadLetter. Zero means unlimited.
 	MaxAttempts uint16
 
-	// DeadLetter receives messages out of attempts or expired. Nil logs and
-	// drops them.
+	// DeadLetter receives messages out of attempts or expired. Nil drops
+	// them, logged at Warn to Logger if one is set (nil Logger discards).
 	DeadLetter func(m *channel.Message, reason error)
 
 	// Disk configures the disk log. Its zero value is nsqd's policy:

@@ -14,10 +14,11 @@ var (
 
 	// ErrTooLarge is returned by [Channel.Put] and [Channel.PutWith] for a
 	// body the backend could not store: larger than its record limit (see
-	// [MaxEnvelopeOverhead]) less the envelope. It is refused at once, even
+	// [MaxEnvelopeOverhead]) less the envelope; and for a key longer than
+	// [MaxKeyBytes]. The error says which. It is refused at once, even
 	// when the message would fit in the memory buffer, because Close must
 	// be able to write every message it holds to the backend.
-	ErrTooLarge = errors.New("channel: message body too large for the backend")
+	ErrTooLarge = errors.New("channel: message too large")
 
 	// ErrTooSmall is returned by [Channel.Put] and [Channel.PutWith] for a
 	// body shorter than the backend's smallest record less the envelope
@@ -44,7 +45,10 @@ var (
 	ErrBadEnvelope = errors.New("channel: record is not a channel message")
 
 	// ErrNoReplay is returned by [Channel.Replay] when the backend keeps
-	// no records for replay.
+	// no records for replay, and by a topic's channel, which has no
+	// backend of its own: a topic replays by a channel created (or reset
+	// with 'spillq channel reset') at an older seq or time, which reads
+	// the topic's log from there (spillq.ChannelOptions.Start).
 	ErrNoReplay = errors.New("channel: backend cannot replay")
 
 	// ErrTopicChannel is returned by [Channel.Put] and [Channel.PutWith]

@@ -11,8 +11,9 @@ import (
 type Options struct {
 	// MemQueueSize is how many messages the memory buffer holds (nsqd's
 	// mem-queue-size); past it, messages go to the Backend. Messages in the
-	// memory buffer are lost if the process crashes (Close writes them to
-	// the backend), so the buffer is opt-in: zero means none, and with a
+	// memory buffer are lost if the process crashes, and so are those in
+	// flight that came from it, which have no backend record (Close
+	// writes both to the backend), so the buffer is opt-in: zero means none, and with a
 	// Backend every message goes through it and the backend's sync policy
 	// alone decides durability. Without a Backend, zero makes Put hand each
 	// message straight to a waiting consumer. Negative is invalid.
@@ -51,8 +52,9 @@ type Options struct {
 
 	// DeadLetter receives messages that ran out of attempts or expired
 	// before delivery, with ErrMaxAttempts or ErrExpired. It runs on the
-	// channel's own goroutines and must not block for long. Nil logs the
-	// message at Warn and drops it; Stats counts it either way.
+	// channel's own goroutines and must not block for long. Nil drops the
+	// message, logging it at Warn to Logger if one is set (the default
+	// Logger discards); Stats counts it either way.
 	DeadLetter func(m *Message, reason error)
 
 	// Keys is the key policy: what the channel does with the keys messages

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spillq/spillq"
@@ -75,7 +76,7 @@ func manageCursor(e *env, args []string, k cursorKind) error {
 	case action == "create" && exists:
 		return fmt.Errorf("%s %q exists (reset moves it)", k.noun, name)
 	case action != "create" && !exists:
-		return fmt.Errorf("%s %q: %w", k.noun, name, diskqueue.ErrNotFound)
+		return fmt.Errorf("%s %q does not exist (%s has %s)", k.noun, name, dir, listNames(k.noun, l.Cursors()))
 	}
 	switch action {
 	case "reset":
@@ -105,10 +106,23 @@ func manageCursor(e *env, args []string, k cursorKind) error {
 	}
 	cs := c.Stats()
 	fmt.Fprintf(e.stdout, "%s %s at seq %d, %d records to read\n", k.noun, name, cs.ReadSeq, cs.Depth)
+	if !k.topic && action == "create" {
+		fmt.Fprintf(e.stdout, "until a program reads and acknowledges through it, it keeps every segment from seq %d on ('spillq cursor delete %s %s' gives them back)\n", cs.ReadSeq, name, dir)
+	}
 	if k.topic && action == "reset" {
 		fmt.Fprintf(e.stdout, "its timer store (%s/%s) is kept: messages deferred there are still delivered when due\n", spillq.ChannelsDir, name)
 	}
 	return l.Close()
+}
+
+// listNames lists a log's cursors for an error message: "" is a queue's
+// own cursor, not a named one.
+func listNames(noun string, names []string) string {
+	names = slices.DeleteFunc(names, func(n string) bool { return n == "" })
+	if len(names) == 0 {
+		return "no " + noun + "s"
+	}
+	return fmt.Sprintf("%ss %s", noun, strings.Join(names, ", "))
 }
 
 // parseStart resolves -from and -since into where a cursor starts.

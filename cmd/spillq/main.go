@@ -8,11 +8,12 @@
 //	spillq repair  DIR          cut a torn tail, rebuild indexes, set damage aside, acknowledge it
 //	spillq put     DIR          store each line of stdin as a record
 //	spillq drain   DIR          print records and acknowledge them
+//	spillq key     DIR KEY      the records a message key still has in the log, oldest first
 //	spillq cursor  create|delete|reset NAME DIR   manage a log's named cursors
 //	spillq channel create|delete|reset NAME DIR   manage a topic's channels
 //	spillq import-nsqd DIR      copy the unread messages of an nsqd or go-diskqueue queue into DIR
 //
-// stat, dump, get, verify and tail only read, and work while a service has
+// stat, dump, get, verify, tail and key only read, and work while a service has
 // the queue open. repair, put, drain, cursor, channel and import-nsqd
 // change the queue and take its lock: stop the service first. Every command
 // refuses a directory that is not a queue; put and import-nsqd create one

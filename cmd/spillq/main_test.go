@@ -719,7 +719,7 @@ func TestCursorCommand(t *testing.T) {
 		{[]string{"cursor", "reset", "b", "-from", "oldest", dir}, 0, "cursor b at seq 0, 10 records to read"},
 		{[]string{"cursor", "create", "c", dir}, 0, "cursor c at seq 10, 0 records to read"},
 		{[]string{"cursor", "delete", "c", dir}, 0, "deleted cursor c"},
-		{[]string{"cursor", "delete", "c", dir}, 1, "not found"},
+		{[]string{"cursor", "delete", "c", dir}, 1, `cursor "c" does not exist (`},
 		{[]string{"cursor", "create", "bad/name", dir}, 1, "bad cursor name"},
 		{[]string{"cursor", "move", "b", dir}, 2, "want create, delete or reset"},
 	} {
@@ -865,7 +865,7 @@ func TestChannelCommand(t *testing.T) {
 		{[]string{"channel", "create", "audit", dir}, 1, `channel "audit" exists`},
 		{[]string{"channel", "reset", "analytics", "-from", "9", dir}, 0, "channel analytics at seq 9, 1 records to read\nits timer store (channels/analytics) is kept"},
 		{[]string{"channel", "delete", "billing", dir}, 0, "deleted channel billing"},
-		{[]string{"channel", "delete", "billing", dir}, 1, "not found"},
+		{[]string{"channel", "delete", "billing", dir}, 1, `channel "billing" does not exist (`},
 		{[]string{"channel", "create", "bad/name", dir}, 1, "bad cursor name"},
 		{[]string{"channel", "move", "audit", dir}, 2, "want create, delete or reset"},
 		{[]string{"channel", "create", "x", queue}, 1, "is not a topic's directory"},
