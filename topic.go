@@ -123,6 +123,11 @@ type Topic struct {
 	// Source's Close) while an operation may hold opMu.
 	openMu sync.Mutex
 	open   map[string]*channel.Channel
+	// timers are the open channels' timer stores, and closedTimers (under
+	// openMu too) the depth of a closed channel's, read once by Stats:
+	// nothing writes a timer store while its channel is closed.
+	timers       map[string]*diskqueue.Queue
+	closedTimers map[string]int64
 	// sources are the channels' cursors, kept from one opening of a
 	// channel to the next with what it read ahead. Guarded by opMu.
 	sources map[string]*cursorSource
@@ -173,6 +178,7 @@ func OpenTopic(dir string, opts TopicOptions) (*Topic, error) {
 	t := &Topic{
 		dir: dir, log: l, fan: fan, topts: timerOptions(dopts), syncEach: dopts.SyncEvery == 1,
 		open: map[string]*channel.Channel{}, sources: map[string]*cursorSource{},
+		timers: map[string]*diskqueue.Queue{}, closedTimers: map[string]int64{},
 	}
 	if err := t.removeOrphans(dopts.Logger); err != nil {
 		l.Close()
@@ -293,6 +299,8 @@ func (t *Topic) Channel(name string, opts ChannelOptions) (*channel.Channel, err
 	}
 	t.openMu.Lock()
 	t.open[name] = ch
+	t.timers[name] = tq
+	delete(t.closedTimers, name)
 	t.openMu.Unlock()
 	return ch, nil
 }
@@ -310,6 +318,7 @@ func (t *Topic) closedChannel(name string, ch *channel.Channel) {
 	defer t.openMu.Unlock()
 	if t.open[name] == ch {
 		delete(t.open, name)
+		delete(t.timers, name)
 	}
 }
 
@@ -336,6 +345,9 @@ func (t *Topic) DeleteChannel(name string) error {
 		return fmt.Errorf("spillq: delete channel %q: %w", name, err)
 	}
 	delete(t.sources, name)
+	t.openMu.Lock()
+	delete(t.closedTimers, name)
+	t.openMu.Unlock()
 	t.fan.SetDurable(len(t.log.Cursors()))
 	if err := os.RemoveAll(filepath.Join(t.dir, ChannelsDir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("spillq: delete channel %q: remove its timer store: %w", name, err)
@@ -391,6 +403,14 @@ type ChannelStats struct {
 	// Lag is how long ago the oldest record the channel has not finished
 	// was put; zero when it has finished them all.
 	Lag time.Duration
+	// Timers is how many messages the channel keeps in its timer store
+	// (dir's channels/NAME), which Cursor.Depth and Lag leave out: those
+	// deferred and, since its last Close, what it held then (in flight,
+	// requeued, in its memory buffer), which it delivers first when
+	// opened again. A message the channel has not finished is counted in
+	// one of Cursor.Depth and Timers (in both for the moment it moves
+	// from the log to the timer store).
+	Timers int64
 	// Channel is the channel's own state and counters, when Open.
 	Channel channel.Stats
 }
@@ -401,7 +421,7 @@ func (t *Topic) Stats() TopicStats {
 	fs := t.fan.Stats()
 	st := TopicStats{Log: t.log.Stats(), Puts: fs.Puts, ToMemory: fs.ToMemory, ToLog: fs.ToLog, PutFailures: fs.PutFailures, KeysPending: fs.KeysPending, Duplicates: fs.Duplicates}
 	t.openMu.Lock()
-	open := maps.Clone(t.open)
+	open, timers := maps.Clone(t.open), maps.Clone(t.timers)
 	t.openMu.Unlock()
 	for _, cur := range t.log.CursorStats() {
 		cs := ChannelStats{Name: cur.Name, Cursor: cur}
@@ -413,9 +433,43 @@ func (t *Topic) Stats() TopicStats {
 		if ch := open[cur.Name]; ch != nil {
 			cs.Open, cs.Channel = true, ch.Stats()
 		}
+		if tq := timers[cur.Name]; tq != nil {
+			cs.Timers = tq.Depth()
+		} else {
+			cs.Timers = t.closedTimerDepth(cur.Name)
+		}
 		st.Channels = append(st.Channels, cs)
 	}
 	return st
+}
+
+// closedTimerDepth is the depth of the timer store of a channel not open,
+// read with a read-only view the first time it is asked for (a listing
+// and the tail of its last segment) and kept until the channel opens. A
+// store that cannot be read counts zero, and is read again next time.
+func (t *Topic) closedTimerDepth(name string) int64 {
+	t.openMu.Lock()
+	n, ok := t.closedTimers[name]
+	t.openMu.Unlock()
+	if ok {
+		return n
+	}
+	dir := filepath.Join(t.dir, ChannelsDir, name)
+	if _, err := os.Stat(dir); err != nil {
+		return 0 // none yet: the channel never kept anything there
+	}
+	q, err := diskqueue.OpenReadOnly(dir, diskqueue.Options{})
+	if err != nil {
+		return 0
+	}
+	n = q.Depth()
+	q.Close()
+	t.openMu.Lock()
+	if t.open[name] == nil {
+		t.closedTimers[name] = n
+	}
+	t.openMu.Unlock()
+	return n
 }
 
 // Close closes every open channel (each keeps what it holds in memory in
