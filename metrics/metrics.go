@@ -87,7 +87,8 @@ func NewCollector(name string, ch *channel.Channel, dq *diskqueue.Queue) *Collec
 // channel metrics of NewCollector for each channel open in this process
 // (a channel that is not has no such series), and for every channel, open
 // or not, its lag in records and in seconds (spillq_channel_lag_records,
-// spillq_channel_lag_seconds), spillq_channel_open and the messages it gave
+// spillq_channel_lag_seconds), spillq_channel_open, the messages in its
+// timer store (spillq_channel_timer_store_records) and the messages it gave
 // up to its lag policy (spillq_channel_dropped_total). The log's
 // spillq_disk_* metrics come once, with the queue label only; their
 // cursor figures (depth, in flight, read seq) are the channel furthest
@@ -209,6 +210,7 @@ var cursorMetrics = []struct {
 	{def{"spillq_channel_lag_records", "Records of the topic's log the channel has not finished, in flight ones included.", gauge}, func(s spillq.ChannelStats) float64 { return float64(s.Cursor.Depth) }},
 	{def{"spillq_channel_lag_seconds", "Age of the oldest record of the topic's log the channel has not finished; 0 when none.", gauge}, func(s spillq.ChannelStats) float64 { return s.Lag.Seconds() }},
 	{def{"spillq_channel_open", "1 if the channel is open in this process, 0 if it only keeps its place in the log.", gauge}, func(s spillq.ChannelStats) float64 { return bool01(s.Open) }},
+	{def{"spillq_channel_timer_store_records", "Messages the channel keeps in its timer store: deferred, and what it held at its last Close.", gauge}, func(s spillq.ChannelStats) float64 { return float64(s.Timers) }},
 	{def{"spillq_channel_dropped_total", "Messages of the topic's log the channel gave up at MaxDiskBytes (ChannelOptions.DropWhenFull) since the topic opened.", counter}, func(s spillq.ChannelStats) float64 { return float64(s.Cursor.Dropped) }},
 }
 
