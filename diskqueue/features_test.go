@@ -413,7 +413,8 @@ func TestDiskBudgetPutDoesNotWaitForWriter(t *testing.T) {
 }
 
 // TestDiskBudgetBlocks: with BlockWhenFull, Put waits until a consumer
-// frees space, or until its context ends.
+// frees space, or until its context ends, and then says both why it
+// waited and why it stopped.
 func TestDiskBudgetBlocks(t *testing.T) {
 	q := mustOpen(t, t.TempDir(), Options{MaxDiskBytes: 4 << 10, MaxSegmentBytes: 1 << 10, BlockWhenFull: true})
 	defer q.Close()
@@ -427,8 +428,8 @@ func TestDiskBudgetBlocks(t *testing.T) {
 			break
 		}
 	}
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("blocked Put: got %v, want its context's error", err)
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrDiskFull) {
+		t.Fatalf("blocked Put: got %v, want its context's error and ErrDiskFull", err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- q.Put(ctx, []byte("waits for space")) }()

@@ -399,7 +399,9 @@ func (l *Log) putRecords(ctx context.Context, flags []byte, stored [][]byte) (n 
 		if !l.opts.BlockWhenFull {
 			break
 		}
-		if err = l.waitForSpace(ctx, wait); err != nil {
+		if werr := l.waitForSpace(ctx, wait); werr != nil {
+			// Both: the caller may test for either.
+			err = fmt.Errorf("%w; stopped waiting for space: %w", err, werr)
 			break
 		}
 		waited = true

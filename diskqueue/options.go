@@ -59,7 +59,9 @@ type Options struct {
 	MaxDiskBytes int64
 
 	// BlockWhenFull makes Put wait (honouring its context) instead of
-	// returning ErrDiskFull when the disk is full.
+	// returning ErrDiskFull when the disk is full. A Put whose context
+	// ends first returns an error wrapping both ErrDiskFull and the
+	// context's error.
 	BlockWhenFull bool
 
 	// RetainBytes keeps fully acknowledged segments on disk for replay by
