@@ -403,8 +403,11 @@ func (c *Channel) ReceiveBatch(ctx context.Context, max int) ([]*Message, error)
 }
 
 // Messages returns a Go channel of messages, for use in select. Each
-// message received from it is in flight, exactly as from Receive. The Go
-// channel is closed when the Channel closes.
+// message received from it is in flight, exactly as from Receive, its
+// MsgTimeout running from when it was received. The Go channel is closed
+// when the Channel closes. One message at a time waits to be received
+// from it, taken from the Channel (in flight, its attempt counted) and
+// kept from timing out until a consumer has it.
 func (c *Channel) Messages() <-chan *Message {
 	c.messagesOnce.Do(func() {
 		c.messagesCh = make(chan *Message)
@@ -414,20 +417,36 @@ func (c *Channel) Messages() <-chan *Message {
 	return c.messagesCh
 }
 
-// forward feeds Messages.
+// forward feeds Messages. The message it holds until a consumer takes it
+// is in flight: without the Touches its timeout ran out while nobody read
+// the Go channel, and it came again with an attempt counted (dead-lettered
+// unseen with MaxAttempts 1).
 func (c *Channel) forward() {
 	defer c.wg.Done()
 	defer close(c.messagesCh)
+	hold := time.NewTicker(c.opts.MsgTimeout / 2)
+	defer hold.Stop()
 	for {
 		m, err := c.Receive(c.closeCtx)
 		if err != nil {
 			return
 		}
-		select {
-		case c.messagesCh <- m:
-		case <-c.closeCh:
-			// m stays in flight; Close writes it to the backend.
-			return
+		hold.Reset(c.opts.MsgTimeout / 2)
+	wait:
+		for {
+			select {
+			case c.messagesCh <- m:
+				// The consumer's whole timeout from now on. It may have
+				// finished the message already: then there is nothing to
+				// touch.
+				_ = m.Touch()
+				break wait
+			case <-hold.C:
+				_ = m.Touch()
+			case <-c.closeCh:
+				// m stays in flight; Close writes it to the backend.
+				return
+			}
 		}
 	}
 }

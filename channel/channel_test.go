@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -436,6 +437,36 @@ func TestMessagesChannel(t *testing.T) {
 	c.Close()
 	if _, ok := <-c.Messages(); ok {
 		t.Fatal("Messages not closed by Close")
+	}
+}
+
+// TestMessagesHoldsOffTheTimeout: the message waiting in the Go channel of
+// Messages until a consumer receives it does not time out meanwhile: it
+// timed out, came again with its attempt counted and, with MaxAttempts 1,
+// went to the dead-letter handler without any consumer seeing it.
+func TestMessagesHoldsOffTheTimeout(t *testing.T) {
+	var dead atomic.Int64
+	c := newChannel(t, channel.Options{
+		MemQueueSize: 10, MsgTimeout: 20 * time.Millisecond, MaxAttempts: 1,
+		DeadLetter: func(*channel.Message, error) { dead.Add(1) },
+	})
+	defer c.Close()
+	put(t, c, "a")
+	msgs := c.Messages()
+	time.Sleep(300 * time.Millisecond) // fifteen timeouts with nobody reading
+	select {
+	case m := <-msgs:
+		if string(m.Body) != "a" || m.Attempts != 1 {
+			t.Fatalf("got %q at attempt %d, want a at 1", m.Body, m.Attempts)
+		}
+		if err := m.Finish(); err != nil {
+			t.Fatalf("Finish: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no message")
+	}
+	if st := c.Stats(); st.Timeouts != 0 || dead.Load() != 0 || st.Finishes != 1 {
+		t.Fatalf("timeouts %d, dead letters %d, finishes %d; want 0, 0, 1", st.Timeouts, dead.Load(), st.Finishes)
 	}
 }
 
