@@ -196,7 +196,11 @@ func crashCycles(t *testing.T, config string, producers, cycles int) {
 				hit = 1
 			}
 			run.Env = append(run.Env, "SPILLQ_CRASH_POINT="+point, "SPILLQ_CRASH_HIT="+strconv.Itoa(hit))
-			run.KillAfter = 200_000 // the child kills itself; this is the backstop
+			// The child kills itself; this is the backstop. A point
+			// passed on time, not per Put (cursor-persist: at most every
+			// 100 ms), needs hit tenths of a second of Puts, which a fast
+			// child did not reach in 200,000.
+			run.KillAfter = 2_000_000
 		}
 		if cycle == 0 {
 			// While the child holds the directory, no other process may
