@@ -231,9 +231,13 @@ func cmdStat(e *env, args []string) error {
 	fmt.Fprintf(out, "readPos    seq %d  (segment %d offset %d)\n", st.ReadSeq, st.ReadPos.Segment, st.ReadPos.Offset)
 	fmt.Fprintf(out, "writePos   seq %d  (segment %d offset %d)\n", st.WriteSeq, st.WritePos.Segment, st.WritePos.Offset)
 	if st.WriteSeq > st.FirstSeq {
-		fmt.Fprintf(out, "retained   seqs %d..%d (%d already acknowledged, kept for replay)\n", st.FirstSeq, st.WriteSeq-1, st.ReadSeq-st.FirstSeq)
+		// On disk and acknowledged: below the read position, or past it
+		// out of order. They stay until all of their segment is
+		// acknowledged, or for as long as retention keeps them.
+		acked := int64(st.WriteSeq-st.FirstSeq) - st.Depth
+		fmt.Fprintf(out, "on disk    seqs %d..%d: %d acknowledged (kept until all of their segment is, or by retention), %d not\n", st.FirstSeq, st.WriteSeq-1, acked, st.Depth)
 	} else {
-		fmt.Fprintf(out, "retained   no records\n")
+		fmt.Fprintf(out, "on disk    no records\n")
 	}
 	fmt.Fprintf(out, "disk       %d bytes in %d segment(s)\n", st.DiskBytes, len(r.Segments))
 	for _, l := range r.Segments {
