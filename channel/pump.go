@@ -61,6 +61,10 @@ func (c *Channel) pump() {
 			}
 			bodies[i] = nil // the body is the message's now
 		}
+		// Once for the batch, not per record: only a deferred record's
+		// own store (in dispatch) decides anything, and an atomic store
+		// costs a full barrier on amd64.
+		c.diskDeferred.read(seqs[n-1], false)
 		ok := c.handOver(ready[:k])
 		clear(ready[:k])
 		if c.fan != nil {
@@ -81,7 +85,9 @@ func (c *Channel) pump() {
 func (c *Channel) dispatch(seq uint64, body []byte, gen uint32, slot *Message) *Message {
 	// By the same test as the scan's, so a record it counted is uncounted
 	// here even if it turns out not to decode.
-	c.diskDeferred.read(seq, envelopeHasDue(body))
+	if envelopeHasDue(body) {
+		c.diskDeferred.read(seq, true)
+	}
 	if err := decodeEnvelopeInto(body, slot); err != nil {
 		*slot = Message{}
 		c.cons.badRecords.Add(1)
