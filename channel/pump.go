@@ -146,9 +146,10 @@ const aheadSize = 128
 // readAhead is the pump's read-ahead of backend records, decoded and
 // waiting for a consumer: a ring the pump fills a batch at a time, under
 // one lock, and consumers take from one message at a time. A Go chan did
-// this before, at a lock of its own for every message on both sides, where
-// the pump and the consumers then contended (BenchmarkSpillDrain: 15%
-// slower per message).
+// this before, with a lock of its own taken for every message on both
+// sides, where the pump and the consumers contended: this, with the
+// pump's blocks of messages, took BenchmarkSpillDrain from 1033 to 824 ns
+// a message (A/B medians on a loaded machine, 2026-12-01).
 //
 // Messages in it are not in flight and not acknowledged: if the channel
 // closes, they stay in the backend; diskPending counts them until taken,
