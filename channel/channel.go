@@ -761,7 +761,7 @@ func (c *Channel) diskDepth() int64 {
 	if c.fan != nil {
 		next, read := c.fan.log.NextSeq(), c.readThrough.Load()
 		// A record may be read a moment before NextSeq counts it.
-		return int64(next-min(read, next)) + int64(c.ahead.n.Load())
+		return int64(next-min(read, next)) + int64(c.ahead.len())
 	}
 	return max(c.diskPending.Load()-c.diskDeferred.n.Load(), 0)
 }
