@@ -33,8 +33,9 @@ type Message struct {
 	// Owned by the channel; guarded by its in-flight shard's lock while in
 	// flight (see flightList), by ch.mu while ready or deferred, and by the
 	// goroutine holding it otherwise. The small fields fill the padding
-	// after Attempts, so a Message fits the 160-byte size class, not 176:
-	// every message read back from the backend is one allocation of it.
+	// after Attempts, so a Message is 160 bytes, not 168 (176 allocated
+	// alone): every message put to memory or read back from the backend
+	// is allocated, and the collector runs in proportion.
 	src   msgSource // where seq is a record to acknowledge when done
 	state msgState
 	gen   uint32 // Channel.gen when the message was put or read; Empty makes it stale
