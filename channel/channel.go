@@ -30,8 +30,7 @@ type Channel struct {
 	fan *Fanout
 	log *slog.Logger
 
-	memCh  chan *Message // the memory buffer; nil with a Backend and MemQueueSize 0
-	diskCh chan *Message // the pump's read-ahead of backend records; nil without a Backend
+	memCh chan *Message // the memory buffer; nil with a Backend and MemQueueSize 0
 
 	closeCh   chan struct{}   // closed by Close
 	closeDone chan struct{}   // closed when Close has finished
@@ -65,9 +64,10 @@ type Channel struct {
 	// state (KeyUnique, KeyReplace, KeyDedup) and names records by it; nil
 	// otherwise.
 	seqs SeqBackend
-	// unsent is a record the pump had read when the channel closed; Close
-	// gives it back to an Unreader source once the pump has returned.
-	unsent *Message
+	// unsent is what the pump had read and not handed over when the
+	// channel closed; Close gives it back to an Unreader source once the
+	// pump has returned.
+	unsent []*Message
 	// diskDeferred counts those of diskPending that are deferred messages,
 	// for Stats.
 	diskDeferred diskDeferred
@@ -78,6 +78,10 @@ type Channel struct {
 	// flights are the messages in flight, in shards with their own locks
 	// (see flightList).
 	flights [flightShards]flightList
+
+	// ahead is the pump's read-ahead of backend records; its chans are
+	// nil without a Source.
+	ahead readAhead
 
 	// mu guards the fields below, and every message's state while it is
 	// ready or deferred.
@@ -210,12 +214,7 @@ func newChannel(opts Options, src Source, fan *Fanout) (*Channel, error) {
 		c.readThrough.Store(next - min(uint64(max(src.Depth(), 0)), next))
 	}
 	if c.src != nil {
-		// Buffered, so the pump reads ahead while consumers work instead of
-		// waiting for a rendezvous per message. Messages in the buffer are
-		// not in flight and not acknowledged: if the channel closes, they
-		// stay in the backend; diskPending counts them until taken, which
-		// keeps put order; Empty's generation check drops stale ones.
-		c.diskCh = make(chan *Message, diskReadAhead)
+		c.ahead.init()
 		if c.backend != nil {
 			c.diskPending.Store(c.backend.Depth())
 		}
@@ -240,9 +239,6 @@ func newChannel(opts Options, src Source, fan *Fanout) (*Channel, error) {
 	go c.clock()
 	return c, nil
 }
-
-// diskReadAhead is how many backend records the pump may hold ready.
-const diskReadAhead = 128
 
 // Receive returns the next message, waiting until there is one, ctx ends
 // or the channel closes. The message is in flight until Finish or Requeue;
@@ -286,11 +282,9 @@ func (c *Channel) take(ctx context.Context) (*Message, error) {
 			return m, nil
 		default:
 		}
-		select {
-		case m := <-c.diskCh:
+		if m, _ := c.ahead.pop(); m != nil {
 			c.delivered()
 			return m, nil
-		default:
 		}
 		wait := c.readyBell.Wait()
 		// Look again now that we are registered for the next ready
@@ -302,9 +296,17 @@ func (c *Channel) take(ctx context.Context) (*Message, error) {
 		case <-wait:
 		case m := <-c.memCh:
 			return m, nil
-		case m := <-c.diskCh:
-			c.delivered()
-			return m, nil
+		case <-c.ahead.bell:
+			// The token is this receiver's to pass on: a message it
+			// leaves behind must wake the next one waiting.
+			m, more := c.ahead.pop()
+			if more {
+				c.ahead.ring()
+			}
+			if m != nil {
+				c.delivered()
+				return m, nil
+			}
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-c.closeCh:
@@ -751,12 +753,7 @@ func (c *Channel) Empty() error {
 		c.diskDeferred.empty()
 		if c.fan != nil {
 			storeMax(&c.readThrough, c.fan.log.NextSeq())
-			for len(c.diskCh) > 0 {
-				select {
-				case <-c.diskCh:
-				default:
-				}
-			}
+			c.ahead.drain()
 		}
 	}
 	if c.timers != nil {
@@ -783,7 +780,7 @@ func (c *Channel) diskDepth() int64 {
 	if c.fan != nil {
 		next, read := c.fan.log.NextSeq(), c.readThrough.Load()
 		// A record may be read a moment before NextSeq counts it.
-		return int64(next-min(read, next)) + int64(len(c.diskCh))
+		return int64(next-min(read, next)) + int64(c.ahead.len())
 	}
 	return max(c.diskPending.Load()-c.diskDeferred.n.Load(), 0)
 }
@@ -1025,13 +1022,7 @@ func (c *Channel) Close() error {
 		held = append(held, <-c.memCh)
 	}
 	// What the pump read ahead and did not hand over.
-	var ahead []*Message
-	for len(c.diskCh) > 0 {
-		ahead = append(ahead, <-c.diskCh)
-	}
-	if c.unsent != nil {
-		ahead = append(ahead, c.unsent)
-	}
+	ahead := append(c.ahead.drain(), c.unsent...)
 	c.lockFlights()
 	c.mu.Lock()
 	held = append(held, c.ready...)

@@ -29,17 +29,21 @@ type Message struct {
 	Body      []byte
 	Timestamp time.Time // when the message was first Put
 	Attempts  uint16    // deliveries so far, this one included
+
+	// Owned by the channel; guarded by its in-flight shard's lock while in
+	// flight (see flightList), by ch.mu while ready or deferred, and by the
+	// goroutine holding it otherwise. The small fields fill the padding
+	// after Attempts, so a Message is 160 bytes, not 168 (176 allocated
+	// alone): every message put to memory or read back from the backend
+	// is allocated, and the collector runs in proportion.
+	src   msgSource // where seq is a record to acknowledge when done
+	state msgState
+	gen   uint32 // Channel.gen when the message was put or read; Empty makes it stale
+
 	// Key is the message's key ([PutOptions].Key), nil for none: what the
 	// channel's key policy (Options.Keys) goes by.
 	Key []byte
 
-	// Owned by the channel; guarded by its in-flight shard's lock while in
-	// flight (see flightList), by ch.mu while ready or deferred, and by the
-	// goroutine holding it otherwise. The small fields sit next to
-	// Attempts so a Message fits the 144-byte size class.
-	src      msgSource // where seq is a record to acknowledge when done
-	state    msgState
-	gen      uint32 // Channel.gen when the message was put or read; Empty makes it stale
 	ch       *Channel
 	due      int64 // Unix ns: not to be delivered before this (deferred)
 	expires  int64 // Unix ns: dead-lettered if not delivered by then; 0 never
@@ -171,7 +175,11 @@ func RecordKey(record []byte) (key []byte, id ID, ok bool) {
 	return m.Key, m.ID, true
 }
 
-// decodeEnvelopeInto is decodeEnvelope into m.
+// decodeEnvelopeInto is decodeEnvelope into m, which must be the zero
+// Message. It stores field by field: assigning a whole Message literal
+// goes through a temporary and a typed copy, which while the collector
+// runs takes a write barrier per pointer word, and the pump decodes every
+// record it reads. On an error m holds part of the record.
 func decodeEnvelopeInto(b []byte, m *Message) error {
 	if len(b) < envFixedSize {
 		return fmt.Errorf("%w: %d bytes", ErrBadEnvelope, len(b))
@@ -183,28 +191,22 @@ func decodeEnvelopeInto(b []byte, m *Message) error {
 	if flags&^envKnownFlags != 0 {
 		return fmt.Errorf("%w: unknown flags %#x", ErrBadEnvelope, flags)
 	}
-	*m = Message{
-		ID:        ID(binary.BigEndian.Uint64(b[2:10])),
-		Attempts:  binary.BigEndian.Uint16(b[10:12]),
-		Timestamp: time.Unix(0, int64(binary.BigEndian.Uint64(b[12:20]))),
-	}
+	m.ID = ID(binary.BigEndian.Uint64(b[2:10]))
+	m.Attempts = binary.BigEndian.Uint16(b[10:12])
+	m.Timestamp = time.Unix(0, int64(binary.BigEndian.Uint64(b[12:20])))
 	rest := b[envFixedSize:]
-	for _, f := range []struct {
-		bit byte
-		dst *int64
-	}{{envFlagDue, &m.due}, {envFlagExpires, &m.expires}} {
-		if flags&f.bit == 0 {
-			continue
+	if flags&(envFlagDue|envFlagExpires) != 0 {
+		var err error
+		if flags&envFlagDue != 0 {
+			if m.due, rest, err = envelopeTime(rest); err != nil {
+				return err
+			}
 		}
-		if len(rest) < 8 {
-			return fmt.Errorf("%w: truncated header", ErrBadEnvelope)
+		if flags&envFlagExpires != 0 {
+			if m.expires, rest, err = envelopeTime(rest); err != nil {
+				return err
+			}
 		}
-		*f.dst = int64(binary.BigEndian.Uint64(rest))
-		if *f.dst == 0 {
-			// Zero means "absent" and is never written with its flag set.
-			return fmt.Errorf("%w: flagged time is zero", ErrBadEnvelope)
-		}
-		rest = rest[8:]
 	}
 	if flags&envFlagKey != 0 {
 		if len(rest) < 2 {
@@ -220,6 +222,20 @@ func decodeEnvelopeInto(b []byte, m *Message) error {
 	}
 	m.Body = rest
 	return nil
+}
+
+// envelopeTime reads one of an envelope's flagged times from the front of
+// rest.
+func envelopeTime(rest []byte) (int64, []byte, error) {
+	if len(rest) < 8 {
+		return 0, nil, fmt.Errorf("%w: truncated header", ErrBadEnvelope)
+	}
+	t := int64(binary.BigEndian.Uint64(rest))
+	if t == 0 {
+		// Zero means "absent" and is never written with its flag set.
+		return 0, nil, fmt.Errorf("%w: flagged time is zero", ErrBadEnvelope)
+	}
+	return t, rest[8:], nil
 }
 
 // MarshalMessage encodes body as a channel message record, as a Channel

@@ -17,6 +17,12 @@
 //     a mapped arena), so it survives a crash of the process; never
 //     fsynced unless a flush is configured; no checksums; Dequeue removes
 //     the record as it returns it, so a consumer crash loses what it held.
+//   - spillq's channel (spillq.Open, default options, BenchmarkChannelPut):
+//     a Put that spills (with the defaults, MemQueueSize 0, every one does)
+//     promises what spillq's disk queue does, its record a message
+//     envelope (ID, timestamp, attempts) around the body; a Put into the
+//     memory buffer (MemQueueSize > 0 and room in it) is in the process
+//     only, lost by a crash of it (Close writes it to disk).
 package peers
 
 import (
@@ -25,6 +31,7 @@ import (
 
 	"github.com/grandecola/bigqueue"
 
+	"github.com/spillq/spillq"
 	"github.com/spillq/spillq/diskqueue"
 )
 
@@ -168,6 +175,80 @@ func BenchmarkPutGet(b *testing.B) {
 		}
 		if err := <-done; err != nil {
 			b.Fatal(err)
+		}
+	})
+}
+
+// BenchmarkChannelPut times spillq's channel Put (spillq.Open) of 100-byte
+// bodies beside bigqueue's Enqueue, in the channel's two regimes:
+//
+//   - regime=spill: the default options (MemQueueSize 0), so every Put
+//     goes to the disk log, as every Put does under a backlog whatever the
+//     buffer's size: what a Put rate under backlog means. Its promise is
+//     the disk queue's (see the package comment).
+//   - regime=memory: MemQueueSize 4096 and a consumer that never lets it
+//     fill (it drains it, untimed, every 4096 Puts), so every Put goes to
+//     the memory buffer, which a crash of the process loses.
+//
+// impl=bigqueue is Enqueue into an empty queue, as in BenchmarkPut.
+func BenchmarkChannelPut(b *testing.B) {
+	body := make([]byte, size)
+	ctx := context.Background()
+	b.Run("regime=spill/impl=spillq", func(b *testing.B) {
+		q, err := spillq.Open(b.TempDir(), spillq.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { q.Close() })
+		b.SetBytes(size)
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := q.Put(ctx, body); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if st := q.Stats(); st.Spills != st.Puts {
+			b.Fatalf("%d of %d Puts spilled: the regime is not every Put to disk", st.Spills, st.Puts)
+		}
+	})
+	b.Run("regime=memory/impl=spillq", func(b *testing.B) {
+		const buffer = 4096
+		q, err := spillq.Open(b.TempDir(), spillq.Options{MemQueueSize: buffer})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { q.Close() })
+		b.SetBytes(size)
+		b.ReportAllocs()
+		for i := range b.N {
+			if i%buffer == 0 && i > 0 {
+				b.StopTimer()
+				for range buffer {
+					m, err := q.Receive(ctx)
+					if err != nil {
+						b.Fatal(err)
+					}
+					m.Finish()
+				}
+				b.StartTimer()
+			}
+			if err := q.Put(ctx, body); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		if st := q.Stats(); st.Spills != 0 {
+			b.Fatalf("%d of %d Puts spilled: the regime is not every Put to memory", st.Spills, st.Puts)
+		}
+	})
+	b.Run("impl=bigqueue", func(b *testing.B) {
+		q := openBigqueue(b)
+		b.SetBytes(size)
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := q.Enqueue(body); err != nil {
+				b.Fatal(err)
+			}
 		}
 	})
 }

@@ -1,0 +1,158 @@
+package channel_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/spillq/spillq/channel"
+)
+
+// batchBackend is a memBackend that is a channel.BatchSource, whose reads
+// wait until open is closed: what is put before then is read in one batch.
+type batchBackend struct {
+	*memBackend
+	open chan struct{}
+}
+
+func (b *batchBackend) ReadBatch(ctx context.Context, seqs []uint64, bodies [][]byte) (int, error) {
+	select {
+	case <-b.open:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	n := 0
+	var err error
+	if seqs[0], bodies[0], err = b.Read(ctx); err != nil {
+		return 0, err
+	}
+	for n = 1; n < len(seqs); n++ {
+		b.mu.Lock()
+		ready := b.next < uint64(len(b.records))
+		b.mu.Unlock()
+		if !ready {
+			break
+		}
+		if seqs[n], bodies[n], err = b.Read(ctx); err != nil {
+			return n, nil
+		}
+	}
+	return n, nil
+}
+
+// A batch the pump hands over at once reaches every receiver waiting, not
+// only the one woken first.
+func TestBatchReachesEveryWaitingReceiver(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const receivers = 4
+		b := &batchBackend{memBackend: newMemBackend(), open: make(chan struct{})}
+		c := newChannel(t, channel.Options{Backend: b})
+		defer c.Close()
+		got := make(chan *channel.Message, receivers)
+		for range receivers {
+			go func() {
+				// Each takes one message and holds it: the others must be
+				// woken by whoever was woken first, or by the pump. On the
+				// bubble's clock, a receiver left waiting times out as
+				// soon as everything else is blocked.
+				ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+				defer cancel()
+				m, err := c.Receive(ctx)
+				if err != nil {
+					t.Error(err)
+				}
+				got <- m
+			}()
+		}
+		synctest.Wait() // every receiver is waiting
+		put(t, c, seq(receivers)...)
+		close(b.open)
+		seen := map[string]bool{}
+		for range receivers {
+			m := <-got
+			if m == nil {
+				continue
+			}
+			seen[string(m.Body)] = true
+			if err := m.Finish(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if len(seen) != receivers {
+			t.Fatalf("%d receivers got %d distinct messages: %v", receivers, len(seen), seen)
+		}
+	})
+}
+
+// More than the read-ahead holds, in batches: the pump waits for room
+// and is woken for it, and put order holds through the wait.
+func TestReadAheadFullKeepsOrder(t *testing.T) {
+	const n = 1000
+	b := &batchBackend{memBackend: newMemBackend(), open: make(chan struct{})}
+	close(b.open)
+	c := newChannel(t, channel.Options{Backend: b})
+	defer c.Close()
+	want := seq(n)
+	put(t, c, want...)
+	for i := range n {
+		m := receive(t, c)
+		if string(m.Body) != want[i] {
+			t.Fatalf("message %d: got %q, want %q", i, m.Body, want[i])
+		}
+		if err := m.Finish(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := c.Depth(); d != 0 {
+		t.Fatalf("Depth %d after draining", d)
+	}
+}
+
+// Two receivers draining a backlog larger than the read-ahead get each
+// message once, however the pump's batches and their wake-ups interleave.
+func TestReadAheadTwoReceiversEachMessageOnce(t *testing.T) {
+	const n = 2000
+	b := &batchBackend{memBackend: newMemBackend(), open: make(chan struct{})}
+	close(b.open)
+	c := newChannel(t, channel.Options{Backend: b})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	seen := map[string]int{}
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				m, err := c.Receive(ctx)
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				seen[string(m.Body)]++
+				done := len(seen) == n
+				mu.Unlock()
+				if err := m.Finish(); err != nil {
+					t.Error(err)
+				}
+				if done {
+					cancel()
+				}
+			}
+		}()
+	}
+	put(t, c, seq(n)...)
+	wg.Wait()
+	if len(seen) != n {
+		t.Fatalf("got %d distinct messages of %d", len(seen), n)
+	}
+	for body, k := range seen {
+		if k != 1 {
+			t.Fatalf("message %q delivered %d times", body, k)
+		}
+	}
+}
