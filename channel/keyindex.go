@@ -77,9 +77,10 @@ func (x *keyIndex) keyOf(n int32) []byte {
 }
 
 // insert adds key, whose hash is h and which must not be in the index,
-// with entry e, and returns its number. It keeps e's payload and sets its
-// bookkeeping.
-func (x *keyIndex) insert(key []byte, h uint64, e keyEntry) int32 {
+// and returns the number of its entry, whose payload is zero: the caller
+// sets it in place, which a Put's admit does under the table's lock, so a
+// payload passed in would be one more copy of the entry there.
+func (x *keyIndex) insert(key []byte, h uint64) int32 {
 	if (x.used+1)*4 > len(x.slots)*3 {
 		x.rehash()
 	}
@@ -87,14 +88,13 @@ func (x *keyIndex) insert(key []byte, h uint64, e keyEntry) int32 {
 	if k := len(x.free); k > 0 {
 		n = x.free[k-1]
 		x.free = x.free[:k-1]
-		e.gen = x.ents[n].gen
 	} else {
 		n = int32(len(x.ents))
 		x.ents = append(grown(x.ents, 1), keyEntry{})
 	}
-	e.hash, e.koff, e.klen, e.live = h, uint32(len(x.arena)), uint16(len(key)), true
+	e := &x.ents[n]
+	*e = keyEntry{hash: h, koff: uint32(len(x.arena)), klen: uint16(len(key)), live: true, gen: e.gen}
 	x.arena = append(grown(x.arena, len(key)), key...)
-	x.ents[n] = e
 	mask := uint64(len(x.slots) - 1)
 	for i := h & mask; ; i = (i + 1) & mask {
 		switch uint32(x.slots[i]) {
@@ -145,9 +145,15 @@ func (x *keyIndex) remove(n int32) {
 func (x *keyIndex) rehash() {
 	size := len(x.slots)
 	if x.live*4 >= size {
+		x.slots = make([]uint64, size*2)
 		size *= 2
+	} else {
+		// In place: the entries, not the old slots, say where each goes,
+		// and a table whose keys come and go at a steady number rebuilds
+		// at the same size every half its size of removals, which a new
+		// array each time made garbage of.
+		clear(x.slots)
 	}
-	x.slots = make([]uint64, size)
 	x.used = 0
 	mask := uint64(size - 1)
 	for n := range x.ents {

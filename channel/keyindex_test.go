@@ -22,7 +22,8 @@ func TestKeyIndexModel(t *testing.T) {
 				continue
 			}
 			id := ID(step + 1)
-			n := x.insert([]byte(k), x.hash([]byte(k)), keyEntry{id: id})
+			n := x.insert([]byte(k), x.hash([]byte(k)))
+			x.ents[n].id = id
 			model[k], ids[k] = n, id
 		case op < 8:
 			n, ok := model[k]

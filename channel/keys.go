@@ -213,7 +213,9 @@ func (t *keyTable) entryOf(n int32, gen uint32) *keyEntry {
 
 func (t *keyTable) removeEntry(n int32) {
 	t.ix.remove(n)
-	delete(t.more, n)
+	if len(t.more) > 0 {
+		delete(t.more, n)
+	}
 }
 
 // addVersion counts version id of entry n as pending (KeyReplace).
@@ -256,12 +258,12 @@ func (t *keyTable) hasVersion(n int32, id ID) bool {
 	return t.ix.ents[n].v0 == id || slices.Contains(t.more[n], id)
 }
 
-// admitted is what admit did, for commit and undo.
+// admitted is what admit did, for commit and undo: three words, returned
+// in registers.
 type admitted struct {
 	n    int32 // the entry the Put counts in, of generation gen; -1 if none
 	gen  uint32
-	made bool     // admit inserted it; else (KeyUnique, KeyDedup) it replaced the payload of a live entry: prev
-	prev keyEntry // KeyUnique, KeyDedup
+	made bool // admit inserted it; else (KeyReplace) it added a version to it
 }
 
 var notAdmitted = admitted{n: -1}
@@ -270,52 +272,66 @@ var notAdmitted = admitted{n: -1}
 // returns ErrDuplicate for one the policy refuses, and otherwise records it
 // and returns what commit completes once the Put succeeded, or undo takes
 // back if it failed.
+//
+// An entry that no longer counts (KeyUnique: a topic's, every channel done
+// with it; KeyDedup: put before the window, not yet expired) is removed and
+// the key inserted afresh, not given the new payload in place: undo then
+// removes it as any other, and a Put still holding the old entry's number
+// finds it gone, not taken over (with the payload replaced in place, that
+// Put's undo removed the new Put's entry).
 func (t *keyTable) admit(key []byte, id ID, now int64) (admitted, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.policy == KeyDedup {
-		t.expireLocked(now) // first: it may remove key's entry
-	}
-	e, n, h := t.find(key)
-	var fresh keyEntry
 	switch t.policy {
-	case KeyUnique:
-		if e != nil && !(t.topic() && e.hasSeq && t.settled(e.seq)) {
-			t.duplicates.Add(1)
-			return notAdmitted, fmt.Errorf("%w: key %q has a message pending", ErrDuplicate, key)
-		}
-		fresh = keyEntry{id: id}
-	case KeyReplace:
-		// The newest stored version stays the one that supersedes until
-		// this one's Put has succeeded (commit).
-		if e != nil {
-			t.addVersion(n, id)
-			return admitted{n: n, gen: e.gen}, nil
-		}
-		fresh = keyEntry{v0: id}
-		if t.topic() {
-			fresh = keyEntry{restored: true}
-		}
-	case KeyDedup:
-		if e != nil && now-e.at < t.window {
-			t.duplicates.Add(1)
-			return notAdmitted, fmt.Errorf("%w: key %q was put %v ago, within the dedup window", ErrDuplicate, key, time.Duration(now-e.at).Round(time.Millisecond))
-		}
-		fresh = keyEntry{id: id, at: now}
+	case KeyUnique, KeyReplace, KeyDedup:
 	default:
 		return notAdmitted, nil
 	}
-	a := admitted{n: n}
-	if e != nil {
-		a.prev, a.gen = *e, e.gen
-		e.setPayload(fresh)
-	} else {
-		a.n, a.made = t.ix.insert(key, h, fresh), true
-		a.gen = t.ix.ents[a.n].gen
-	}
+	t.mu.Lock()
 	if t.policy == KeyDedup {
-		t.seenQ = append(t.seenQ, seenKey{now, a.n, a.gen})
+		t.expireLocked(now) // first: it may remove key's entry
 	}
+	h := t.ix.hash(key)
+	if n := t.ix.find(key, h); n >= 0 {
+		e := &t.ix.ents[n]
+		switch t.policy {
+		case KeyUnique:
+			if !(t.topic() && e.hasSeq && t.settled(e.seq)) {
+				t.mu.Unlock()
+				t.duplicates.Add(1)
+				return notAdmitted, fmt.Errorf("%w: key %q has a message pending", ErrDuplicate, key)
+			}
+		case KeyReplace:
+			// The newest stored version stays the one that supersedes
+			// until this one's Put has succeeded (commit).
+			t.addVersion(n, id)
+			a := admitted{n: n, gen: e.gen}
+			t.mu.Unlock()
+			return a, nil
+		case KeyDedup:
+			if ago := now - e.at; ago < t.window {
+				t.mu.Unlock()
+				t.duplicates.Add(1)
+				return notAdmitted, fmt.Errorf("%w: key %q was put %v ago, within the dedup window", ErrDuplicate, key, time.Duration(ago).Round(time.Millisecond))
+			}
+		}
+		t.removeEntry(n)
+	}
+	n := t.ix.insert(key, h)
+	e := &t.ix.ents[n]
+	switch t.policy {
+	case KeyUnique:
+		e.id = id
+	case KeyReplace:
+		if t.topic() {
+			e.restored = true
+		} else {
+			e.v0 = id
+		}
+	case KeyDedup:
+		e.id, e.at = id, now
+		t.seenQ = append(t.seenQ, seenKey{now, n, e.gen})
+	}
+	a := admitted{n: n, gen: e.gen, made: true}
+	t.mu.Unlock()
 	return a, nil
 }
 
@@ -339,11 +355,7 @@ func (t *keyTable) undo(id ID, a admitted) {
 		}
 		return
 	}
-	if !a.made {
-		e.setPayload(a.prev)
-	} else {
-		t.removeEntry(a.n)
-	}
+	t.removeEntry(a.n)
 }
 
 // commit records that the Put admit let in, of message id, succeeded, in
@@ -662,7 +674,8 @@ func (t *keyTable) restore(st *KeyState, now int64) {
 		e, n, h := t.find(key)
 		switch {
 		case e == nil:
-			n = t.ix.insert(key, h, p)
+			n = t.ix.insert(key, h)
+			t.ix.ents[n].setPayload(p)
 		case t.policy == KeyDedup && e.at >= p.at:
 			continue
 		default:
