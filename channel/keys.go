@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // KeyPolicy is what a channel does with the keys messages carry
@@ -141,7 +142,15 @@ type keyEntry struct {
 	koff uint32 // the key's bytes in keyIndex.arena
 	gen  uint32 // moves on when the entry's number is freed
 	hash uint64
+	// To 64 bytes: the allocator places an array of 64-byte elements on a
+	// 64-byte boundary, so an entry is one cache line. At 56 most
+	// straddled two, and a keyed Put's admit and commit, whose loads and
+	// stores of its entry mostly miss the caches, waited on both.
+	_ [8]byte
 }
+
+// keyEntry must stay 64 bytes (see its padding).
+var _ = [1]struct{}{}[unsafe.Sizeof(keyEntry{})-64]
 
 // setPayload replaces e's payload with p's, keeping its bookkeeping.
 func (e *keyEntry) setPayload(p keyEntry) {
