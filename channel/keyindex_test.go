@@ -47,6 +47,14 @@ func TestKeyIndexModel(t *testing.T) {
 		if modelHas(model, k) && (findKey(x, k) != model[k] || x.ents[model[k]].id != ids[k] || string(x.keyOf(model[k])) != k) {
 			t.Fatalf("step %d: %q at %d, want %d with id %d", step, k, findKey(x, k), model[k], ids[k])
 		}
+		if step%1000 == 0 {
+			// Removals move other keys' slots: every key is still found.
+			for k, n := range model {
+				if got := findKey(x, k); got != n {
+					t.Fatalf("step %d: %q at %d, want %d", step, k, got, n)
+				}
+			}
+		}
 	}
 	if x.live != len(model) {
 		t.Fatalf("live %d, model %d", x.live, len(model))
