@@ -152,6 +152,33 @@ func (x *keyIndex) remove(n int32) {
 	}
 }
 
+// retain removes every entry keep refuses (their numbers' gens move on, as
+// remove's), in one pass over the entries and one over the slots.
+func (x *keyIndex) retain(keep func(e *keyEntry) bool) {
+	removed := false
+	for n := range x.ents {
+		if e := &x.ents[n]; e.live && !keep(e) {
+			x.garbage += int(e.klen)
+			*e = keyEntry{gen: e.gen + 1}
+			x.free = append(x.free, int32(n))
+			x.live--
+			removed = true
+		}
+	}
+	if !removed {
+		return
+	}
+	clear(x.slots)
+	for n := range x.ents {
+		if e := &x.ents[n]; e.live {
+			x.place(x.slots, slot(int32(n), e.hash))
+		}
+	}
+	if x.garbage > 64<<10 && x.garbage > len(x.arena)/2 {
+		x.compactArena()
+	}
+}
+
 // grow doubles the slots, placing each key again from its slot alone.
 func (x *keyIndex) grow() {
 	slots := make([]uint64, 2*len(x.slots))

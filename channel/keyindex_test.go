@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// TestKeyIndexModel: random inserts, removals, lookups and clears against
+// TestKeyIndexModel: random inserts, removals, retains, lookups and clears against
 // a Go map; entry numbers stay put while they live, a removed one's gen
 // moves on, and the arena stays within about twice the live keys.
 func TestKeyIndexModel(t *testing.T) {
@@ -39,6 +39,23 @@ func TestKeyIndexModel(t *testing.T) {
 		case op < 9 && step%5000 == 0:
 			x.clear()
 			clear(model)
+		case op == 9 && step%3000 < 10:
+			// Keep the entries of even IDs.
+			gens := map[int32]uint32{}
+			for _, n := range model {
+				gens[n] = x.ents[n].gen
+			}
+			x.retain(func(e *keyEntry) bool { return e.id%2 == 0 })
+			for k, n := range model {
+				switch e := x.ents[n]; {
+				case ids[k]%2 == 0 && (!e.live || e.gen != gens[n]):
+					t.Fatalf("step %d: retained entry %d is %+v", step, n, e)
+				case ids[k]%2 != 0 && (e.live || e.gen != gens[n]+1):
+					t.Fatalf("step %d: dropped entry %d is %+v", step, n, e)
+				case ids[k]%2 != 0:
+					delete(model, k)
+				}
+			}
 		default:
 		}
 		if got := findKey(x, k); (got >= 0) != modelHas(model, k) {

@@ -403,11 +403,23 @@ func (t *keyTable) stored(key []byte, id ID, seq uint64) {
 func (t *keyTable) expireLocked(now int64) {
 	i := t.seenHead
 	for i < len(t.seenQ) && now-t.seenQ[i].at >= t.window {
-		s := t.seenQ[i]
-		if e := t.entryOf(s.n, s.gen); e != nil && e.at == s.at {
-			t.removeEntry(s.n)
-		}
 		i++
+	}
+	switch expired := i - t.seenHead; {
+	case expired == 0:
+	case expired >= 64 && 2*expired >= len(t.ix.ents) && 8*expired >= len(t.ix.slots):
+		// Most of the table at once (the first Put after a pause longer
+		// than the window): a pass over the entries and one over the
+		// slots, in order, cost less than a probe of a slot at random per
+		// key, and the bounds keep them within a few times the keys
+		// expired.
+		t.ix.retain(func(e *keyEntry) bool { return now-e.at < t.window })
+	default:
+		for _, s := range t.seenQ[t.seenHead:i] {
+			if e := t.entryOf(s.n, s.gen); e != nil && e.at == s.at {
+				t.removeEntry(s.n)
+			}
+		}
 	}
 	t.seenHead = i
 	if i > len(t.seenQ)/2 {
@@ -420,6 +432,9 @@ func (t *keyTable) expireLocked(now int64) {
 // KeyReplace for a superseded message (drop it), and under KeySerial for
 // one whose key another message holds (it was parked behind it).
 func (t *keyTable) take(m *Message) (deliver, drop bool) {
+	if t.policy != KeyReplace && t.policy != KeySerial {
+		return true, false // the others decide at Put
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	switch t.policy {
@@ -447,6 +462,9 @@ func (t *keyTable) take(m *Message) (deliver, drop bool) {
 // finished, dead-lettered, expired or superseded. Under KeySerial it
 // returns the message now next for the key, if one waits.
 func (t *keyTable) done(key []byte, id ID) *Message {
+	if t.policy == KeyDedup {
+		return nil // the window, not the message, ends its key
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	switch t.policy {
