@@ -125,13 +125,10 @@ type keyEntry struct {
 	// seq is the backend record of message id, once known (hasSeq): what
 	// a restart checks the entry against.
 	seq uint64
-	at  int64 // KeyDedup: Unix ns of the put
-	// v0 is, under KeyReplace, the oldest version put and not yet done (0
-	// when none; IDs are never 0), the others in keyTable.more, so the
-	// entry outlives every older version it supersedes. By ID, not a
-	// count, so that a version done twice over (taken from a segment's old
-	// files while compaction removed it from the new) counts once.
-	v0 ID
+	// aux is, under KeyDedup, when the key was put (at), and under
+	// KeyReplace the oldest version put and not yet done (v0): one word
+	// for the two, each policy's own, keeps an entry to 48 bytes.
+	aux uint64
 	// restored says the entry came from a KeyState: its versions are not
 	// known, and it goes once the backend's floor has passed seq (see
 	// snapshot).
@@ -143,24 +140,32 @@ type keyEntry struct {
 	koff uint32 // the key's bytes in keyIndex.arena
 	gen  uint32 // moves on when the entry's number is freed
 	hash uint64
-	// To 64 bytes: the allocator places an array of 64-byte elements on a
-	// 64-byte boundary, so an entry is one cache line. At 56 most
-	// straddled two, and a keyed Put's admit and commit, whose loads and
-	// stores of its entry mostly miss the caches, waited on both.
-	_ [8]byte
 }
 
-// keyEntry must stay 64 bytes (see its padding).
-var _ = [1]struct{}{}[unsafe.Sizeof(keyEntry{})-64]
+// keyEntry is 48 bytes. A keyed Put writes its entry, and with a thousand
+// keys pending a thousand entries are touched between two uses of one;
+// freed numbers are reused last freed first, so they are mostly touched
+// in order, and the fewer lines they take, the fewer a Put waits for.
+var _ = [1]struct{}{}[unsafe.Sizeof(keyEntry{})-48]
+
+// at is when a KeyDedup entry's key was put, Unix ns.
+func (e *keyEntry) at() int64 { return int64(e.aux) }
+
+// v0 is a KeyReplace entry's oldest version put and not yet done (0 when
+// none; IDs are never 0), the others in keyTable.more, so the entry
+// outlives every older version it supersedes. By ID, not a count, so that
+// a version done twice over (taken from a segment's old files while
+// compaction removed it from the new) counts once.
+func (e *keyEntry) v0() ID { return ID(e.aux) }
 
 // setPayload replaces e's payload with p's, keeping its bookkeeping.
 func (e *keyEntry) setPayload(p keyEntry) {
-	e.id, e.seq, e.at, e.v0, e.restored, e.hasSeq = p.id, p.seq, p.at, p.v0, p.restored, p.hasSeq
+	e.id, e.seq, e.aux, e.restored, e.hasSeq = p.id, p.seq, p.aux, p.restored, p.hasSeq
 }
 
 // pending reports whether the entry has a version not done, as far as it
 // knows.
-func (e *keyEntry) pending() bool { return e.restored || e.v0 != 0 }
+func (e *keyEntry) pending() bool { return e.restored || e.v0() != 0 }
 
 type seenKey struct {
 	at  int64
@@ -232,8 +237,8 @@ func (t *keyTable) removeEntry(n int32) {
 func (t *keyTable) addVersion(n int32, id ID) {
 	switch e := &t.ix.ents[n]; {
 	case e.restored:
-	case e.v0 == 0:
-		e.v0 = id
+	case e.v0() == 0:
+		e.aux = uint64(id)
 	default:
 		t.more[n] = append(t.more[n], id)
 	}
@@ -246,12 +251,12 @@ func (t *keyTable) dropVersion(n int32, id ID) bool {
 	e, more := &t.ix.ents[n], t.more[n]
 	i := slices.Index(more, id)
 	switch {
-	case e.v0 == id:
-		e.v0 = 0
+	case e.v0() == id:
+		e.aux = 0
 		if len(more) == 0 {
 			return true
 		}
-		e.v0, i = more[0], 0
+		e.aux, i = uint64(more[0]), 0
 	case i < 0:
 		return false
 	}
@@ -265,7 +270,7 @@ func (t *keyTable) dropVersion(n int32, id ID) bool {
 
 // hasVersion reports whether version id of entry n is pending.
 func (t *keyTable) hasVersion(n int32, id ID) bool {
-	return t.ix.ents[n].v0 == id || slices.Contains(t.more[n], id)
+	return t.ix.ents[n].v0() == id || slices.Contains(t.more[n], id)
 }
 
 // admitted is what admit did, for commit and undo: three words, returned
@@ -317,7 +322,7 @@ func (t *keyTable) admit(key []byte, id ID, now int64) (admitted, error) {
 			t.mu.Unlock()
 			return a, nil
 		case KeyDedup:
-			if ago := now - e.at; ago < t.window {
+			if ago := now - e.at(); ago < t.window {
 				t.mu.Unlock()
 				t.duplicates.Add(1)
 				return notAdmitted, fmt.Errorf("%w: key %q was put %v ago, within the dedup window", ErrDuplicate, key, time.Duration(ago).Round(time.Millisecond))
@@ -334,10 +339,10 @@ func (t *keyTable) admit(key []byte, id ID, now int64) (admitted, error) {
 		if t.topic() {
 			e.restored = true
 		} else {
-			e.v0 = id
+			e.aux = uint64(id) // v0
 		}
 	case KeyDedup:
-		e.id, e.at = id, now
+		e.id, e.aux = id, uint64(now) // at
 		t.seenQ = append(t.seenQ, seenKey{now, n, e.gen})
 	}
 	a := admitted{n: n, gen: e.gen, made: true}
@@ -414,10 +419,10 @@ func (t *keyTable) expireLocked(now int64) {
 		// slots, in order, cost less than a probe of a slot at random per
 		// key, and the bounds keep them within a few times the keys
 		// expired.
-		t.ix.retain(func(e *keyEntry) bool { return now-e.at < t.window })
+		t.ix.retain(func(e *keyEntry) bool { return now-e.at() < t.window })
 	default:
 		for _, s := range t.seenQ[t.seenHead:i] {
-			if e := t.entryOf(s.n, s.gen); e != nil && e.at == s.at {
+			if e := t.entryOf(s.n, s.gen); e != nil && e.at() == s.at {
 				t.removeEntry(s.n)
 			}
 		}
@@ -635,7 +640,11 @@ func (t *keyTable) snapshot(floor uint64) keySnapshot {
 			// duplicate.
 		}
 		if e.hasSeq {
-			snap.ents = append(snap.ents, snapEntry{id: e.id, seq: e.seq, at: e.at, koff: e.koff, klen: e.klen})
+			se := snapEntry{id: e.id, seq: e.seq, koff: e.koff, klen: e.klen}
+			if snap.dedup {
+				se.at = e.at()
+			}
+			snap.ents = append(snap.ents, se)
 		}
 	})
 	for _, n := range gone {
@@ -692,8 +701,8 @@ func (t *keyTable) restore(st *KeyState, now int64) {
 		case KeyReplace:
 			p.restored = true
 		case KeyDedup:
-			p.at = ke.At.UnixNano()
-			if now-p.at >= t.window {
+			p.aux = uint64(ke.At.UnixNano()) // at
+			if now-p.at() >= t.window {
 				continue
 			}
 		default:
@@ -704,13 +713,13 @@ func (t *keyTable) restore(st *KeyState, now int64) {
 		case e == nil:
 			n = t.ix.insert(key, h)
 			t.ix.ents[n].setPayload(p)
-		case t.policy == KeyDedup && e.at >= p.at:
+		case t.policy == KeyDedup && e.at() >= p.at():
 			continue
 		default:
 			e.setPayload(p)
 		}
 		if t.policy == KeyDedup {
-			t.seenQ = append(t.seenQ, seenKey{p.at, n, t.ix.ents[n].gen})
+			t.seenQ = append(t.seenQ, seenKey{p.at(), n, t.ix.ents[n].gen})
 		}
 	}
 	slices.SortFunc(t.seenQ, func(a, b seenKey) int { return cmp.Compare(a.at, b.at) })
