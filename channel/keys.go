@@ -300,11 +300,11 @@ func (t *keyTable) admit(key []byte, id ID, now int64) (admitted, error) {
 	default:
 		return notAdmitted, nil
 	}
+	h := t.ix.hash(key) // before the lock: the seed never changes
 	t.mu.Lock()
 	if t.policy == KeyDedup {
 		t.expireLocked(now) // first: it may remove key's entry
 	}
-	h := t.ix.hash(key)
 	if n := t.ix.find(key, h); n >= 0 {
 		e := &t.ix.ents[n]
 		switch t.policy {
