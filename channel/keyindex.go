@@ -14,7 +14,8 @@ import (
 // the key once, and nothing in it holds a pointer for the garbage
 // collector to scan (a large table of pending keys would otherwise cost a
 // scan of every key at every collection). Not safe for concurrent use:
-// keyTable.mu guards it.
+// keyTable.mu guards it (hash alone reads nothing but the seed, set at
+// creation, and may run outside it).
 //
 // An entry's number is stable while it lives; a removed entry's number is
 // reused, its gen then moved on, so that who kept a number (a Put between
