@@ -14,7 +14,8 @@ import (
 // the key once, and nothing in it holds a pointer for the garbage
 // collector to scan (a large table of pending keys would otherwise cost a
 // scan of every key at every collection). Not safe for concurrent use:
-// keyTable.mu guards it.
+// keyTable.mu guards it (hash alone reads nothing but the seed, set at
+// creation, and may run outside it).
 //
 // An entry's number is stable while it lives; a removed entry's number is
 // reused, its gen then moved on, so that who kept a number (a Put between
@@ -22,12 +23,15 @@ import (
 type keyIndex struct {
 	seed maphash.Seed
 	// slots holds per slot entry number + 1 in the low 32 bits (0 is
-	// empty, tombstone a removed key's slot, which a probe goes on past)
-	// and the top 32 bits of the key's hash in the high ones, so a probe
-	// passes other keys' slots without loading their entries: with linear
-	// probing at up to 3/4 full, a key not in the table passes several.
+	// empty) and the top 32 bits of the key's hash in the high ones, which
+	// also choose the slot (home): a probe passes other keys' slots
+	// without loading their entries, and a removal moves the slots behind
+	// the removed one back without loading theirs either. Linear probing
+	// with removals that move slots back leaves no tombstones: every slot
+	// not empty is a live key's, so a table whose keys come and go at a
+	// steady number stays at its size, never rebuilt, and a key not in it
+	// passes no removed keys' slots.
 	slots []uint64
-	used  int // slots not empty: live entries and tombstones
 	ents  []keyEntry
 	free  []int32 // numbers of removed entries, to reuse
 	live  int
@@ -40,10 +44,12 @@ type keyIndex struct {
 	spare   []byte // the arena before the last compaction, reused by the next
 }
 
-const tombstone = math.MaxUint32
-
 // slot is what slots holds for entry n of a key with hash h.
 func slot(n int32, h uint64) uint64 { return h&^math.MaxUint32 | uint64(n+1) }
+
+// home is the slot a key whose slot holds s, or whose hash is s, probes
+// from, in a table of mask+1 slots.
+func home(s, mask uint64) uint64 { return s >> 32 & mask }
 
 func newKeyIndex() *keyIndex {
 	return &keyIndex{seed: maphash.MakeSeed(), slots: make([]uint64, 16)}
@@ -56,13 +62,13 @@ func (x *keyIndex) hash(key []byte) uint64 { return maphash.Bytes(x.seed, key) }
 func (x *keyIndex) find(key []byte, h uint64) int32 {
 	mask := uint64(len(x.slots) - 1)
 	tag := h &^ math.MaxUint32
-	for i := h & mask; ; i = (i + 1) & mask {
+	for i := home(h, mask); ; i = (i + 1) & mask {
 		s := x.slots[i]
-		switch low := uint32(s); {
-		case low == 0:
+		if s == 0 {
 			return -1
-		case low != tombstone && s&^math.MaxUint32 == tag:
-			n := int32(low - 1)
+		}
+		if s&^math.MaxUint32 == tag {
+			n := int32(uint32(s) - 1)
 			if e := &x.ents[n]; e.hash == h && bytes.Equal(x.keyOf(n), key) {
 				return n
 			}
@@ -77,36 +83,37 @@ func (x *keyIndex) keyOf(n int32) []byte {
 }
 
 // insert adds key, whose hash is h and which must not be in the index,
-// with entry e, and returns its number. It keeps e's payload and sets its
-// bookkeeping.
-func (x *keyIndex) insert(key []byte, h uint64, e keyEntry) int32 {
-	if (x.used+1)*4 > len(x.slots)*3 {
-		x.rehash()
+// and returns the number of its entry, whose payload is zero: the caller
+// sets it in place, which a Put's admit does under the table's lock, so a
+// payload passed in would be one more copy of the entry there.
+func (x *keyIndex) insert(key []byte, h uint64) int32 {
+	if (x.live+1)*4 > len(x.slots)*3 {
+		x.grow()
 	}
 	var n int32
 	if k := len(x.free); k > 0 {
 		n = x.free[k-1]
 		x.free = x.free[:k-1]
-		e.gen = x.ents[n].gen
 	} else {
 		n = int32(len(x.ents))
 		x.ents = append(grown(x.ents, 1), keyEntry{})
 	}
-	e.hash, e.koff, e.klen, e.live = h, uint32(len(x.arena)), uint16(len(key)), true
+	e := &x.ents[n]
+	*e = keyEntry{hash: h, koff: uint32(len(x.arena)), klen: uint16(len(key)), live: true, gen: e.gen}
 	x.arena = append(grown(x.arena, len(key)), key...)
-	x.ents[n] = e
-	mask := uint64(len(x.slots) - 1)
-	for i := h & mask; ; i = (i + 1) & mask {
-		switch uint32(x.slots[i]) {
-		case 0:
-			x.used++
-			fallthrough
-		case tombstone:
-			x.slots[i] = slot(n, h)
-			x.live++
-			return n
-		}
+	x.place(x.slots, slot(n, h))
+	x.live++
+	return n
+}
+
+// place puts s in the first empty slot from its home on.
+func (x *keyIndex) place(slots []uint64, s uint64) {
+	mask := uint64(len(slots) - 1)
+	i := home(s, mask)
+	for slots[i] != 0 {
+		i = (i + 1) & mask
 	}
+	slots[i] = s
 }
 
 // grown returns s with room for n more, doubling its capacity when it
@@ -123,12 +130,20 @@ func grown[T any](s []T, n int) []T {
 func (x *keyIndex) remove(n int32) {
 	e := &x.ents[n]
 	mask := uint64(len(x.slots) - 1)
-	for i := e.hash & mask; ; i = (i + 1) & mask {
-		if uint32(x.slots[i]) == uint32(n+1) {
-			x.slots[i] = tombstone
-			break
+	i := home(e.hash, mask)
+	for uint32(x.slots[i]) != uint32(n+1) {
+		i = (i + 1) & mask
+	}
+	// Move back into the hole each later slot of the run whose home is
+	// not between the hole and it (cyclically), so that every key is
+	// still found from its home without crossing an empty slot.
+	for j := (i + 1) & mask; x.slots[j] != 0; j = (j + 1) & mask {
+		if s := x.slots[j]; (j-home(s, mask))&mask >= (j-i)&mask {
+			x.slots[i] = s
+			i = j
 		}
 	}
+	x.slots[i] = 0
 	x.garbage += int(e.klen)
 	*e = keyEntry{gen: e.gen + 1}
 	x.free = append(x.free, n)
@@ -138,30 +153,42 @@ func (x *keyIndex) remove(n int32) {
 	}
 }
 
-// rehash rebuilds the slots, at twice the size if live entries fill more
-// than a quarter of them (else tombstones were what filled it): a quarter,
-// so that a table whose keys come and go at a steady number rebuilds once
-// every half its size of removals, not more often.
-func (x *keyIndex) rehash() {
-	size := len(x.slots)
-	if x.live*4 >= size {
-		size *= 2
-	}
-	x.slots = make([]uint64, size)
-	x.used = 0
-	mask := uint64(size - 1)
+// retain removes every entry keep refuses (their numbers' gens move on, as
+// remove's), in one pass over the entries and one over the slots.
+func (x *keyIndex) retain(keep func(e *keyEntry) bool) {
+	removed := false
 	for n := range x.ents {
-		e := &x.ents[n]
-		if !e.live {
-			continue
+		if e := &x.ents[n]; e.live && !keep(e) {
+			x.garbage += int(e.klen)
+			*e = keyEntry{gen: e.gen + 1}
+			x.free = append(x.free, int32(n))
+			x.live--
+			removed = true
 		}
-		i := e.hash & mask
-		for x.slots[i] != 0 {
-			i = (i + 1) & mask
-		}
-		x.slots[i] = slot(int32(n), e.hash)
-		x.used++
 	}
+	if !removed {
+		return
+	}
+	clear(x.slots)
+	for n := range x.ents {
+		if e := &x.ents[n]; e.live {
+			x.place(x.slots, slot(int32(n), e.hash))
+		}
+	}
+	if x.garbage > 64<<10 && x.garbage > len(x.arena)/2 {
+		x.compactArena()
+	}
+}
+
+// grow doubles the slots, placing each key again from its slot alone.
+func (x *keyIndex) grow() {
+	slots := make([]uint64, 2*len(x.slots))
+	for _, s := range x.slots {
+		if s != 0 {
+			x.place(slots, s)
+		}
+	}
+	x.slots = slots
 }
 
 // compactArena copies the live keys into the spare arena, and keeps the
@@ -189,7 +216,7 @@ func (x *keyIndex) clear() {
 		}
 	}
 	clear(x.slots)
-	x.used, x.live, x.arena, x.spare, x.garbage = 0, 0, nil, nil, 0
+	x.live, x.arena, x.spare, x.garbage = 0, nil, nil, 0
 }
 
 // each calls f with every live entry's number.

@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// TestKeyIndexModel: random inserts, removals, lookups and clears against
+// TestKeyIndexModel: random inserts, removals, retains, lookups and clears against
 // a Go map; entry numbers stay put while they live, a removed one's gen
 // moves on, and the arena stays within about twice the live keys.
 func TestKeyIndexModel(t *testing.T) {
@@ -22,7 +22,8 @@ func TestKeyIndexModel(t *testing.T) {
 				continue
 			}
 			id := ID(step + 1)
-			n := x.insert([]byte(k), x.hash([]byte(k)), keyEntry{id: id})
+			n := x.insert([]byte(k), x.hash([]byte(k)))
+			x.ents[n].id = id
 			model[k], ids[k] = n, id
 		case op < 8:
 			n, ok := model[k]
@@ -38,6 +39,23 @@ func TestKeyIndexModel(t *testing.T) {
 		case op < 9 && step%5000 == 0:
 			x.clear()
 			clear(model)
+		case op == 9 && step%3000 < 10:
+			// Keep the entries of even IDs.
+			gens := map[int32]uint32{}
+			for _, n := range model {
+				gens[n] = x.ents[n].gen
+			}
+			x.retain(func(e *keyEntry) bool { return e.id%2 == 0 })
+			for k, n := range model {
+				switch e := x.ents[n]; {
+				case ids[k]%2 == 0 && (!e.live || e.gen != gens[n]):
+					t.Fatalf("step %d: retained entry %d is %+v", step, n, e)
+				case ids[k]%2 != 0 && (e.live || e.gen != gens[n]+1):
+					t.Fatalf("step %d: dropped entry %d is %+v", step, n, e)
+				case ids[k]%2 != 0:
+					delete(model, k)
+				}
+			}
 		default:
 		}
 		if got := findKey(x, k); (got >= 0) != modelHas(model, k) {
@@ -45,6 +63,14 @@ func TestKeyIndexModel(t *testing.T) {
 		}
 		if modelHas(model, k) && (findKey(x, k) != model[k] || x.ents[model[k]].id != ids[k] || string(x.keyOf(model[k])) != k) {
 			t.Fatalf("step %d: %q at %d, want %d with id %d", step, k, findKey(x, k), model[k], ids[k])
+		}
+		if step%1000 == 0 {
+			// Removals move other keys' slots: every key is still found.
+			for k, n := range model {
+				if got := findKey(x, k); got != n {
+					t.Fatalf("step %d: %q at %d, want %d", step, k, got, n)
+				}
+			}
 		}
 	}
 	if x.live != len(model) {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // KeyPolicy is what a channel does with the keys messages carry
@@ -94,8 +95,9 @@ type keyTable struct {
 	// ix holds the Put-time policies' state per key: under KeyUnique its
 	// pending message, under KeyReplace its newest, under KeyDedup when it
 	// was last put. A Put finds its entry again after the backend's Put by
-	// its number (commit), without a second lookup.
-	ix *keyIndex
+	// its number (commit), without a second lookup. In the table, not
+	// behind a pointer: one dependent load less for every keyed Put.
+	ix keyIndex
 	// more holds, under KeyReplace, the pending versions of an entry past
 	// its oldest (keyEntry.v0), by entry number: most keys have one.
 	more map[int32][]ID
@@ -123,13 +125,10 @@ type keyEntry struct {
 	// seq is the backend record of message id, once known (hasSeq): what
 	// a restart checks the entry against.
 	seq uint64
-	at  int64 // KeyDedup: Unix ns of the put
-	// v0 is, under KeyReplace, the oldest version put and not yet done (0
-	// when none; IDs are never 0), the others in keyTable.more, so the
-	// entry outlives every older version it supersedes. By ID, not a
-	// count, so that a version done twice over (taken from a segment's old
-	// files while compaction removed it from the new) counts once.
-	v0 ID
+	// aux is, under KeyDedup, when the key was put (at), and under
+	// KeyReplace the oldest version put and not yet done (v0): one word
+	// for the two, each policy's own, keeps an entry to 48 bytes.
+	aux uint64
 	// restored says the entry came from a KeyState: its versions are not
 	// known, and it goes once the backend's floor has passed seq (see
 	// snapshot).
@@ -143,14 +142,30 @@ type keyEntry struct {
 	hash uint64
 }
 
+// keyEntry is 48 bytes. A keyed Put writes its entry, and with a thousand
+// keys pending a thousand entries are touched between two uses of one;
+// freed numbers are reused last freed first, so they are mostly touched
+// in order, and the fewer lines they take, the fewer a Put waits for.
+var _ = [1]struct{}{}[unsafe.Sizeof(keyEntry{})-48]
+
+// at is when a KeyDedup entry's key was put, Unix ns.
+func (e *keyEntry) at() int64 { return int64(e.aux) }
+
+// v0 is a KeyReplace entry's oldest version put and not yet done (0 when
+// none; IDs are never 0), the others in keyTable.more, so the entry
+// outlives every older version it supersedes. By ID, not a count, so that
+// a version done twice over (taken from a segment's old files while
+// compaction removed it from the new) counts once.
+func (e *keyEntry) v0() ID { return ID(e.aux) }
+
 // setPayload replaces e's payload with p's, keeping its bookkeeping.
 func (e *keyEntry) setPayload(p keyEntry) {
-	e.id, e.seq, e.at, e.v0, e.restored, e.hasSeq = p.id, p.seq, p.at, p.v0, p.restored, p.hasSeq
+	e.id, e.seq, e.aux, e.restored, e.hasSeq = p.id, p.seq, p.aux, p.restored, p.hasSeq
 }
 
 // pending reports whether the entry has a version not done, as far as it
 // knows.
-func (e *keyEntry) pending() bool { return e.restored || e.v0 != 0 }
+func (e *keyEntry) pending() bool { return e.restored || e.v0() != 0 }
 
 type seenKey struct {
 	at  int64
@@ -174,7 +189,7 @@ func newKeyTable(policy KeyPolicy, window time.Duration, settled func(seq uint64
 	if policy == KeySerial {
 		t.held, t.waiting = map[string]ID{}, map[string][]*Message{}
 	} else {
-		t.ix, t.more = newKeyIndex(), map[int32][]ID{}
+		t.ix, t.more = *newKeyIndex(), map[int32][]ID{}
 	}
 	if st != nil {
 		t.restore(st, time.Now().UnixNano())
@@ -213,15 +228,17 @@ func (t *keyTable) entryOf(n int32, gen uint32) *keyEntry {
 
 func (t *keyTable) removeEntry(n int32) {
 	t.ix.remove(n)
-	delete(t.more, n)
+	if len(t.more) > 0 {
+		delete(t.more, n)
+	}
 }
 
 // addVersion counts version id of entry n as pending (KeyReplace).
 func (t *keyTable) addVersion(n int32, id ID) {
 	switch e := &t.ix.ents[n]; {
 	case e.restored:
-	case e.v0 == 0:
-		e.v0 = id
+	case e.v0() == 0:
+		e.aux = uint64(id)
 	default:
 		t.more[n] = append(t.more[n], id)
 	}
@@ -234,12 +251,12 @@ func (t *keyTable) dropVersion(n int32, id ID) bool {
 	e, more := &t.ix.ents[n], t.more[n]
 	i := slices.Index(more, id)
 	switch {
-	case e.v0 == id:
-		e.v0 = 0
+	case e.v0() == id:
+		e.aux = 0
 		if len(more) == 0 {
 			return true
 		}
-		e.v0, i = more[0], 0
+		e.aux, i = uint64(more[0]), 0
 	case i < 0:
 		return false
 	}
@@ -253,15 +270,15 @@ func (t *keyTable) dropVersion(n int32, id ID) bool {
 
 // hasVersion reports whether version id of entry n is pending.
 func (t *keyTable) hasVersion(n int32, id ID) bool {
-	return t.ix.ents[n].v0 == id || slices.Contains(t.more[n], id)
+	return t.ix.ents[n].v0() == id || slices.Contains(t.more[n], id)
 }
 
-// admitted is what admit did, for commit and undo.
+// admitted is what admit did, for commit and undo: three words, returned
+// in registers.
 type admitted struct {
 	n    int32 // the entry the Put counts in, of generation gen; -1 if none
 	gen  uint32
-	made bool     // admit inserted it; else (KeyUnique, KeyDedup) it replaced the payload of a live entry: prev
-	prev keyEntry // KeyUnique, KeyDedup
+	made bool // admit inserted it; else (KeyReplace) it added a version to it
 }
 
 var notAdmitted = admitted{n: -1}
@@ -270,52 +287,66 @@ var notAdmitted = admitted{n: -1}
 // returns ErrDuplicate for one the policy refuses, and otherwise records it
 // and returns what commit completes once the Put succeeded, or undo takes
 // back if it failed.
+//
+// An entry that no longer counts (KeyUnique: a topic's, every channel done
+// with it; KeyDedup: put before the window, not yet expired) is removed and
+// the key inserted afresh, not given the new payload in place: undo then
+// removes it as any other, and a Put still holding the old entry's number
+// finds it gone, not taken over (with the payload replaced in place, that
+// Put's undo removed the new Put's entry).
 func (t *keyTable) admit(key []byte, id ID, now int64) (admitted, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.policy == KeyDedup {
-		t.expireLocked(now) // first: it may remove key's entry
-	}
-	e, n, h := t.find(key)
-	var fresh keyEntry
 	switch t.policy {
-	case KeyUnique:
-		if e != nil && !(t.topic() && e.hasSeq && t.settled(e.seq)) {
-			t.duplicates.Add(1)
-			return notAdmitted, fmt.Errorf("%w: key %q has a message pending", ErrDuplicate, key)
-		}
-		fresh = keyEntry{id: id}
-	case KeyReplace:
-		// The newest stored version stays the one that supersedes until
-		// this one's Put has succeeded (commit).
-		if e != nil {
-			t.addVersion(n, id)
-			return admitted{n: n, gen: e.gen}, nil
-		}
-		fresh = keyEntry{v0: id}
-		if t.topic() {
-			fresh = keyEntry{restored: true}
-		}
-	case KeyDedup:
-		if e != nil && now-e.at < t.window {
-			t.duplicates.Add(1)
-			return notAdmitted, fmt.Errorf("%w: key %q was put %v ago, within the dedup window", ErrDuplicate, key, time.Duration(now-e.at).Round(time.Millisecond))
-		}
-		fresh = keyEntry{id: id, at: now}
+	case KeyUnique, KeyReplace, KeyDedup:
 	default:
 		return notAdmitted, nil
 	}
-	a := admitted{n: n}
-	if e != nil {
-		a.prev, a.gen = *e, e.gen
-		e.setPayload(fresh)
-	} else {
-		a.n, a.made = t.ix.insert(key, h, fresh), true
-		a.gen = t.ix.ents[a.n].gen
-	}
+	h := t.ix.hash(key) // before the lock: the seed never changes
+	t.mu.Lock()
 	if t.policy == KeyDedup {
-		t.seenQ = append(t.seenQ, seenKey{now, a.n, a.gen})
+		t.expireLocked(now) // first: it may remove key's entry
 	}
+	if n := t.ix.find(key, h); n >= 0 {
+		e := &t.ix.ents[n]
+		switch t.policy {
+		case KeyUnique:
+			if !(t.topic() && e.hasSeq && t.settled(e.seq)) {
+				t.mu.Unlock()
+				t.duplicates.Add(1)
+				return notAdmitted, fmt.Errorf("%w: key %q has a message pending", ErrDuplicate, key)
+			}
+		case KeyReplace:
+			// The newest stored version stays the one that supersedes
+			// until this one's Put has succeeded (commit).
+			t.addVersion(n, id)
+			a := admitted{n: n, gen: e.gen}
+			t.mu.Unlock()
+			return a, nil
+		case KeyDedup:
+			if ago := now - e.at(); ago < t.window {
+				t.mu.Unlock()
+				t.duplicates.Add(1)
+				return notAdmitted, fmt.Errorf("%w: key %q was put %v ago, within the dedup window", ErrDuplicate, key, time.Duration(ago).Round(time.Millisecond))
+			}
+		}
+		t.removeEntry(n)
+	}
+	n := t.ix.insert(key, h)
+	e := &t.ix.ents[n]
+	switch t.policy {
+	case KeyUnique:
+		e.id = id
+	case KeyReplace:
+		if t.topic() {
+			e.restored = true
+		} else {
+			e.aux = uint64(id) // v0
+		}
+	case KeyDedup:
+		e.id, e.aux = id, uint64(now) // at
+		t.seenQ = append(t.seenQ, seenKey{now, n, e.gen})
+	}
+	a := admitted{n: n, gen: e.gen, made: true}
+	t.mu.Unlock()
 	return a, nil
 }
 
@@ -339,11 +370,7 @@ func (t *keyTable) undo(id ID, a admitted) {
 		}
 		return
 	}
-	if !a.made {
-		e.setPayload(a.prev)
-	} else {
-		t.removeEntry(a.n)
-	}
+	t.removeEntry(a.n)
 }
 
 // commit records that the Put admit let in, of message id, succeeded, in
@@ -382,11 +409,23 @@ func (t *keyTable) stored(key []byte, id ID, seq uint64) {
 func (t *keyTable) expireLocked(now int64) {
 	i := t.seenHead
 	for i < len(t.seenQ) && now-t.seenQ[i].at >= t.window {
-		s := t.seenQ[i]
-		if e := t.entryOf(s.n, s.gen); e != nil && e.at == s.at {
-			t.removeEntry(s.n)
-		}
 		i++
+	}
+	switch expired := i - t.seenHead; {
+	case expired == 0:
+	case expired >= 64 && 2*expired >= len(t.ix.ents) && 8*expired >= len(t.ix.slots):
+		// Most of the table at once (the first Put after a pause longer
+		// than the window): a pass over the entries and one over the
+		// slots, in order, cost less than a probe of a slot at random per
+		// key, and the bounds keep them within a few times the keys
+		// expired.
+		t.ix.retain(func(e *keyEntry) bool { return now-e.at() < t.window })
+	default:
+		for _, s := range t.seenQ[t.seenHead:i] {
+			if e := t.entryOf(s.n, s.gen); e != nil && e.at() == s.at {
+				t.removeEntry(s.n)
+			}
+		}
 	}
 	t.seenHead = i
 	if i > len(t.seenQ)/2 {
@@ -399,6 +438,9 @@ func (t *keyTable) expireLocked(now int64) {
 // KeyReplace for a superseded message (drop it), and under KeySerial for
 // one whose key another message holds (it was parked behind it).
 func (t *keyTable) take(m *Message) (deliver, drop bool) {
+	if t.policy != KeyReplace && t.policy != KeySerial {
+		return true, false // the others decide at Put
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	switch t.policy {
@@ -426,6 +468,9 @@ func (t *keyTable) take(m *Message) (deliver, drop bool) {
 // finished, dead-lettered, expired or superseded. Under KeySerial it
 // returns the message now next for the key, if one waits.
 func (t *keyTable) done(key []byte, id ID) *Message {
+	if t.policy == KeyDedup {
+		return nil // the window, not the message, ends its key
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	switch t.policy {
@@ -465,7 +510,7 @@ func (t *keyTable) done(key []byte, id ID) *Message {
 func (t *keyTable) empty() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.ix != nil && t.policy != KeyDedup {
+	if t.policy != KeySerial && t.policy != KeyDedup {
 		t.ix.clear()
 		clear(t.more)
 	}
@@ -517,7 +562,7 @@ func (t *keyTable) stats() (pending int, waiting int) {
 	for _, q := range t.waiting {
 		waiting += len(q)
 	}
-	if t.ix != nil {
+	if t.policy != KeySerial {
 		pending = t.ix.live
 	}
 	return pending + len(t.held), waiting
@@ -595,7 +640,11 @@ func (t *keyTable) snapshot(floor uint64) keySnapshot {
 			// duplicate.
 		}
 		if e.hasSeq {
-			snap.ents = append(snap.ents, snapEntry{id: e.id, seq: e.seq, at: e.at, koff: e.koff, klen: e.klen})
+			se := snapEntry{id: e.id, seq: e.seq, koff: e.koff, klen: e.klen}
+			if snap.dedup {
+				se.at = e.at()
+			}
+			snap.ents = append(snap.ents, se)
 		}
 	})
 	for _, n := range gone {
@@ -652,8 +701,8 @@ func (t *keyTable) restore(st *KeyState, now int64) {
 		case KeyReplace:
 			p.restored = true
 		case KeyDedup:
-			p.at = ke.At.UnixNano()
-			if now-p.at >= t.window {
+			p.aux = uint64(ke.At.UnixNano()) // at
+			if now-p.at() >= t.window {
 				continue
 			}
 		default:
@@ -662,14 +711,15 @@ func (t *keyTable) restore(st *KeyState, now int64) {
 		e, n, h := t.find(key)
 		switch {
 		case e == nil:
-			n = t.ix.insert(key, h, p)
-		case t.policy == KeyDedup && e.at >= p.at:
+			n = t.ix.insert(key, h)
+			t.ix.ents[n].setPayload(p)
+		case t.policy == KeyDedup && e.at() >= p.at():
 			continue
 		default:
 			e.setPayload(p)
 		}
 		if t.policy == KeyDedup {
-			t.seenQ = append(t.seenQ, seenKey{p.at, n, t.ix.ents[n].gen})
+			t.seenQ = append(t.seenQ, seenKey{p.at(), n, t.ix.ents[n].gen})
 		}
 	}
 	slices.SortFunc(t.seenQ, func(a, b seenKey) int { return cmp.Compare(a.at, b.at) })

@@ -1,6 +1,8 @@
 package channel
 
 import (
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -50,5 +52,53 @@ func TestKeyTableSnapshot(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestKeyDedupExpiresAtOnce: the first Put after a pause longer than the
+// window, which finds most of the table expired and drops it in one pass,
+// forgets exactly the keys put before the window.
+func TestKeyDedupExpiresAtOnce(t *testing.T) {
+	const window = int64(time.Second)
+	kt, err := newKeyTable(KeyDedup, time.Duration(window), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UnixNano()
+	id := ID(0)
+	put := func(key string, at int64) error {
+		id++
+		a, err := kt.admit([]byte(key), id, at)
+		if err == nil {
+			kt.commit(a, id, uint64(id), true)
+		}
+		return err
+	}
+	for i := range 500 {
+		if err := put(fmt.Sprint("old-", i), now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 20 {
+		if err := put(fmt.Sprint("new-", i), now+window/2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	later := now + window + 1
+	if err := put("after", later); err != nil {
+		t.Fatal(err)
+	}
+	if pending, _ := kt.stats(); pending != 21 {
+		t.Fatalf("%d keys pending after the pause, want 21", pending)
+	}
+	for i := range 20 {
+		if err := put(fmt.Sprint("new-", i), later); !errors.Is(err, ErrDuplicate) {
+			t.Fatalf("new-%d, put within the window: %v, want ErrDuplicate", i, err)
+		}
+	}
+	for i := range 500 {
+		if err := put(fmt.Sprint("old-", i), later); err != nil {
+			t.Fatalf("old-%d, put before the window: %v", i, err)
+		}
 	}
 }
