@@ -257,11 +257,12 @@ func (l *Log) dropSegments(n int) {
 // segment beside it: it frees the old records' blocks (a hole punched in
 // the log; its size and offsets stay, and the segment is deleted once
 // sealed), then rolls. Retained segments are not punched: retention keeps
-// them for replay. The caller holds l.mu and is the writer goroutine.
+// them for replay; nor are held ones (HoldFrom). The caller holds l.mu and is the writer goroutine.
 func (l *Log) recycleActiveLocked() error {
 	t := l.t
 	p, ok := t.log.f.(puncher)
-	if !ok || l.opts.RetainBytes > 0 || l.opts.RetainAge > 0 {
+	if !ok || l.opts.RetainBytes > 0 || l.opts.RetainAge > 0 || l.held(t.seg) {
+		// HoldFrom's holder (spillq's key state) may still read it.
 		return fmt.Errorf("%w: cannot free the consumed active segment in place", ErrDiskFull)
 	}
 	if err := p.PunchHole(fileHeaderSize, t.size-fileHeaderSize); err != nil {

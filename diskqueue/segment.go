@@ -587,7 +587,7 @@ func (l *Log) openFiles(seg *segment) (f *segFiles, opened bool, err error) {
 	if seg.closed {
 		return nil, false, fmt.Errorf("%w: segment %d was deleted", ErrNotFound, seg.base)
 	}
-	if seg.evicted && !l.readOnly {
+	if seg.evicted && !l.readOnly && !seg.leftovers.Load() {
 		if f, err = l.reopenEvicted(seg); err != nil {
 			return nil, false, err
 		}
@@ -703,8 +703,10 @@ func (s *segment) evict() bool {
 // calls of a lookup that opens its segment): they were made when that
 // generation was opened, and while this process holds the directory's
 // lock nothing else changes a segment's files (a compaction here swaps a
-// generation in, and evict notes what the generation given back was). A
-// read-only view cannot know that and checks each time.
+// generation in, and evict notes what the generation given back was). Not
+// after a compaction whose swap failed midway (leftovers): the paths may
+// name its files while the generation given back was the old one. A
+// read-only view cannot know either and checks each time.
 func (l *Log) reopenEvicted(seg *segment) (*segFiles, error) {
 	log, err := l.fs.OpenFile(seg.path(logSuffix), os.O_RDONLY, 0)
 	if err != nil {
