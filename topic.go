@@ -125,9 +125,12 @@ type Topic struct {
 	open   map[string]*channel.Channel
 	// timers are the open channels' timer stores, and closedTimers (under
 	// openMu too) the depth of a closed channel's, read once by Stats:
-	// nothing writes a timer store while its channel is closed.
+	// nothing writes a timer store while its channel is closed. openings
+	// counts each channel's opens and closes, so that a depth read across
+	// one is not kept.
 	timers       map[string]*diskqueue.Queue
 	closedTimers map[string]int64
+	openings     map[string]uint64
 	// sources are the channels' cursors, kept from one opening of a
 	// channel to the next with what it read ahead. Guarded by opMu.
 	sources map[string]*cursorSource
@@ -178,7 +181,7 @@ func OpenTopic(dir string, opts TopicOptions) (*Topic, error) {
 	t := &Topic{
 		dir: dir, log: l, fan: fan, topts: timerOptions(dopts), syncEach: dopts.SyncEvery == 1,
 		open: map[string]*channel.Channel{}, sources: map[string]*cursorSource{},
-		timers: map[string]*diskqueue.Queue{}, closedTimers: map[string]int64{},
+		timers: map[string]*diskqueue.Queue{}, closedTimers: map[string]int64{}, openings: map[string]uint64{},
 	}
 	if err := t.removeOrphans(dopts.Logger); err != nil {
 		l.Close()
@@ -301,6 +304,7 @@ func (t *Topic) Channel(name string, opts ChannelOptions) (*channel.Channel, err
 	t.open[name] = ch
 	t.timers[name] = tq
 	delete(t.closedTimers, name)
+	t.openings[name]++
 	t.openMu.Unlock()
 	return ch, nil
 }
@@ -319,6 +323,7 @@ func (t *Topic) closedChannel(name string, ch *channel.Channel) {
 	if t.open[name] == ch {
 		delete(t.open, name)
 		delete(t.timers, name)
+		t.openings[name]++
 	}
 }
 
@@ -450,6 +455,7 @@ func (t *Topic) Stats() TopicStats {
 func (t *Topic) closedTimerDepth(name string) int64 {
 	t.openMu.Lock()
 	n, ok := t.closedTimers[name]
+	opening := t.openings[name]
 	t.openMu.Unlock()
 	if ok {
 		return n
@@ -465,7 +471,7 @@ func (t *Topic) closedTimerDepth(name string) int64 {
 	n = q.Depth()
 	q.Close()
 	t.openMu.Lock()
-	if t.open[name] == nil {
+	if t.open[name] == nil && t.openings[name] == opening {
 		t.closedTimers[name] = n
 	}
 	t.openMu.Unlock()

@@ -426,14 +426,18 @@ func (c *Channel) Messages() <-chan *Message {
 func (c *Channel) forward() {
 	defer c.wg.Done()
 	defer close(c.messagesCh)
-	hold := time.NewTicker(c.opts.MsgTimeout / 2)
+	// Touching more often than every millisecond would spin for a
+	// degenerate MsgTimeout, which times messages out before anyone can
+	// take them anyway.
+	every := max(c.opts.MsgTimeout/2, time.Millisecond)
+	hold := time.NewTicker(every)
 	defer hold.Stop()
 	for {
 		m, err := c.Receive(c.closeCtx)
 		if err != nil {
 			return
 		}
-		hold.Reset(c.opts.MsgTimeout / 2)
+		hold.Reset(every)
 	wait:
 		for {
 			select {
@@ -444,7 +448,12 @@ func (c *Channel) forward() {
 				_ = m.Touch()
 				break wait
 			case <-hold.C:
-				_ = m.Touch()
+				if m.Touch() != nil {
+					// Timed out all the same (a stall longer than half
+					// the timeout): it is delivered again, or was
+					// dead-lettered, and this copy is no longer in flight.
+					break wait
+				}
 			case <-c.closeCh:
 				// m stays in flight; Close writes it to the backend.
 				return

@@ -470,6 +470,19 @@ func TestMessagesHoldsOffTheTimeout(t *testing.T) {
 	}
 }
 
+// TestMessagesTinyMsgTimeout: a MsgTimeout of a nanosecond is valid, and
+// Messages must not panic on it (a ticker of half of it was zero).
+func TestMessagesTinyMsgTimeout(t *testing.T) {
+	c := newChannel(t, channel.Options{MemQueueSize: 10, MsgTimeout: 1})
+	defer c.Close()
+	put(t, c, "a")
+	select {
+	case <-c.Messages():
+	case <-time.After(10 * time.Second):
+		t.Fatal("no message")
+	}
+}
+
 func TestFailWhenFull(t *testing.T) {
 	c := newChannel(t, channel.Options{MemQueueSize: 2, FailWhenFull: true})
 	defer func() { c.Close() }()
