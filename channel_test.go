@@ -244,6 +244,50 @@ func TestRequeueDeferMaxAttemptsPauseEmpty(t *testing.T) {
 	})
 }
 
+// TestEmptyKeepsPutOrder: after Empty, messages put across the spill still
+// come in put order. The pump's read-ahead held messages read before the
+// Empty, and taking each counted it off the records waiting on disk a
+// second time: that count reached zero with newer records still on disk,
+// and the next Puts went to memory, ahead of them (found in review).
+func TestEmptyKeepsPutOrder(t *testing.T) {
+	q := open(t, t.TempDir(), spillq.Options{MemQueueSize: 10})
+	defer q.Close()
+	ctx := context.Background()
+	for i := range 200 {
+		if err := q.Put(ctx, body(100000+i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // the pump fills its read-ahead
+	if err := q.Empty(); err != nil {
+		t.Fatal(err)
+	}
+	next := 0
+	putN := func(n int) {
+		for range n {
+			if err := q.Put(ctx, body(next)); err != nil {
+				t.Fatal(err)
+			}
+			next++
+		}
+	}
+	putN(20)
+	for want := 0; want < 40; want++ {
+		m := recv(t, q)
+		got := index(t, m)
+		if got >= 100000 {
+			t.Fatalf("message %d, put before the Empty, delivered after it", got)
+		}
+		if got != want {
+			t.Fatalf("got %d, want %d (put order)", got, want)
+		}
+		m.Finish()
+		if want == 14 {
+			putN(20)
+		}
+	}
+}
+
 func TestCompressedSpill(t *testing.T) {
 	q := open(t, t.TempDir(), spillq.Options{Disk: diskqueue.Options{Compress: true}})
 	defer q.Close()

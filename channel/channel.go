@@ -283,7 +283,7 @@ func (c *Channel) take(ctx context.Context) (*Message, error) {
 		default:
 		}
 		if m, _ := c.ahead.pop(); m != nil {
-			c.delivered()
+			c.takenAhead(m)
 			return m, nil
 		}
 		wait := c.readyBell.Wait()
@@ -304,7 +304,7 @@ func (c *Channel) take(ctx context.Context) (*Message, error) {
 				c.ahead.ring()
 			}
 			if m != nil {
-				c.delivered()
+				c.takenAhead(m)
 				return m, nil
 			}
 		case <-ctx.Done():
@@ -312,6 +312,17 @@ func (c *Channel) take(ctx context.Context) (*Message, error) {
 		case <-c.closeCh:
 			return nil, ErrClosed
 		}
+	}
+}
+
+// takenAhead counts a message taken from the pump's read-ahead off
+// diskPending, unless it was read before an Empty, which counted it off
+// already (deliver drops it): counted twice, a few stale ones brought
+// diskPending to zero with newer records still in the backend, and Put
+// sent the next messages to memory, ahead of them.
+func (c *Channel) takenAhead(m *Message) {
+	if m.gen == c.gen.Load() {
+		c.delivered()
 	}
 }
 
@@ -762,8 +773,8 @@ func (c *Channel) Empty() error {
 		c.diskDeferred.empty()
 		if c.fan != nil {
 			storeMax(&c.readThrough, c.fan.log.NextSeq())
-			c.ahead.drain()
 		}
+		c.ahead.drain()
 	}
 	if c.timers != nil {
 		if err := c.timers.store.Empty(); err != nil {
