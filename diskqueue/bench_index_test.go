@@ -35,16 +35,7 @@ func BenchmarkLookup(b *testing.B) {
 	for _, n := range []int{10_000, 1_000_000, 10_000_000} {
 		q := lookupFixture(b, n)
 		rng := rand.New(rand.NewPCG(1, 2))
-		b.Run(fmt.Sprintf("records=%d/impl=index", n), func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				seq := uint64(rng.IntN(n))
-				rec, err := q.ReadAt(seq)
-				if err != nil || rec.Seq != seq {
-					b.Fatal(seq, err)
-				}
-			}
-		})
+		b.Run(fmt.Sprintf("records=%d/impl=index", n), func(b *testing.B) { readAtRandom(b, q, rng, n) })
 		b.Run(fmt.Sprintf("records=%d/impl=floor", n), func(b *testing.B) {
 			segs, maps := lookupMaps(b, q)
 			var sink byte
@@ -86,6 +77,18 @@ func BenchmarkLookup(b *testing.B) {
 			})
 		}
 		q.Close()
+	}
+}
+
+// readAtRandom times ReadAt of seqs below n, drawn from rng.
+func readAtRandom(b *testing.B, q *Queue, rng *rand.Rand, n int) {
+	b.ReportAllocs()
+	for b.Loop() {
+		seq := uint64(rng.IntN(n))
+		rec, err := q.ReadAt(seq)
+		if err != nil || rec.Seq != seq {
+			b.Fatal(seq, err)
+		}
 	}
 }
 

@@ -30,13 +30,5 @@ func BenchmarkReadAtReopened(b *testing.B) {
 	if err := q.Sync(ctx); err != nil {
 		b.Fatal(err)
 	}
-	rng := rand.New(rand.NewPCG(1, 2))
-	b.ReportAllocs()
-	for b.Loop() {
-		seq := uint64(rng.IntN(n))
-		rec, err := q.ReadAt(seq)
-		if err != nil || rec.Seq != seq {
-			b.Fatal(seq, err)
-		}
-	}
+	readAtRandom(b, q, rand.New(rand.NewPCG(1, 2)), n)
 }

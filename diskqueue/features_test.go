@@ -196,17 +196,18 @@ func TestDiskBudgetFreedAtOnce(t *testing.T) {
 			ctx := context.Background()
 			done, cancel := context.WithCancel(ctx)
 			cancel()
-			for round := 0; round < 3; round++ {
+			// fill puts until the budget refuses one; consume reads and
+			// acknowledges n records.
+			fill := func(limit int) (int, error) {
 				n := 0
-				var err error
-				for ; n < 10000; n++ {
-					if err = q.Put(ctx, faultBody(n)); err != nil {
-						break
+				for ; n < limit; n++ {
+					if err := q.Put(ctx, faultBody(n)); err != nil {
+						return n, err
 					}
 				}
-				if !errors.Is(err, ErrDiskFull) || n < 10 {
-					t.Fatalf("round %d: Put past the budget: got %v after %d records, want ErrDiskFull", round, err, n)
-				}
+				return n, nil
+			}
+			consume := func(round, n int) {
 				for i := 0; i < n; i++ {
 					rec, err := q.Read(done)
 					if err != nil {
@@ -216,26 +217,20 @@ func TestDiskBudgetFreedAtOnce(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
+			}
+			for round := 0; round < 3; round++ {
+				n, err := fill(10000)
+				if !errors.Is(err, ErrDiskFull) || n < 10 {
+					t.Fatalf("round %d: Put past the budget: got %v after %d records, want ErrDiskFull", round, err, n)
+				}
+				consume(round, n)
 				// As much fits again as the first time, give or take a
 				// segment's headers where the segments fall differently.
-				m := 0
-				for ; m < n; m++ {
-					if err = q.Put(ctx, faultBody(m)); err != nil {
-						break
-					}
-				}
+				m, err := fill(n)
 				if m < n*3/4 {
 					t.Fatalf("round %d: right after every record was acknowledged %d Puts of %d succeeded, then: %v", round, m, n, err)
 				}
-				for i := 0; i < m; i++ {
-					rec, err := q.Read(done)
-					if err != nil {
-						t.Fatalf("round %d: Read back %d of %d: %v", round, i, n, err)
-					}
-					if err := q.Ack(rec.Seq); err != nil {
-						t.Fatal(err)
-					}
-				}
+				consume(round, m)
 			}
 		})
 	}
