@@ -233,20 +233,47 @@ func (t *Topic) removeOrphans(logger *slog.Logger) error {
 // however many channels there are. The topic takes ownership of body. A
 // body out of Disk's record limits is refused with [channel.ErrTooLarge] or
 // [channel.ErrTooSmall].
-func (t *Topic) Put(ctx context.Context, body []byte) error { return t.fan.Put(ctx, body) }
+//
+// A Put refused for want of space (diskqueue.ErrDiskFull, at
+// Disk.MaxDiskBytes or on a full file system) names the channel furthest
+// behind, whose unfinished messages hold the oldest segment.
+func (t *Topic) Put(ctx context.Context, body []byte) error {
+	return t.full(t.fan.Put(ctx, body))
+}
 
 // PutWith is Put with a delay or an expiry, which each channel applies on
 // its own. A delayed message is written to the log, and by each channel to
 // its timer store as it reads it.
 func (t *Topic) PutWith(ctx context.Context, body []byte, po channel.PutOptions) error {
-	return t.fan.PutWith(ctx, body, po)
+	return t.full(t.fan.PutWith(ctx, body, po))
 }
 
 // PutBatch puts bodies in order, sharing the log's lock and, with
 // Disk.SyncEvery 1, one fsync. It returns how many were put (a prefix of
 // bodies) and the first error.
 func (t *Topic) PutBatch(ctx context.Context, bodies [][]byte) (int, error) {
-	return t.fan.PutBatch(ctx, bodies)
+	n, err := t.fan.PutBatch(ctx, bodies)
+	return n, t.full(err)
+}
+
+// full adds to a disk-full error which channel holds the oldest segment:
+// the one whose oldest unfinished message is oldest, so an operator knows
+// which consumer to look at (or to set DropWhenFull on). Other errors
+// pass as they are.
+func (t *Topic) full(err error) error {
+	if err == nil || !errors.Is(err, diskqueue.ErrDiskFull) {
+		return err
+	}
+	var behind *diskqueue.CursorStats
+	for _, cs := range t.log.CursorStats() {
+		if cs.Depth > 0 && (behind == nil || cs.ReadSeq < behind.ReadSeq) {
+			behind = &cs
+		}
+	}
+	if behind == nil {
+		return err
+	}
+	return fmt.Errorf("%w (channel %q is furthest behind: %d messages not finished, the oldest seq %d)", err, behind.Name, behind.Depth, behind.ReadSeq)
 }
 
 // Channel returns the named channel, creating it at opts.Start if the

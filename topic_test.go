@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -384,6 +385,31 @@ func TestTopicStatsTimers(t *testing.T) {
 	nothingMore(t, a)
 	if depth, n := timers(tp); depth != 0 || n != 0 {
 		t.Fatalf("all finished: depth %d, timers %d; want 0 and 0", depth, n)
+	}
+}
+
+// TestTopicDiskFullNamesTheChannel: at MaxDiskBytes a topic's Put says
+// which channel holds the space, the one furthest behind.
+func TestTopicDiskFullNamesTheChannel(t *testing.T) {
+	tp := openTopic(t, t.TempDir(), spillq.TopicOptions{Disk: diskqueue.Options{MaxDiskBytes: 64 << 10, MaxSegmentBytes: 8 << 10}})
+	defer tp.Close()
+	fast := topicChannel(t, tp, "billing", spillq.ChannelOptions{})
+	topicChannel(t, tp, "analytics", spillq.ChannelOptions{}) // never read
+	ctx := context.Background()
+	var err error
+	for i := 0; i < 100000; i++ {
+		if err = tp.Put(ctx, body(i)); err != nil {
+			break
+		}
+		if i%10 == 9 {
+			take(t, fast, 10)
+		}
+	}
+	if !errors.Is(err, diskqueue.ErrDiskFull) {
+		t.Fatalf("Put at the budget: %v, want ErrDiskFull", err)
+	}
+	if !strings.Contains(err.Error(), `channel "analytics" is furthest behind`) {
+		t.Fatalf("the error does not name the channel holding the space: %v", err)
 	}
 }
 
