@@ -54,6 +54,18 @@ type Message struct {
 	acker    Acker // set for messages delivered by another source (NewMessage)
 }
 
+// Due is the time before which the message was not to be delivered: the
+// due time it was put or requeued with (a Delay), or stored with (what a
+// topic's channel keeps in its timer store at Close is due then); the
+// zero Time if it carries none. Tools reading a timer store's records
+// ([UnmarshalMessage]) show it.
+func (m *Message) Due() time.Time {
+	if m.due == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, m.due)
+}
+
 type msgState uint8
 
 // msgSource is the store holding a message's record, if any.

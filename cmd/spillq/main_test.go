@@ -364,6 +364,35 @@ func TestNotAQueue(t *testing.T) {
 	}
 }
 
+// TestDumpShowsDue: a timer store's records carry their due time, and dump
+// shows it, as text and as JSON.
+func TestDumpShowsDue(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "q")
+	sq, err := spillq.Open(dir, spillq.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	due := time.Now().Add(time.Hour)
+	if err := sq.PutWith(context.Background(), []byte("later"), channel.PutOptions{Delay: time.Until(due)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := sq.Close(); err != nil {
+		t.Fatal(err)
+	}
+	timers := filepath.Join(dir, spillq.TimersDir)
+	out, code := tool(t, "", "dump", timers)
+	if code != 0 || !strings.Contains(out, " due="+due.UTC().Format("2006-01-02T15")) || !strings.Contains(out, `"later"`) {
+		t.Fatalf("dump of the timer store (%d) does not show the due time:\n%s", code, out)
+	}
+	out, code = tool(t, "", "dump", "-format", "json", timers)
+	if code != 0 || !strings.Contains(out, `"due":"`+due.UTC().Format("2006-01-02T15")) {
+		t.Fatalf("dump -format json of the timer store (%d):\n%s", code, out)
+	}
+	if out, _ := tool(t, "", "dump", dir); strings.Contains(out, "due=") {
+		t.Fatalf("the main log's records carry no due time:\n%s", out)
+	}
+}
+
 // TestRecordKindDetection: channel envelopes are decoded without -channel,
 // raw bodies are not, even ones that start like an envelope; -raw and
 // -channel override.

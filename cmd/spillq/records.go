@@ -193,6 +193,9 @@ func (p *printer) print(rec diskqueue.Record) (bad, err error) {
 			if msg.Key != nil {
 				out["key"] = string(msg.Key)
 			}
+			if due := msg.Due(); !due.IsZero() {
+				out["due"] = due.UTC().Format(time.RFC3339Nano)
+			}
 		}
 		if utf8.Valid(body) {
 			out["body"] = string(body)
@@ -204,7 +207,7 @@ func (p *printer) print(rec diskqueue.Record) (bad, err error) {
 	case "hex":
 		head := fmt.Sprintf("seq %d  %s", rec.Seq, rec.Time.UTC().Format(time.RFC3339Nano))
 		if msg != nil {
-			head += fmt.Sprintf("  id=%s attempts=%d", msg.ID, msg.Attempts)
+			head += fmt.Sprintf("  id=%s attempts=%d", msg.ID, msg.Attempts) + dueText(msg)
 			if msg.Key != nil {
 				head += fmt.Sprintf(" key=%q", msg.Key)
 			}
@@ -213,7 +216,7 @@ func (p *printer) print(rec diskqueue.Record) (bad, err error) {
 	default:
 		prefix := fmt.Sprintf("%d\t%s\t", rec.Seq, rec.Time.UTC().Format(time.RFC3339Nano))
 		if msg != nil {
-			prefix += fmt.Sprintf("id=%s attempts=%d", msg.ID, msg.Attempts)
+			prefix += fmt.Sprintf("id=%s attempts=%d", msg.ID, msg.Attempts) + dueText(msg)
 			if msg.Key != nil {
 				prefix += fmt.Sprintf(" key=%q", msg.Key)
 			}
@@ -244,4 +247,13 @@ func (d *damage) result() error {
 	}
 	fmt.Fprintf(d.w, "spillq %s: %d damaged record(s), reported above\n", d.cmd, d.n)
 	return errProblems
+}
+
+// dueText is " due=TIME" for a message that carries a due time (a timer
+// store's records, deferred ones of an older main log), else "".
+func dueText(m *channel.Message) string {
+	if due := m.Due(); !due.IsZero() {
+		return " due=" + due.UTC().Format(time.RFC3339Nano)
+	}
+	return ""
 }
