@@ -122,13 +122,11 @@ type Topic struct {
 	// openMu guards open, which a channel's Close changes (from its
 	// Source's Close) while an operation may hold opMu.
 	openMu sync.Mutex
-	open   map[string]*channel.Channel
-	// timers are the open channels' timer stores, and closedTimers (under
-	// openMu too) the depth of a closed channel's, read once by Stats:
-	// nothing writes a timer store while its channel is closed. openings
-	// counts each channel's opens and closes, so that a depth read across
-	// one is not kept.
-	timers       map[string]*diskqueue.Queue
+	open   map[string]openChannel
+	// closedTimers (under openMu) is the depth of a closed channel's timer
+	// store, read once by Stats: nothing writes a timer store while its
+	// channel is closed. openings counts each channel's opens and closes,
+	// so that a depth read across one is not kept.
 	closedTimers map[string]int64
 	openings     map[string]uint64
 	// sources are the channels' cursors, kept from one opening of a
@@ -138,6 +136,12 @@ type Topic struct {
 	// keep stores the key state and compacts; nil when there is neither.
 	keep *keeper
 	comp *compactor
+}
+
+// openChannel is a channel open in this process and its timer store.
+type openChannel struct {
+	ch     *channel.Channel
+	timers *diskqueue.Queue
 }
 
 // OpenTopic opens (or creates) the topic in dir. The channels stored there
@@ -180,8 +184,8 @@ func OpenTopic(dir string, opts TopicOptions) (*Topic, error) {
 	}
 	t := &Topic{
 		dir: dir, log: l, fan: fan, topts: timerOptions(dopts), syncEach: dopts.SyncEvery == 1,
-		open: map[string]*channel.Channel{}, sources: map[string]*cursorSource{},
-		timers: map[string]*diskqueue.Queue{}, closedTimers: map[string]int64{}, openings: map[string]uint64{},
+		open: map[string]openChannel{}, sources: map[string]*cursorSource{},
+		closedTimers: map[string]int64{}, openings: map[string]uint64{},
 	}
 	if err := t.removeOrphans(dopts.Logger); err != nil {
 		l.Close()
@@ -328,8 +332,7 @@ func (t *Topic) Channel(name string, opts ChannelOptions) (*channel.Channel, err
 		return nil, fmt.Errorf("spillq: channel %q: %w", name, err)
 	}
 	t.openMu.Lock()
-	t.open[name] = ch
-	t.timers[name] = tq
+	t.open[name] = openChannel{ch, tq}
 	delete(t.closedTimers, name)
 	t.openings[name]++
 	t.openMu.Unlock()
@@ -340,16 +343,15 @@ func (t *Topic) Channel(name string, opts ChannelOptions) (*channel.Channel, err
 func (t *Topic) openChannel(name string) *channel.Channel {
 	t.openMu.Lock()
 	defer t.openMu.Unlock()
-	return t.open[name]
+	return t.open[name].ch
 }
 
 // closedChannel forgets an open channel its Close has closed.
 func (t *Topic) closedChannel(name string, ch *channel.Channel) {
 	t.openMu.Lock()
 	defer t.openMu.Unlock()
-	if t.open[name] == ch {
+	if t.open[name].ch == ch {
 		delete(t.open, name)
-		delete(t.timers, name)
 		t.openings[name]++
 	}
 }
@@ -453,7 +455,7 @@ func (t *Topic) Stats() TopicStats {
 	fs := t.fan.Stats()
 	st := TopicStats{Log: t.log.Stats(), Puts: fs.Puts, ToMemory: fs.ToMemory, ToLog: fs.ToLog, PutFailures: fs.PutFailures, KeysPending: fs.KeysPending, Duplicates: fs.Duplicates}
 	t.openMu.Lock()
-	open, timers := maps.Clone(t.open), maps.Clone(t.timers)
+	open := maps.Clone(t.open)
 	t.openMu.Unlock()
 	for _, cur := range t.log.CursorStats() {
 		cs := ChannelStats{Name: cur.Name, Cursor: cur}
@@ -462,11 +464,8 @@ func (t *Topic) Stats() TopicStats {
 				cs.Lag = max(time.Since(rec.Time), 0)
 			}
 		}
-		if ch := open[cur.Name]; ch != nil {
-			cs.Open, cs.Channel = true, ch.Stats()
-		}
-		if tq := timers[cur.Name]; tq != nil {
-			cs.Timers = tq.Depth()
+		if oc, ok := open[cur.Name]; ok {
+			cs.Open, cs.Channel, cs.Timers = true, oc.ch.Stats(), oc.timers.Depth()
 		} else {
 			cs.Timers = t.closedTimerDepth(cur.Name)
 		}
@@ -498,7 +497,7 @@ func (t *Topic) closedTimerDepth(name string) int64 {
 	n = q.Depth()
 	q.Close()
 	t.openMu.Lock()
-	if t.open[name] == nil && t.openings[name] == opening {
+	if _, isOpen := t.open[name]; !isOpen && t.openings[name] == opening {
 		t.closedTimers[name] = n
 	}
 	t.openMu.Unlock()
@@ -521,8 +520,8 @@ func (t *Topic) Close() error {
 	open := maps.Clone(t.open)
 	t.openMu.Unlock()
 	errs := []error{t.fan.Close()}
-	for name, ch := range open {
-		if err := ch.Close(); err != nil && !errors.Is(err, channel.ErrClosed) {
+	for name, oc := range open {
+		if err := oc.ch.Close(); err != nil && !errors.Is(err, channel.ErrClosed) {
 			errs = append(errs, fmt.Errorf("spillq: close channel %q: %w", name, err))
 		}
 	}
