@@ -219,8 +219,13 @@ const envelopeSample = 8
 // sample that decodes is enough: damage hits records, not whole logs.
 func notMessages(dir string, l *diskqueue.Log) error {
 	from := l.Floor()
-	n, bad := 0, error(nil)
+	n, looked, bad := 0, 0, error(nil)
 	for rec, err := range l.Scan(from, l.NextSeq()) {
+		// A long damaged stretch is not read through at Open: damage is
+		// not a sign of another kind of log either way.
+		if looked++; looked > 4*envelopeSample {
+			break
+		}
 		if err != nil {
 			if errors.Is(err, diskqueue.ErrCorrupt) || errors.Is(err, diskqueue.ErrCompacted) {
 				continue
