@@ -39,15 +39,15 @@ import (
 //     (less acknowledged ones): no record is lost while a later one of the
 //     same producer survives.
 //
-// Known bugs are counted in the log rather than failed: records a cut lost
-// that were never promised may be reported as damage (Open takes a segment
+// It also fails on the bugs found_test.go pins, each fixed: records a cut
+// lost that were never promised reported as damage (Open took a segment
 // rotated out and never fsynced for a sealed one); an acknowledgement
-// fsynced may be lost with its bitmap file, if that was made after the
-// directory fsync covering its segment and no other came before the cut;
-// and a reader left in a segment deleted under it (when an Ack moves the
-// floor over records acknowledged before a restart) may deliver those
-// again from its buffer, or fail every Read (ErrNotFound) until the next
-// Open.
+// fsynced and lost with its bitmap file, made after the directory fsync
+// covering its segment; and a reader left in a segment deleted under it
+// (when an Ack moves the floor over records acknowledged before a restart)
+// delivering those again from its buffer, or failing every Read
+// (ErrNotFound) until the next Open. A cut after which the queue reports
+// damage fails at once, with its files and the warnings Open logged.
 //
 // It runs on the write(2) path and (on Linux) the mapped one, under
 // SyncEvery 1, the default policy, and SyncEvery 7 with a 1ms interval
@@ -577,13 +577,12 @@ func (h *cutHarness) checkCut(k int) {
 		last[p] = -1
 	}
 	prev := int64(-1)
-	damaged := false
+	var damage []string // what reported damage, for the failure
 	for rec, err := range ro.Scan(st.FirstSeq, math.MaxUint64) {
 		if errors.Is(err, ErrCorrupt) {
-			// Records the cut lost, reported as damage (see the doc
-			// comment); what was promised must still be delivered, as
-			// checked below.
-			damaged = true
+			// What was promised must still be delivered, as checked
+			// below, so the scan goes on.
+			damage = append(damage, fmt.Sprintf("scan: %v", err))
 			continue
 		}
 		if err != nil {
@@ -662,8 +661,8 @@ func (h *cutHarness) checkCut(k int) {
 				fromDeleted[id] = true
 			}
 		}
-		if q.Stats().CorruptRecords > 0 {
-			damaged = true
+		if n := q.Stats().CorruptRecords; n > 0 {
+			damage = append(damage, fmt.Sprintf("the queue counted %d corrupt records (open %d)", n, try))
 		}
 		q.Close()
 		if !stuck {
@@ -675,8 +674,11 @@ func (h *cutHarness) checkCut(k int) {
 			return
 		}
 	}
-	if damaged {
+	if len(damage) > 0 {
 		h.damaged++
+		if h.damaged == 1 {
+			failf("the queue reports damage:\n%s", strings.Join(damage, "\n"))
+		}
 	}
 	for id, r := range h.recs {
 		switch _, there := present[id]; {
