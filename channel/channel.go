@@ -74,6 +74,11 @@ type Channel struct {
 	// gen is bumped by Empty; a message handed over with an older gen was
 	// discarded and is dropped on receipt.
 	gen atomic.Uint32
+	// emptiedBelow is, over a SeqBackend, the backend's NextSeq at the
+	// last Empty: every record below it was discarded. The pump loads gen
+	// after its read, so a record read just before an Empty can get the
+	// new gen; its seq tells it apart (pump).
+	emptiedBelow atomic.Uint64
 
 	// flights are the messages in flight, in shards with their own locks
 	// (see flightList).
@@ -743,6 +748,11 @@ func (c *Channel) Empty() error {
 	defer c.prod.putMu.Unlock()
 	if c.isClosed.Load() {
 		return ErrClosed
+	}
+	// Before the new gen, so that a pump that sees the new gen sees this
+	// too; Puts wait, so no record put from here on is below it.
+	if sb, ok := c.src.(SeqBackend); ok {
+		storeMax(&c.emptiedBelow, sb.NextSeq())
 	}
 	c.gen.Add(1)
 	for len(c.memCh) > 0 {

@@ -595,3 +595,69 @@ func TestPutWithLongLivedContext(t *testing.T) {
 		t.Fatalf("backend depth %d, want 1001", b.Depth())
 	}
 }
+
+// stallingBackend is a memBackend that is a channel.SeqBackend, whose next
+// Read, once stall is armed, takes its record and then waits for release
+// before returning it: the pump holds a record read before an Empty and
+// goes on after it.
+type stallingBackend struct {
+	*memBackend
+	stall   atomic.Bool
+	took    chan struct{}
+	release chan struct{}
+}
+
+func (b *stallingBackend) Read(ctx context.Context) (uint64, []byte, error) {
+	seq, body, err := b.memBackend.Read(ctx)
+	if err == nil && b.stall.CompareAndSwap(true, false) {
+		close(b.took)
+		<-b.release
+	}
+	return seq, body, err
+}
+
+func (b *stallingBackend) PutSeq(ctx context.Context, body []byte) (uint64, error) {
+	b.mu.Lock()
+	seq := uint64(len(b.records))
+	b.mu.Unlock()
+	return seq, b.Put(ctx, body)
+}
+
+func (b *stallingBackend) NextSeq() uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return uint64(len(b.records))
+}
+
+func (b *stallingBackend) Floor() uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	f := uint64(0)
+	for f < uint64(len(b.records)) && b.acked[f] {
+		f++
+	}
+	return f
+}
+
+// A record the pump read just before an Empty is not delivered after it:
+// the generation the pump stamps its messages with is loaded after the
+// read, so it cannot tell; the seq Empty discarded below can.
+func TestEmptyDiscardsARecordThePumpHeld(t *testing.T) {
+	b := &stallingBackend{memBackend: newMemBackend(), took: make(chan struct{}), release: make(chan struct{})}
+	b.stall.Store(true)
+	c := newChannel(t, channel.Options{Backend: b})
+	defer c.Close()
+	put(t, c, "before")
+	<-b.took
+	if err := c.Empty(); err != nil {
+		t.Fatal(err)
+	}
+	close(b.release)
+	put(t, c, "after")
+	if m := await(t, c); string(m.Body) != "after" {
+		t.Fatalf("got %q after Empty", m.Body)
+	}
+	if st := c.Stats(); c.Depth() != 0 || st.InFlight != 1 {
+		t.Fatalf("after Empty and one Receive: Depth %d, %+v", c.Depth(), st)
+	}
+}

@@ -46,10 +46,18 @@ func (c *Channel) pump() {
 		}
 		// Every record of the batch was read before this load: an Empty
 		// from here on discards them all, as it discards what waits in
-		// ahead.
+		// ahead. One that began before it and after the read discarded
+		// them in the backend already, and set emptiedBelow before the
+		// new gen: they are left out here, uncounted, as Empty counted
+		// them off.
 		gen := c.gen.Load()
+		emptied := c.emptiedBelow.Load()
 		k := 0
 		for i := range n {
+			if seqs[i] < emptied {
+				bodies[i] = nil
+				continue
+			}
 			if len(block) == 0 {
 				block = make([]Message, pumpBatch)
 			}
