@@ -163,7 +163,8 @@ func (l *Log) recover() error {
 }
 
 // dropLostTail removes the segments at the end of the log that hold no
-// record, when one with records comes before them: either a power cut came
+// record, when one with records comes before them, and when none holds
+// any, all but the first, which appends go on in: either a power cut came
 // after a directory fsync made their names durable (it covers every name,
 // also of segments rotated out after the round began) and before anything
 // fsynced their contents, or the last was rotated to and got no record.
@@ -188,8 +189,16 @@ func (l *Log) dropLostTail(bases []uint64) []uint64 {
 		// segment keeps its end (its trailing seqs may be removed ones).
 		k++
 	}
-	if k == 0 || k == len(bases) {
-		return bases // nothing before them to go on from, or none
+	if k == len(bases) {
+		return bases // none
+	}
+	if k == 0 {
+		// Every segment lost its records: the first is the one they go
+		// on in, as a segment left empty by its creation is (setAside).
+		k = 1
+		if len(bases) == 1 {
+			return bases
+		}
 	}
 	lost := bases[k:]
 	if l.readOnly {
