@@ -897,7 +897,7 @@ type Stats struct {
 
 	Puts        int64 // messages accepted by Put
 	Spills      int64 // of those, written to the backend
-	Requeues    int64
+	Requeues    int64 // Requeue calls on messages in flight, also those that dead-lettered them (MaxAttempts)
 	Timeouts    int64 // deliveries that timed out
 	Finishes    int64
 	DeadLetters int64 // handed to the dead-letter handler (attempts or expiry)
