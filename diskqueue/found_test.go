@@ -48,6 +48,25 @@ func putFixed(t *testing.T, q *Queue, n int) {
 	}
 }
 
+// readFixed reads what q has ready, each record fixedBody of its seq, and
+// returns their seqs.
+func readFixed(t *testing.T, q *Queue) []uint64 {
+	t.Helper()
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	var got []uint64
+	for {
+		rec, err := q.Read(done)
+		if err != nil {
+			return got
+		}
+		if !bytes.Equal(rec.Body, fixedBody(int(rec.Seq))) {
+			t.Fatalf("seq %d holds %q", rec.Seq, rec.Body)
+		}
+		got = append(got, rec.Seq)
+	}
+}
+
 const threePerSegment = fileHeaderSize + 3*recordHeaderSize + 3*10
 
 // tombstoneFixture leaves in dir segments 0 (records 0..2, 2 not
@@ -263,19 +282,7 @@ func TestPowerCutLostRecordsAreNotDamage(t *testing.T) {
 					scanErrs = append(scanErrs, err)
 				}
 			}
-			done, cancel := context.WithCancel(ctx)
-			cancel()
-			var got []uint64
-			for {
-				rec, err := q2.Read(done)
-				if err != nil {
-					break
-				}
-				if !bytes.Equal(rec.Body, fixedBody(int(rec.Seq))) {
-					t.Fatalf("seq %d holds %q", rec.Seq, rec.Body)
-				}
-				got = append(got, rec.Seq)
-			}
+			got := readFixed(t, q2)
 			if len(got) < 3 || got[0] != 0 || got[2] != 2 {
 				t.Fatalf("delivered %v after the cut; the sealed segment 0 holds 0, 1 and 2", got)
 			}
@@ -587,19 +594,7 @@ func TestPowerCutLostEverySegment(t *testing.T) {
 				}
 			}
 			putFixed(t, q, 4)
-			done, cancel := context.WithCancel(context.Background())
-			cancel()
-			var got []uint64
-			for {
-				rec, err := q.Read(done)
-				if err != nil {
-					break
-				}
-				if !bytes.Equal(rec.Body, fixedBody(int(rec.Seq))) {
-					t.Fatalf("seq %d holds %q", rec.Seq, rec.Body)
-				}
-				got = append(got, rec.Seq)
-			}
+			got := readFixed(t, q)
 			if len(got) != 4 || got[0] != 0 {
 				t.Errorf("read %v after putting 4 records", got)
 			}
