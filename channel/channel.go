@@ -863,7 +863,7 @@ func (c *Channel) KeyState() (KeyState, bool) {
 	}
 	c.prod.putMu.Lock()
 	st := KeyState{Policy: c.opts.Keys, Watermark: c.seqs.NextSeq()}
-	snap := c.keys.snapshot(c.seqs.Floor())
+	snap := c.keys.snapshot(c.seqs.Floor(), c.stamp().UnixNano())
 	c.prod.putMu.Unlock()
 	st.Entries = snap.entries()
 	return st, true
@@ -951,7 +951,7 @@ func (c *Channel) Stats() Stats {
 	st.Timeouts, st.Finishes = c.cons.timeouts.Load(), c.cons.finishes.Load()
 	st.DeadLetters, st.Expired, st.BadRecords = c.cons.deadLetters.Load(), c.cons.expired.Load(), c.cons.badRecords.Load()
 	if c.keys != nil {
-		st.KeysPending, st.KeyWaiting = c.keys.stats()
+		st.KeysPending, st.KeyWaiting = c.keys.stats(c.stamp().UnixNano())
 		st.Duplicates, st.Superseded = c.keys.duplicates.Load(), c.keys.superseded.Load()
 	}
 	st.Superseded += c.cons.superseded.Load()

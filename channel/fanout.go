@@ -259,7 +259,7 @@ func (f *Fanout) put(ctx context.Context, bodies [][]byte, po PutOptions) (int, 
 
 // newMessage makes the Fanout's next message.
 func (f *Fanout) newMessage(m *Message, body []byte, po PutOptions) {
-	*m = Message{ID: ID(f.nextID.Add(1)), Body: body, Key: po.Key, Timestamp: f.started.Add(time.Since(f.started))}
+	*m = Message{ID: ID(f.nextID.Add(1)), Body: body, Key: po.Key, Timestamp: f.stamp()}
 	if po.Delay > 0 {
 		m.due = m.Timestamp.Add(po.Delay).UnixNano()
 	}
@@ -326,7 +326,7 @@ func (f *Fanout) KeyState() (KeyState, bool) {
 	}
 	f.putMu.Lock()
 	st := KeyState{Policy: f.keys.policy, Watermark: f.log.NextSeq()}
-	snap := f.keys.snapshot(f.klog.Floor())
+	snap := f.keys.snapshot(f.klog.Floor(), f.stamp().UnixNano())
 	f.putMu.Unlock()
 	st.Entries = snap.entries()
 	return st, true
@@ -417,7 +417,7 @@ func (f *Fanout) Stats() FanoutStats {
 	}
 	st.ToLog = st.Puts - st.ToMemory
 	if f.keys != nil {
-		st.KeysPending, _ = f.keys.stats()
+		st.KeysPending, _ = f.keys.stats(f.stamp().UnixNano())
 		st.Duplicates = f.keys.duplicates.Load()
 	}
 	f.memMu.Lock()
@@ -438,3 +438,8 @@ func (f *Fanout) Close() error {
 	f.putMu.Unlock() //lint:ignore SA2001 the empty critical section is the barrier
 	return nil
 }
+
+// stamp is the time now on the topic's clock, which its Puts are stamped
+// by: the wall clock at NewFanout plus the monotonic time since, immune to
+// the wall clock stepping.
+func (f *Fanout) stamp() time.Time { return f.started.Add(time.Since(f.started)) }

@@ -556,9 +556,13 @@ func (t *keyTable) compacted(key []byte, id ID) {
 }
 
 // stats is the table's part of Stats.
-func (t *keyTable) stats() (pending int, waiting int) {
+// now is the time on the clock Puts are stamped by, Unix ns.
+func (t *keyTable) stats(now int64) (pending int, waiting int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.policy == KeyDedup {
+		t.expireLocked(now) // what expired since the last Put
+	}
 	for _, q := range t.waiting {
 		waiting += len(q)
 	}
@@ -595,7 +599,8 @@ type KeyEntry struct {
 
 // snapshot returns the entries a restart needs, and prunes restored
 // KeyReplace entries (their versions not counted) whose newest version is
-// below floor, the backend's oldest record not acknowledged. Entries
+// below floor, the backend's oldest record not acknowledged, and KeyDedup
+// entries put before the window as of now (as stats). Entries
 // of messages that never reached the backend are left out: a crash loses
 // those messages, and a graceful Close stores the ones still held first
 // (so under KeyDedup a key whose message went through memory alone and
@@ -607,9 +612,12 @@ type KeyEntry struct {
 // Puts go on: for a million keys pending, a pause of tens of milliseconds
 // (20 to 70 measured on a loaded 2-core machine) where making them under
 // the lock took 170 ms or more.
-func (t *keyTable) snapshot(floor uint64) keySnapshot {
+func (t *keyTable) snapshot(floor uint64, now int64) keySnapshot {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.policy == KeyDedup {
+		t.expireLocked(now) // what expired since the last Put
+	}
 	snap := keySnapshot{ents: make([]snapEntry, 0, t.ix.live), arena: string(t.ix.arena), dedup: t.policy == KeyDedup}
 	var gone []int32
 	t.ix.each(func(n int32) {

@@ -30,7 +30,7 @@ func TestKeyTableSnapshot(t *testing.T) {
 			put("a", 1, 10, true)
 			put("b", 2, 0, false) // went to memory: no record to name
 			put("c", 3, 11, true)
-			snap := kt.snapshot(0)
+			snap := kt.snapshot(0, time.Now().UnixNano())
 			// The table changes after the copy: a key removed, another
 			// added, and the key arena compacted twice, the second time
 			// over the bytes the snapshot was taken from.
@@ -88,7 +88,7 @@ func TestKeyDedupExpiresAtOnce(t *testing.T) {
 	if err := put("after", later); err != nil {
 		t.Fatal(err)
 	}
-	if pending, _ := kt.stats(); pending != 21 {
+	if pending, _ := kt.stats(later); pending != 21 {
 		t.Fatalf("%d keys pending after the pause, want 21", pending)
 	}
 	for i := range 20 {
@@ -100,5 +100,52 @@ func TestKeyDedupExpiresAtOnce(t *testing.T) {
 		if err := put(fmt.Sprint("old-", i), later); err != nil {
 			t.Fatalf("old-%d, put before the window: %v", i, err)
 		}
+	}
+}
+
+// TestKeyDedupWindow: a key counts exactly as long as the window says,
+// Stats counts only keys within it (also of keys put a while ago, with no
+// Put since), and the table stays the size of the keys within the window,
+// not of all keys ever put.
+func TestKeyDedupWindow(t *testing.T) {
+	const window, step = 1000, 10 // 100 keys within the window
+	kt, err := newKeyTable(KeyDedup, time.Duration(window), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := ID(0)
+	put := func(key int, at int64) error {
+		id++
+		a, err := kt.admit([]byte(fmt.Sprint("k-", key)), id, at)
+		if err == nil {
+			kt.commit(a, id, uint64(id), true)
+		}
+		return err
+	}
+	const n = 100_000
+	for i := range n {
+		at := int64(i) * step
+		if err := put(i, at); err != nil {
+			t.Fatalf("key %d: %v", i, err)
+		}
+		if i%97 == 0 && i >= window/step {
+			// Put window-step ago: still counts. Put window ago: gone.
+			if err := put(i-(window/step-1), at); !errors.Is(err, ErrDuplicate) {
+				t.Fatalf("key %d again %d ns after it: %v, want ErrDuplicate", i-(window/step-1), window-step, err)
+			}
+			if err := put(i-window/step, at); err != nil {
+				t.Fatalf("key %d again %d ns after it: %v", i-window/step, window, err)
+			}
+		}
+	}
+	if slots := len(kt.ix.slots); slots > 1024 {
+		t.Errorf("%d slots after %d keys, 100 of them within the window", slots, n)
+	}
+	now := int64(n-1) * step
+	if pending, _ := kt.stats(now); pending < 100 || pending > 101 {
+		t.Errorf("Stats counts %d keys pending, want the 100 within the window (and one put again)", pending)
+	}
+	if pending, _ := kt.stats(now + window/2); pending < 50 || pending > 51 {
+		t.Errorf("Stats counts %d keys pending half a window later, with no Put since, want the 50 within the window", pending)
 	}
 }
