@@ -102,6 +102,7 @@ type Channel struct {
 	// timers is the view of Options.Timers; nil without one.
 	timers       *timerSet
 	unpausedCh   chan struct{} // closed by Unpause
+	pausedCh     chan struct{} // closed by Pause, for the Messages forwarder
 	messagesOnce sync.Once
 	messagesCh   chan *Message
 
@@ -262,10 +263,26 @@ func (c *Channel) Receive(ctx context.Context) (*Message, error) {
 		if err != nil {
 			return nil, err
 		}
+		if c.paused.Load() {
+			// Paused while this Receive waited in take: the message goes
+			// back ahead of everything, undelivered.
+			c.giveBack(m)
+			continue
+		}
 		if m, ok := c.deliver(m); ok {
 			return m, nil
 		}
 	}
+}
+
+// giveBack returns a message take handed out and nobody received to the
+// front of the ready list, where the next take finds it first.
+func (c *Channel) giveBack(m *Message) {
+	c.mu.Lock()
+	c.ready = slices.Insert(c.ready, 0, m)
+	c.readyN.Store(int64(len(c.ready)))
+	c.mu.Unlock()
+	c.readyBell.Notify()
 }
 
 // take gets the next message from any source: the ready list, then the
@@ -454,21 +471,29 @@ func (c *Channel) forward() {
 			return
 		}
 		hold.Reset(every)
-	wait:
-		for {
+		for handed := false; !handed; {
+			// Paused after this goroutine took m, it holds m back until
+			// Unpause: a nil send case is never chosen.
+			send := c.messagesCh
+			paused, unpaused := c.pauseSignals()
+			if unpaused != nil {
+				send = nil
+			}
 			select {
-			case c.messagesCh <- m:
+			case send <- m:
 				// The consumer's whole timeout from now on. It may have
 				// finished the message already: then there is nothing to
 				// touch.
 				_ = m.Touch()
-				break wait
+				handed = true
+			case <-paused:
+			case <-unpaused:
 			case <-hold.C:
 				if m.Touch() != nil {
 					// Timed out all the same (a stall longer than half
 					// the timeout): it is delivered again, or was
 					// dead-lettered, and this copy is no longer in flight.
-					break wait
+					handed = true
 				}
 			case <-c.closeCh:
 				// m stays in flight; Close writes it to the backend.
@@ -692,13 +717,20 @@ func (c *Channel) wakeClock() {
 	}
 }
 
-// Pause stops delivery: Receive waits until Unpause. Put goes on.
+// Pause stops delivery: Receive waits until Unpause, also one waiting
+// already (a message it was about to return goes back first in line), and
+// the goroutine behind Messages holds back the message it holds (in
+// flight, kept from timing out). Put goes on.
 func (c *Channel) Pause() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.paused.Load() {
 		c.paused.Store(true)
 		c.unpausedCh = make(chan struct{})
+		if c.pausedCh != nil {
+			close(c.pausedCh)
+			c.pausedCh = nil
+		}
 	}
 }
 
@@ -713,6 +745,20 @@ func (c *Channel) Unpause() {
 }
 
 func (c *Channel) isPaused() bool { return c.paused.Load() }
+
+// pauseSignals returns, while the channel is not paused, a channel Pause
+// closes (and nil), and while it is, nil and a channel Unpause closes.
+func (c *Channel) pauseSignals() (paused, unpaused <-chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.paused.Load() {
+		return nil, c.unpausedCh
+	}
+	if c.pausedCh == nil {
+		c.pausedCh = make(chan struct{})
+	}
+	return c.pausedCh, nil
+}
 
 func (c *Channel) waitUnpaused(ctx context.Context) error {
 	if !c.paused.Load() {

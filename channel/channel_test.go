@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -381,6 +382,71 @@ func TestPause(t *testing.T) {
 			t.Fatalf("got %q", m.Body)
 		}
 	})
+}
+
+// A Receive already waiting when Pause comes, and the Messages goroutine
+// holding a message, deliver nothing until Unpause: idle workers wait in
+// Receive, so a pause that spared them would stop nobody.
+func TestPauseStopsWaitingReceivers(t *testing.T) {
+	for _, backend := range []bool{false, true} {
+		t.Run(fmt.Sprintf("backend=%v", backend), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				o := channel.Options{MemQueueSize: 10}
+				if backend {
+					o = channel.Options{Backend: newMemBackend()}
+				}
+				c := newChannel(t, o)
+				defer c.Close()
+				got := make(chan *channel.Message, 1)
+				go func() {
+					m, _ := c.Receive(context.Background())
+					got <- m
+				}()
+				msgs := c.Messages()
+				put(t, c, "held") // the Messages goroutine takes one of the two
+				synctest.Wait()
+				c.Pause()
+				put(t, c, "a", "b")
+				synctest.Wait()
+				select {
+				case m := <-got:
+					if string(m.Body) != "held" {
+						t.Fatalf("Receive got %q while paused", m.Body)
+					}
+					got <- m
+				default:
+				}
+				select {
+				case m := <-msgs:
+					t.Fatalf("Messages gave %q while paused", m.Body)
+				default:
+				}
+				if st := c.Stats(); st.InFlight != 1 || c.Depth() != 2 {
+					t.Fatalf("paused: %d in flight, Depth %d; want 1 (the held one) and 2", st.InFlight, c.Depth())
+				}
+				c.Unpause()
+				var bodies []string
+				for len(bodies) < 3 {
+					select {
+					case m := <-got:
+						bodies = append(bodies, string(m.Body))
+						m.Finish()
+						go func() {
+							m, _ := c.Receive(context.Background())
+							got <- m
+						}()
+					case m := <-msgs:
+						bodies = append(bodies, string(m.Body))
+						m.Finish()
+					}
+				}
+				slices.Sort(bodies)
+				if !slices.Equal(bodies, []string{"a", "b", "held"}) {
+					t.Fatalf("after Unpause got %q", bodies)
+				}
+			})
+		})
+	}
 }
 
 func TestEmpty(t *testing.T) {
