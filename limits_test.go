@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spillq/spillq"
 	"github.com/spillq/spillq/channel"
@@ -99,5 +100,56 @@ func TestRecordBytesOutOfRange(t *testing.T) {
 		if _, err := spillq.Open(t.TempDir(), spillq.Options{Disk: o}); !errors.Is(err, diskqueue.ErrInvalidOptions) {
 			t.Fatalf("Disk.MinRecordBytes %d, MaxRecordBytes %d: got %v, want ErrInvalidOptions", o.MinRecordBytes, o.MaxRecordBytes, err)
 		}
+	}
+}
+
+// TestCloseAtAFullBudgetReturns: with Disk.BlockWhenFull and the disk
+// budget spent, Close cannot store again the message in flight (nobody
+// consumes during Close, so no room comes): it waited for room for ever.
+// It gives up after a bounded wait, reports nothing lost (the message's
+// record stays), and the message comes again after the reopen; so do all
+// the others.
+func TestCloseAtAFullBudgetReturns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits closeStoreWait (5 s) for room that does not come; not in -short")
+	}
+	dir := t.TempDir()
+	o := spillq.Options{Disk: diskqueue.Options{MaxDiskBytes: 64 << 10, MaxSegmentBytes: 16 << 10, BlockWhenFull: true}}
+	q := open(t, dir, o)
+	ctx := context.Background()
+	n := 0
+	for {
+		pctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		err := q.Put(pctx, bytes.Repeat([]byte{'x'}, 1000))
+		cancel()
+		if err != nil {
+			if !errors.Is(err, diskqueue.ErrDiskFull) {
+				t.Fatalf("Put %d: %v, want ErrDiskFull", n, err)
+			}
+			break
+		}
+		n++
+	}
+	recv(t, q) // in flight
+	closed := make(chan error, 1)
+	go func() { closed <- q.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("Close: %v; nothing held in memory only was lost", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Close still waits for room a minute on")
+	}
+	q = open(t, dir, o)
+	defer q.Close()
+	for i := range n {
+		m := recv(t, q)
+		if err := m.Finish(); err != nil {
+			t.Fatalf("message %d of %d: Finish: %v", i, n, err)
+		}
+	}
+	if d := q.Depth(); d != 0 {
+		t.Fatalf("Depth %d after the %d messages put", d, n)
 	}
 }

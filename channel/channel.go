@@ -149,7 +149,6 @@ type producerCounters struct {
 type consumerCounters struct {
 	requeues, timeouts, finishes     atomic.Int64
 	deadLetters, expired, badRecords atomic.Int64
-	dropped                          atomic.Int64
 	// superseded counts, on a topic's channel, the messages the topic's
 	// KeyReplace had superseded when the channel took them.
 	superseded atomic.Int64
@@ -1053,6 +1052,13 @@ func (c *Channel) Replay(ctx context.Context, from, to uint64) (int, error) {
 	return n, err
 }
 
+// closeStoreWait and closeStoreRetry bound Close's wait for room to store
+// again what the channel holds (see Close).
+const (
+	closeStoreWait  = 5 * time.Second
+	closeStoreRetry = 100 * time.Millisecond
+)
+
 // Close stops delivery and writes every message the channel holds in
 // memory (buffered, requeued, deferred with their due times, and in flight)
 // to the backend (deferred ones to the timer store, if there is one), then
@@ -1061,6 +1067,16 @@ func (c *Channel) Replay(ctx context.Context, from, to uint64) (int, error) {
 // messages still in memory are dropped, and Close reports how many. Calls
 // blocked in Put or Receive return ErrClosed; a second Close returns
 // ErrClosed.
+//
+// A message that came from the backend (or the timer store) is stored
+// again to keep its attempts and due time; if that fails (the disk budget
+// spent, say), its record stays as it was, and it is delivered again after
+// a restart with the attempts that record counts. Only a message held in
+// memory alone and not stored is lost, and named in Close's error. A
+// backend that blocks when full (Disk.BlockWhenFull) is waited on at most
+// closeStoreWait (5 s) for the first such store, and closeStoreRetry
+// (100 ms) for each one after one ran out: nobody consumes during Close,
+// so no room would come.
 func (c *Channel) Close() error {
 	if !c.isClosed.CompareAndSwap(false, true) {
 		// Returned once the first Close is done, so a caller that closes
@@ -1114,13 +1130,33 @@ func (c *Channel) Close() error {
 
 	if c.src == nil {
 		if len(held) > 0 {
-			c.cons.dropped.Add(int64(len(held)))
 			return fmt.Errorf("channel: closed with %d messages in memory and no backend to keep them", len(held))
 		}
 		return nil
 	}
 	var errs []error
 	closing := time.Now().UnixNano()
+	// store runs one store of a held message, waiting on a full backend
+	// as Close's doc says.
+	wait := closeStoreWait
+	store := func(put func(ctx context.Context) error) error {
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		err := put(ctx)
+		if err != nil && ctx.Err() != nil {
+			wait = closeStoreRetry
+		}
+		return err
+	}
+	// notStored reports a held message Close could not store: lost if it
+	// was in memory only, else still in its record.
+	notStored := func(m *Message, err error) {
+		if m.src != srcMemory {
+			c.log.Warn("channel: close: cannot store a message again; its record stays, and it is delivered again after a restart", "id", m.ID, "err", err)
+			return
+		}
+		errs = append(errs, fmt.Errorf("channel: close: message %s, held in memory only, is lost: %w", m.ID, err))
+	}
 	// Under KeySerial a keyed message read from the backend stays where
 	// it is, unacknowledged, so the next run delivers it in its place
 	// among its key's messages (a new record would come after them); its
@@ -1179,13 +1215,13 @@ func (c *Channel) Close() error {
 		env := appendEnvelope(nil, m)
 		stored := false
 		if toTimers {
-			_, err := c.timers.store.Put(context.Background(), env)
+			err := store(func(ctx context.Context) error {
+				_, err := c.timers.store.Put(ctx, env)
+				return err
+			})
 			stored = err == nil
 			if err != nil && c.backend == nil {
-				if m.src != srcMemory {
-					continue // its record stays: delivered again after a restart
-				}
-				errs = append(errs, fmt.Errorf("channel: close: keep message %s: %w", m.ID, err))
+				notStored(m, err)
 				continue
 			}
 		}
@@ -1193,8 +1229,8 @@ func (c *Channel) Close() error {
 			// A copy: putEnvelope notes the new record in it, and m's seq
 			// is the old record, acknowledged below.
 			cp := *m
-			if err := c.putEnvelope(context.Background(), &cp, env); err != nil {
-				errs = append(errs, fmt.Errorf("channel: close: keep message %s: %w", m.ID, err))
+			if err := store(func(ctx context.Context) error { return c.putEnvelope(ctx, &cp, env) }); err != nil {
+				notStored(m, err)
 				continue
 			}
 			if cp.Key != nil && c.seqs != nil {
