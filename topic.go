@@ -261,16 +261,17 @@ func (t *Topic) PutBatch(ctx context.Context, bodies [][]byte) (int, error) {
 }
 
 // full adds to a disk-full error which channel holds the oldest segment:
-// the one whose oldest unfinished message is oldest, so an operator knows
-// which consumer to look at (or to set DropWhenFull on). Other errors
-// pass as they are.
+// the one whose oldest unfinished message is oldest, of those not set to
+// drop when full (which hold no space at the budget), so an operator
+// knows which consumer to look at (or to set DropWhenFull on). Other
+// errors pass as they are.
 func (t *Topic) full(err error) error {
 	if err == nil || !errors.Is(err, diskqueue.ErrDiskFull) {
 		return err
 	}
 	var behind *diskqueue.CursorStats
 	for _, cs := range t.log.CursorStats() {
-		if cs.Depth > 0 && (behind == nil || cs.ReadSeq < behind.ReadSeq) {
+		if cs.Depth > 0 && !cs.DropWhenFull && (behind == nil || cs.ReadSeq < behind.ReadSeq) {
 			behind = &cs
 		}
 	}

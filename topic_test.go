@@ -389,12 +389,15 @@ func TestTopicStatsTimers(t *testing.T) {
 }
 
 // TestTopicDiskFullNamesTheChannel: at MaxDiskBytes a topic's Put says
-// which channel holds the space, the one furthest behind.
+// which channel holds the space, the one furthest behind, of those not set
+// to drop when full ("abandoned", as far behind and listed first, holds
+// none).
 func TestTopicDiskFullNamesTheChannel(t *testing.T) {
 	tp := openTopic(t, t.TempDir(), spillq.TopicOptions{Disk: diskqueue.Options{MaxDiskBytes: 64 << 10, MaxSegmentBytes: 8 << 10}})
 	defer tp.Close()
 	fast := topicChannel(t, tp, "billing", spillq.ChannelOptions{})
-	topicChannel(t, tp, "analytics", spillq.ChannelOptions{}) // never read
+	topicChannel(t, tp, "abandoned", spillq.ChannelOptions{DropWhenFull: true}) // never read
+	topicChannel(t, tp, "analytics", spillq.ChannelOptions{})                   // never read
 	ctx := context.Background()
 	var err error
 	for i := 0; i < 100000; i++ {

@@ -892,6 +892,9 @@ type CursorStats struct {
 	// because the cursor was set to drop when full
 	// ([Cursor.SetDropWhenFull]) and the log reached MaxDiskBytes.
 	Dropped int64
+	// DropWhenFull says the cursor is set to drop when full: it does not
+	// hold the log's space at MaxDiskBytes.
+	DropWhenFull bool
 }
 
 // Stats returns a snapshot of the cursor. It takes no lock and does no I/O.
@@ -906,6 +909,8 @@ func (c *Cursor) Stats() CursorStats {
 		ReadSeq:  c.ackFloor.Load(),
 		Acks:     acks,
 		Dropped:  c.dropped.Load(),
+
+		DropWhenFull: c.dropWhenFull.Load(),
 	}
 }
 
