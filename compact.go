@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"iter"
 	"log/slog"
 	"sync"
@@ -81,6 +82,14 @@ type compactLog interface {
 // can remove, or nil: under KeyReplace (replace) the versions a newer one
 // superseded, and with retention (disk.RetainBytes, disk.RetainAge) the
 // acknowledged records of a key a newer record has replaced.
+// checkDirtyRatio refuses a CompactDirtyRatio no log can reach.
+func checkDirtyRatio(r float64) error {
+	if r > 1 || math.IsNaN(r) {
+		return fmt.Errorf("spillq: %w: CompactDirtyRatio %v is above 1, which no log reaches, so nothing would ever compact (a negative ratio turns automatic compaction off)", diskqueue.ErrInvalidOptions, r)
+	}
+	return nil
+}
+
 func newCompactor(dq compactLog, replace bool, disk diskqueue.Options, ratio float64, logger *slog.Logger) *compactor {
 	if !replace && disk.RetainBytes == 0 && disk.RetainAge == 0 {
 		return nil

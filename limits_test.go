@@ -103,6 +103,35 @@ func TestRecordBytesOutOfRange(t *testing.T) {
 	}
 }
 
+// TestInvalidOptionsSayWhatIsWrong: options no queue can work with are
+// refused at Open and OpenTopic with the sentinel Open's doc names, and
+// the error says only what is wrong with them.
+func TestInvalidOptionsSayWhatIsWrong(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts spillq.Options
+		want string
+	}{
+		{"ratio above 1", spillq.Options{CompactDirtyRatio: 2}, "CompactDirtyRatio 2 is above 1"},
+		{"budget for no record", spillq.Options{Disk: diskqueue.Options{MaxDiskBytes: 100}}, "MaxDiskBytes 100 cannot hold a single record"},
+		{"negative SyncEvery", spillq.Options{Disk: diskqueue.Options{SyncEvery: -1}}, "SyncEvery -1 is negative"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := spillq.Open(t.TempDir(), tc.opts)
+			if !errors.Is(err, diskqueue.ErrInvalidOptions) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Open: %v, want diskqueue.ErrInvalidOptions saying %q", err, tc.want)
+			}
+			if strings.Contains(err.Error(), "body limit") {
+				t.Errorf("Open's error explains the record limit, which is not what is wrong: %v", err)
+			}
+			topts := spillq.TopicOptions{Disk: tc.opts.Disk, CompactDirtyRatio: tc.opts.CompactDirtyRatio}
+			if _, err := spillq.OpenTopic(t.TempDir(), topts); !errors.Is(err, diskqueue.ErrInvalidOptions) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("OpenTopic: %v, want diskqueue.ErrInvalidOptions saying %q", err, tc.want)
+			}
+		})
+	}
+}
+
 // TestCloseAtAFullBudgetReturns: with Disk.BlockWhenFull and the disk
 // budget spent, Close cannot store again the message in flight (nobody
 // consumes during Close, so no room comes): it waited for room for ever.

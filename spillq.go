@@ -26,6 +26,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spillq/spillq/channel"
@@ -131,12 +132,20 @@ type Queue struct {
 // 8) are none of them channel messages, such as one written with the
 // diskqueue package directly, whose every record the channel would
 // otherwise count bad and drop. OpenTopic refuses the same.
+//
+// Invalid options are refused with an error wrapping
+// [diskqueue.ErrInvalidOptions] for the Disk options and
+// CompactDirtyRatio, and [channel.ErrInvalidOptions] for the channel's
+// (MemQueueSize, MsgTimeout, Keys, DedupWindow and the like).
 func Open(dir string, opts Options) (*Queue, error) {
 	if fi, err := os.Stat(filepath.Join(dir, ChannelsDir)); err == nil && fi.IsDir() {
 		return nil, fmt.Errorf("spillq: %w: %s is a topic's directory (it has %s/); open it with OpenTopic", diskqueue.ErrInvalidOptions, dir, ChannelsDir)
 	}
 	dopts, maxBody, err := logOptions(opts.Disk, opts.Logger)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkDirtyRatio(opts.CompactDirtyRatio); err != nil {
 		return nil, err
 	}
 	topts := timerOptions(dopts)
@@ -275,9 +284,10 @@ func logOptions(o diskqueue.Options, logger *slog.Logger) (diskqueue.Options, in
 	return o, maxBody, nil
 }
 
-// openErr wraps an error opening the log, explaining the record limit.
+// openErr wraps an error opening the log, explaining the record limit
+// where the error is about it (Open raised the limits by the envelope).
 func openErr(err error, maxBody int) error {
-	if errors.Is(err, diskqueue.ErrInvalidOptions) {
+	if errors.Is(err, diskqueue.ErrInvalidOptions) && strings.Contains(err.Error(), "RecordBytes") {
 		return fmt.Errorf("spillq: %w (Disk.MaxRecordBytes %d is the body limit; records on disk are up to %d bytes longer)", err, maxBody, channel.MaxEnvelopeOverhead)
 	}
 	return fmt.Errorf("spillq: %w", err)

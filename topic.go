@@ -147,10 +147,13 @@ type openChannel struct {
 // OpenTopic opens (or creates) the topic in dir. The channels stored there
 // keep their places, and the log keeps their messages, but none delivers
 // until [Topic.Channel] opens it; until then every message put goes to the
-// log.
+// log. Invalid options are refused as by [Open].
 func OpenTopic(dir string, opts TopicOptions) (*Topic, error) {
 	dopts, maxBody, err := logOptions(opts.Disk, opts.Logger)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkDirtyRatio(opts.CompactDirtyRatio); err != nil {
 		return nil, err
 	}
 	if _, err := os.Stat(filepath.Join(dir, "cursor")); err == nil {

@@ -178,8 +178,7 @@ func (l *Log) makeRoom(n int64) bool {
 		full := l.fullLocked(n) != nil
 		// A record that would not fit even an empty log must not cost the
 		// dropping cursors everything.
-		empty := int64(3*fileHeaderSize) + int64(len(l.cursors))*ackHeaderSize
-		fits := empty+l.budgetLocked(n) <= l.opts.MaxDiskBytes
+		fits := emptyLogBytes(len(l.cursors))+l.budgetLocked(n) <= l.opts.MaxDiskBytes
 		l.mu.Unlock()
 		if !full || !fits {
 			return !full

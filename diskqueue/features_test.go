@@ -46,6 +46,8 @@ func TestOptionsValidation(t *testing.T) {
 		{SyncInterval: -time.Second},
 		{MaxDiskBytes: -1},
 		{MaxDiskBytes: 10},
+		{MaxDiskBytes: minDiskBytes(0) - 1}, // no room for an empty record beside an empty log
+		{MaxDiskBytes: minDiskBytes(64) - 1, MinRecordBytes: 64},
 		{RetainBytes: -1},
 		{RetainAge: -time.Hour},
 	}
@@ -54,6 +56,12 @@ func TestOptionsValidation(t *testing.T) {
 			t.Errorf("Open(%+v): got %v, want ErrInvalidOptions", o, err)
 		}
 	}
+	// The smallest budget takes the smallest record.
+	tight := mustOpen(t, t.TempDir(), Options{MaxDiskBytes: minDiskBytes(0)})
+	if err := tight.Put(context.Background(), nil); err != nil {
+		t.Errorf("Put of an empty record at MaxDiskBytes %d: %v", minDiskBytes(0), err)
+	}
+	tight.Close()
 	o := Options{SyncEvery: 7}
 	q := mustOpen(t, t.TempDir(), o)
 	defer q.Close()

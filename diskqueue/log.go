@@ -450,10 +450,20 @@ func (l *Log) fullLocked(n int64) error {
 // takes a bit in each cursor's bitmap (at worst a byte more in each), and a
 // rotation adds three file headers, a time entry or two and each cursor's
 // bitmap header: what diskBytes will count for them (segment.diskBytes).
-func (l *Log) budgetLocked(n int64) int64 {
-	bitmaps := int64(len(l.cursors))
+func (l *Log) budgetLocked(n int64) int64 { return budgetFor(n, len(l.cursors)) }
+
+// budgetFor is budgetLocked for a log with the given number of cursors.
+func budgetFor(n int64, cursors int) int64 {
+	bitmaps := int64(cursors)
 	reserve := int64(3*fileHeaderSize+3*timeIndexEntrySize) + bitmaps*ackHeaderSize
 	return n + indexEntrySize + bitmaps + reserve
+}
+
+// emptyLogBytes is what a log holding no record takes of the disk
+// budget: one segment's three file headers and each cursor's bitmap
+// header.
+func emptyLogBytes(cursors int) int64 {
+	return int64(3*fileHeaderSize) + int64(cursors)*ackHeaderSize
 }
 
 // requestRollLocked asks the writer to roll the active segment when every

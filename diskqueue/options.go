@@ -55,7 +55,9 @@ type Options struct {
 	// or RetainAge keep (the cap outranks them; not HoldAtOpen and
 	// HoldFrom, see Log.HoldFrom); if that leaves no room, it returns
 	// ErrDiskFull, or waits if BlockWhenFull is set (honouring its
-	// context), until consumers free space. Zero means no cap.
+	// context), until consumers free space. Zero means no cap; a cap too
+	// small for an empty log and one record of MinRecordBytes (a few
+	// hundred bytes) is refused at Open with ErrInvalidOptions.
 	MaxDiskBytes int64
 
 	// BlockWhenFull makes Put wait (honouring its context) instead of
@@ -168,12 +170,19 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("%w: SyncInterval %v is negative", ErrInvalidOptions, o.SyncInterval)
 	case o.MaxDiskBytes < 0:
 		return o, fmt.Errorf("%w: MaxDiskBytes %d is negative", ErrInvalidOptions, o.MaxDiskBytes)
-	case o.MaxDiskBytes > 0 && o.MaxDiskBytes < 3*fileHeaderSize+int64(frameSize(o.MinRecordBytes)):
-		return o, fmt.Errorf("%w: MaxDiskBytes %d cannot hold a single record", ErrInvalidOptions, o.MaxDiskBytes)
+	case o.MaxDiskBytes > 0 && o.MaxDiskBytes < minDiskBytes(o.MinRecordBytes):
+		// One cursor: a Queue's, the fewest a log that is read has.
+		return o, fmt.Errorf("%w: MaxDiskBytes %d cannot hold a single record: an empty log with one cursor and its smallest record take %d bytes of it", ErrInvalidOptions, o.MaxDiskBytes, minDiskBytes(o.MinRecordBytes))
 	case o.RetainBytes < 0:
 		return o, fmt.Errorf("%w: RetainBytes %d is negative", ErrInvalidOptions, o.RetainBytes)
 	case o.RetainAge < 0:
 		return o, fmt.Errorf("%w: RetainAge %v is negative", ErrInvalidOptions, o.RetainAge)
 	}
 	return o, nil
+}
+
+// minDiskBytes is the smallest MaxDiskBytes a log with one cursor can put
+// a record of minRecord bytes in (what Put's budget check counts).
+func minDiskBytes(minRecord int) int64 {
+	return emptyLogBytes(1) + budgetFor(int64(frameSize(minRecord)), 1)
 }
