@@ -1022,9 +1022,13 @@ func (c *Channel) LatencySumSeconds() float64 {
 	return c.latency.SumSeconds()
 }
 
-// Replay puts the records with from <= seq < to, kept by the backend's
-// retention, back into the channel as fresh messages (new IDs, no
-// attempts), for reprocessing after a bug fix. It returns how many it put.
+// Replay puts the records with from <= seq < to that the backend still
+// holds back into the channel as fresh messages (new IDs, no attempts),
+// for reprocessing after a bug fix. It returns how many it put. What it
+// holds of finished messages is what its retention keeps (spillq's
+// Disk.RetainBytes and RetainAge); without retention a finished record
+// lasts only until its segment is deleted, at a moment of the log's
+// choosing, so a replay then finds some or none of them.
 func (c *Channel) Replay(ctx context.Context, from, to uint64) (int, error) {
 	r, ok := c.backend.(Replayer)
 	if !ok {
