@@ -441,7 +441,11 @@ func (c *Channel) ReceiveBatch(ctx context.Context, max int) ([]*Message, error)
 // MsgTimeout running from when it was received. The Go channel is closed
 // when the Channel closes. One message at a time waits to be received
 // from it, taken from the Channel (in flight, its attempt counted) and
-// kept from timing out until a consumer has it.
+// kept from timing out until a consumer has it: Receive never returns that
+// one, so a program that reads the Go channel only now and then (in a
+// select with a timeout, say) and otherwise calls Receive leaves it
+// waiting until it reads the Go channel again or closes the Channel (which
+// stores it for the next run). Use one of the two.
 func (c *Channel) Messages() <-chan *Message {
 	c.messagesOnce.Do(func() {
 		c.messagesCh = make(chan *Message)
@@ -941,7 +945,7 @@ type Stats struct {
 	Paused   bool
 
 	Puts        int64 // messages accepted by Put
-	Spills      int64 // of those, written to the backend
+	Spills      int64 // of those, written to the backend (a deferred one written to the timer store is not)
 	Requeues    int64 // Requeue calls on messages in flight, also those that dead-lettered them (MaxAttempts)
 	Timeouts    int64 // deliveries that timed out
 	Finishes    int64

@@ -65,7 +65,9 @@ type Options struct {
 	Keys KeyPolicy
 
 	// DedupWindow is how long KeyDedup remembers a key once put. Zero means
-	// DefaultDedupWindow (10 minutes).
+	// DefaultDedupWindow (10 minutes). Keys restored from a KeyState are
+	// remembered for the window in effect now, counted from when each was
+	// put, whatever the window was then.
 	DedupWindow time.Duration
 
 	// KeyState is the key policy's state to start from (a restart), as
