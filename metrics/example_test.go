@@ -64,8 +64,8 @@ func ExampleNewCollector() {
 		}
 	}
 	// Output:
-	// spillq_channel_puts_total{queue="emails"} 1
-	// spillq_channel_puts_total{queue="jobs"} 2
+	// spillq_channel_puts_total{channel="",queue="emails"} 1
+	// spillq_channel_puts_total{channel="",queue="jobs"} 2
 }
 
 // A topic's collector exports each channel's series with a "channel"

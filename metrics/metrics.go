@@ -71,7 +71,10 @@ func NewCollector(name string, ch *channel.Channel, dq *diskqueue.Queue) *Collec
 	labels := prometheus.Labels{"queue": name}
 	c := &Collector{ch: ch, dq: dq}
 	for _, d := range channelMetrics {
-		c.chMetrics = append(c.chMetrics, d.metric(labels))
+		// A "channel" label, always empty (which Prometheus takes for
+		// none), as a topic's channels have it filled: a registry holds a
+		// name's series with one set of label names, so the two share one.
+		c.chMetrics = append(c.chMetrics, d.metric(labels, "channel"))
 	}
 	for _, d := range diskMetrics {
 		c.dqMetrics = append(c.dqMetrics, d.metric(labels))
@@ -99,10 +102,8 @@ func NewCollector(name string, ch *channel.Channel, dq *diskqueue.Queue) *Collec
 // The channels' latency histogram is not exported: [spillq.TopicStats]
 // has each channel's percentiles, not its histogram.
 //
-// A registry holds series of one name with one set of labels, so a topic's
-// collector cannot share a registry with a queue's, whose channel series
-// have no channel label: register them on two and serve both with
-// prometheus.Gatherers.
+// Queues' and topics' collectors share a registry: a queue's channel
+// series have the "channel" label too, empty.
 func NewTopicCollector(name string, t *spillq.Topic) *Collector {
 	labels := prometheus.Labels{"queue": name}
 	c := &Collector{topic: t}
@@ -266,7 +267,7 @@ func (c *Collector) Collect(out chan<- prometheus.Metric) {
 		return
 	}
 	if c.ch != nil {
-		c.collectChannel(out, c.ch.Stats())
+		c.collectChannel(out, c.ch.Stats(), "")
 		upper, counts := c.ch.LatencyBuckets()
 		out <- constHistogram(c.latency, upper, counts, c.ch.LatencySumSeconds())
 	}
@@ -293,11 +294,11 @@ func (c *Collector) collectTopic(out chan<- prometheus.Metric) {
 	c.collectDisk(out, st.Log, c.topic.Log())
 }
 
-// collectChannel sends a channel's series; name is its "channel" label
-// for a topic's, none for a queue's.
-func (c *Collector) collectChannel(out chan<- prometheus.Metric, st channel.Stats, name ...string) {
+// collectChannel sends a channel's series; name is its "channel" label,
+// a topic's channel's name or "" for a queue's.
+func (c *Collector) collectChannel(out chan<- prometheus.Metric, st channel.Stats, name string) {
 	for i, m := range c.chMetrics {
-		out <- m.sample(channelMetrics[i].value(st), name...)
+		out <- m.sample(channelMetrics[i].value(st), name)
 	}
 }
 

@@ -59,19 +59,19 @@ func TestCollectorValues(t *testing.T) {
 	want := `
 # HELP spillq_channel_finishes_total Messages finished.
 # TYPE spillq_channel_finishes_total counter
-spillq_channel_finishes_total{queue="jobs"} 12
+spillq_channel_finishes_total{channel="",queue="jobs"} 12
 # HELP spillq_channel_puts_total Messages accepted by Put.
 # TYPE spillq_channel_puts_total counter
-spillq_channel_puts_total{queue="jobs"} 20
+spillq_channel_puts_total{channel="",queue="jobs"} 20
 # HELP spillq_channel_requeues_total Messages requeued by consumers.
 # TYPE spillq_channel_requeues_total counter
-spillq_channel_requeues_total{queue="jobs"} 1
+spillq_channel_requeues_total{channel="",queue="jobs"} 1
 # HELP spillq_channel_spills_total Messages written to the backend by Put.
 # TYPE spillq_channel_spills_total counter
-spillq_channel_spills_total{queue="jobs"} 15
+spillq_channel_spills_total{channel="",queue="jobs"} 15
 # HELP spillq_channel_memory_capacity Size of the memory buffer (MemQueueSize), in messages.
 # TYPE spillq_channel_memory_capacity gauge
-spillq_channel_memory_capacity{queue="jobs"} 5
+spillq_channel_memory_capacity{channel="",queue="jobs"} 5
 # HELP spillq_disk_puts_total Records accepted by Put since the queue was opened.
 # TYPE spillq_disk_puts_total counter
 spillq_disk_puts_total{queue="jobs"} 15
@@ -125,8 +125,8 @@ func TestScrape(t *testing.T) {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	for _, want := range []string{
-		`spillq_channel_in_flight{queue="jobs"} 0`,
-		`spillq_channel_ready{queue="jobs"} 1`,
+		`spillq_channel_in_flight{channel="",queue="jobs"} 0`,
+		`spillq_channel_ready{channel="",queue="jobs"} 1`,
 		`spillq_disk_segments{queue="jobs"} 1`,
 		`spillq_channel_latency_seconds_count{queue="jobs"} 12`,
 		`spillq_disk_fsync_duration_seconds_bucket{queue="jobs",le="+Inf"}`,
@@ -171,8 +171,8 @@ func TestTwoQueuesOnOneRegistry(t *testing.T) {
 	want := `
 # HELP spillq_channel_puts_total Messages accepted by Put.
 # TYPE spillq_channel_puts_total counter
-spillq_channel_puts_total{queue="emails"} 3
-spillq_channel_puts_total{queue="jobs"} 20
+spillq_channel_puts_total{channel="",queue="emails"} 3
+spillq_channel_puts_total{channel="",queue="jobs"} 20
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "spillq_channel_puts_total"); err != nil {
 		t.Fatal(err)
