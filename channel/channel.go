@@ -845,7 +845,8 @@ func (c *Channel) Empty() error {
 
 // Depth is the number of messages waiting for delivery: Stats' MemoryDepth
 // + DiskDepth + Ready. It leaves out messages in flight and deferred ones,
-// in memory or in the backend. A message a Receive is taking at that moment
+// in memory or in the backend (for a moment after New, not all of those
+// in the backend: see Stats.Deferred). A message a Receive is taking at that moment
 // is in neither Depth nor InFlight for an instant: to tell a channel has
 // drained, see both at zero twice, with no Finish in between.
 func (c *Channel) Depth() int64 {
@@ -936,8 +937,10 @@ type Stats struct {
 	// reads them back. One in the backend counts here until it is read
 	// back, even if its due time passes first because a backlog stands
 	// before it. Deferred messages in the backend that were put before
-	// New (by a version without a timer store, or with a backend without
-	// one) count in DiskDepth until the channel reads them back, unless the
+	// New (by a version without a timer store, with a backend without
+	// one, or with a key under KeyUnique or KeyReplace, whose record stays
+	// in the backend while pending) count in DiskDepth until the channel
+	// reads them back (the pump reads deferred ones at once), unless the
 	// channel has no timer store and the backend is a [BacklogScanner],
 	// which it then reads through once, in the background, to count them.
 	Deferred int
