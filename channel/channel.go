@@ -940,7 +940,7 @@ type Stats struct {
 	// New (by a version without a timer store, with a backend without
 	// one, or with a key under KeyUnique or KeyReplace, whose record stays
 	// in the backend while pending) count in DiskDepth until the channel
-	// reads them back (the pump reads deferred ones at once), unless the
+	// reads them back, unless the
 	// channel has no timer store and the backend is a [BacklogScanner],
 	// which it then reads through once, in the background, to count them.
 	Deferred int
