@@ -940,9 +940,9 @@ type Stats struct {
 	// New (by a version without a timer store, with a backend without
 	// one, or with a key under KeyUnique or KeyReplace, whose record stays
 	// in the backend while pending) count in DiskDepth until the channel
-	// reads them back, unless the
-	// channel has no timer store and the backend is a [BacklogScanner],
-	// which it then reads through once, in the background, to count them.
+	// reads them back, unless the channel has no timer store and the
+	// backend is a [BacklogScanner], which it then reads through once, in
+	// the background, to count them.
 	Deferred int
 	Ready    int // requeued, timed out or released when due, waiting for delivery
 	Paused   bool
