@@ -406,6 +406,48 @@ func (a *ackFile) setAtFloor(i, n uint64) (was, nextSet, ok bool, err error) {
 	return false, nextSet, true, nil
 }
 
+// clearFrom clears the bits of record i and every one after it, up to the
+// file's end, and reports whether any was set.
+func (a *ackFile) clearFrom(i uint64) (cleared bool, err error) {
+	end := a.cap
+	if a.m != nil {
+		// The mapping reaches past the file's end, where it faults and
+		// the file holds nothing.
+		end = min(end, uint64(max(a.alloc-ackHeaderSize, 0))*8)
+	}
+	if i >= end {
+		return false, nil
+	}
+	lo, hi := int64(i/8), int64((end+7)/8)
+	clear := func(b []byte) {
+		for k := range b {
+			mask := byte(0xff)
+			if k == 0 {
+				mask <<= i % 8
+			}
+			if b[k]&mask != 0 {
+				b[k] &^= mask
+				cleared = true
+			}
+		}
+	}
+	if a.m != nil {
+		defer guardFault(debug.SetPanicOnFault(true), &err, a.name)
+		clear(a.m[ackHeaderSize+lo : ackHeaderSize+hi])
+		return cleared, nil
+	}
+	b := make([]byte, hi-lo)
+	if _, err := a.f.ReadAt(b, ackHeaderSize+lo); err != nil && err != io.EOF {
+		return false, fmt.Errorf("diskqueue: read %s: %w", a.name, err)
+	}
+	if clear(b); cleared {
+		if _, err := a.f.WriteAt(b, ackHeaderSize+lo); err != nil {
+			return false, fmt.Errorf("diskqueue: write %s: %w", a.name, err)
+		}
+	}
+	return cleared, nil
+}
+
 // raiseReadEnd records that records up to end (a seq) may have been handed
 // out, storing a little beyond it so the header is written rarely.
 func (a *ackFile) raiseReadEnd(end, limit uint64) error {

@@ -467,6 +467,9 @@ func (l *Log) registerLocked(c *Cursor) error {
 	if t := l.t; t != nil {
 		c.readMu.Lock()
 		a, err := c.ackFor(t.seg)
+		if err == nil && !l.readOnly {
+			err = c.clearPastEnd(a, t)
+		}
 		c.readMu.Unlock()
 		if err != nil {
 			return fmt.Errorf("diskqueue: open cursor %q: %w", c.name, err)
@@ -479,6 +482,22 @@ func (l *Log) registerLocked(c *Cursor) error {
 	l.cursorList.Store(&list)
 	l.countBitmapsLocked(1)
 	return nil
+}
+
+// clearPastEnd clears the bits a of the active segment holds past its last
+// record. A power cut leaves them: a tick fsyncs the bitmaps after the
+// log, so they may hold acknowledgements of records appended after the
+// log's fsync and lost with the log. Appends go on from the records it
+// kept and give those seqs to new records, which must not start out
+// acknowledged (a restart would count them so and never deliver them);
+// the bits are cleared durably before any of them can be promised. The
+// caller holds l.mu and c.readMu.
+func (c *Cursor) clearPastEnd(a *ackFile, t *tail) error {
+	cleared, err := a.clearFrom(t.end - t.seg.base)
+	if err == nil && cleared && !c.log.opts.NoSync {
+		err = a.f.Sync()
+	}
+	return err
 }
 
 // countBitmapsLocked changes the number of acknowledgement files each

@@ -33,6 +33,11 @@ import (
 //   - Open takes the first of several segments a power cut left empty for
 //     a sealed one, and reports what the cut lost as damage
 //     (TestPowerCutLostEverySegment).
+//   - A power cut that kept acknowledgements of records the log lost
+//     (a tick fsyncs the bitmaps after the log) leaves their bits set past
+//     the last segment's end, and the records appended after Open, which
+//     get those seqs, start out acknowledged: a restart never delivers
+//     them (TestPowerCutKeptAcksOfLostRecords).
 
 // fixedBody is record i's body: 10 bytes, so a segment of
 // fileHeaderSize+3*frameSize(10) bytes holds records 3k..3k+2.
@@ -600,6 +605,93 @@ func TestPowerCutLostEverySegment(t *testing.T) {
 			}
 			if st := q.Stats(); st.CorruptRecords != 0 || st.BadFiles != 0 {
 				t.Errorf("records a power cut lost, never promised, reported as damage: %d corrupt records, %d .bad files\nwarnings:\n%s", st.CorruptRecords, st.BadFiles, logs.String())
+			}
+		})
+	}
+}
+
+// TestPowerCutKeptAcksOfLostRecords: a sync tick fsyncs the active log
+// (syncNow) and then, later in the round, the acknowledgement files
+// (syncAcks). A record appended between the two, read and acknowledged
+// (a reader does not wait for the fsync, nor does a Put under SyncEvery 1
+// return before it), has its bit made durable and not its bytes: after a
+// power cut there the last segment ends before it and its bitmap has the
+// bit set past that end. Open kept the bit, and the next Put, which gets
+// that seq again, was taken for acknowledged: its Ack failed with
+// ErrNotInFlight, and after a restart it was never delivered, though its
+// Put returned under SyncEvery 1. The cut is made here from two durable
+// states: the log as of a Sync, the bitmap as of the later Close.
+func TestPowerCutKeptAcksOfLostRecords(t *testing.T) {
+	for _, kind := range memFSKinds() {
+		t.Run(kind.name, func(t *testing.T) {
+			mfs := kind.new(t)
+			ctx := context.Background()
+			opts := Options{SyncEvery: 1000, SyncInterval: time.Hour, fsForTesting: mfs}
+			q, err := Open("/q", opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			putFixed(t, q, 3)
+			if err := q.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			cut := mfs.crashClone() // the log durable with records 0..2
+			defer cut.release()
+			if err := q.Put(ctx, fixedBody(3)); err != nil {
+				t.Fatal(err)
+			}
+			for _, seq := range readFixed(t, q) {
+				if err := q.Ack(seq); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := q.Close(); err != nil { // fsyncs the bitmap: bits 0..3
+				t.Fatal(err)
+			}
+			ack := "/q/" + segmentName(0, ackSuffix)
+			b, err := readFile(mfs, ack)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, err := cut.OpenFile(ack, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.WriteAt(b, 0)
+			f.Sync()
+			f.Close()
+
+			var logs lockedBuffer
+			opts = Options{SyncEvery: 1, fsForTesting: cut,
+				Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+			q, err = Open("/q", opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st := q.Stats(); st.WriteSeq != 3 || st.ReadSeq != 3 {
+				q.Close()
+				t.Fatalf("after the cut the log ends at %d, the read cursor is %d; want 3 and 3", st.WriteSeq, st.ReadSeq)
+			}
+			if err := q.Put(ctx, fixedBody(3)); err != nil { // seq 3 again; SyncEvery 1: promised
+				t.Fatal(err)
+			}
+			if err := q.Close(); err != nil {
+				t.Fatal(err)
+			}
+			q, err = Open("/q", opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer q.Close()
+			got := readFixed(t, q)
+			var ackErr error
+			for _, seq := range got {
+				if err := q.Ack(seq); err != nil && ackErr == nil {
+					ackErr = err
+				}
+			}
+			if len(got) != 1 || got[0] != 3 || ackErr != nil {
+				t.Errorf("the record put after the cut at seq 3: delivered %v after a restart (want [3]), Ack: %v\nwarnings:\n%s", got, ackErr, logs.String())
 			}
 		})
 	}
