@@ -38,6 +38,10 @@ import (
 //     the last segment's end, and the records appended after Open, which
 //     get those seqs, start out acknowledged: a restart never delivers
 //     them (TestPowerCutKeptAcksOfLostRecords).
+//   - Open drops the segment a power cut left empty after tombstones, and
+//     appends go on from the end of the segment before the tombstones:
+//     their seqs, of records acknowledged and deleted, name new records
+//     (TestPowerCutLostSegmentAfterTombstones).
 
 // fixedBody is record i's body: 10 bytes, so a segment of
 // fileHeaderSize+3*frameSize(10) bytes holds records 3k..3k+2.
@@ -692,6 +696,58 @@ func TestPowerCutKeptAcksOfLostRecords(t *testing.T) {
 			}
 			if len(got) != 1 || got[0] != 3 || ackErr != nil {
 				t.Errorf("the record put after the cut at seq 3: delivered %v after a restart (want [3]), Ack: %v\nwarnings:\n%s", got, ackErr, logs.String())
+			}
+		})
+	}
+}
+
+// TestPowerCutLostSegmentAfterTombstones: the tombstone of a segment
+// deleted behind an older one that still holds unacknowledged records is
+// written with a directory fsync (writeAtomically), at any moment of the
+// writer's housekeeping, which makes the name of the segment after it
+// durable too; under a policy other than SyncEvery 1 nothing may have
+// fsynced that one's contents yet (sealPending seals without an fsync of
+// the active log). After a power cut there it is empty, and dropLostTail
+// dropped it: the tombstones then came after the last log, and were
+// cleared, and appends went on from the end of the segment before them,
+// giving seqs 3..8, whose records every cursor had acknowledged and the
+// tombstones stood for, to new records. Seqs never go backwards over
+// records that were durable (Compact's removed seqs are kept the same way).
+// Here segment 0 holds 0..2 (2 not acknowledged), 3 and 6 are tombstones
+// and 9, whose records were never fsynced, is empty.
+func TestPowerCutLostSegmentAfterTombstones(t *testing.T) {
+	for _, kind := range memFSKinds() {
+		t.Run(kind.name, func(t *testing.T) {
+			mfs := kind.new(t)
+			opts := Options{MaxSegmentBytes: threePerSegment, SyncEvery: 1, fsForTesting: mfs}
+			tombstoneFixture(t, "/q", opts)
+			for _, suffix := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
+				f, err := mfs.OpenFile("/q/"+segmentName(9, suffix), os.O_RDWR|os.O_TRUNC, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				f.Sync()
+				f.Close()
+			}
+			cut := mfs.crashClone()
+			defer cut.release()
+			listing := cut.listing("/q")
+			var logs lockedBuffer
+			opts.fsForTesting = cut
+			opts.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			q, err := Open("/q", opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer q.Close()
+			st := q.Stats()
+			if err := q.Put(context.Background(), fixedBody(int(st.WriteSeq))); err != nil {
+				t.Fatal(err)
+			}
+			got := readFixed(t, q)
+			if st.WriteSeq != 9 || len(got) != 2 || got[0] != 2 || got[1] != 9 || st.CorruptRecords != 0 {
+				t.Errorf("after the cut the log ends at %d (want 9), delivers %v (want 2 and 9), %d corrupt records\nfiles at the cut:%s\nwarnings:\n%s",
+					st.WriteSeq, got, st.CorruptRecords, listing, logs.String())
 			}
 		})
 	}
