@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -32,7 +33,8 @@ import (
 //     never made durable in the directory (TestAckFileMadeAfterItsSegmentIsDurable).
 //   - Open takes the first of several segments a power cut left empty for
 //     a sealed one, and reports what the cut lost as damage
-//     (TestPowerCutLostEverySegment).
+//     (TestPowerCutLostEverySegment), and warns that it cannot remove the
+//     orphan indexes of the segments it dropped, which it had removed.
 //   - A power cut that kept acknowledgements of records the log lost
 //     (a tick fsyncs the bitmaps after the log) leaves their bits set past
 //     the last segment's end, and the records appended after Open, which
@@ -607,8 +609,8 @@ func TestPowerCutLostEverySegment(t *testing.T) {
 			if len(got) != 4 || got[0] != 0 {
 				t.Errorf("read %v after putting 4 records", got)
 			}
-			if st := q.Stats(); st.CorruptRecords != 0 || st.BadFiles != 0 {
-				t.Errorf("records a power cut lost, never promised, reported as damage: %d corrupt records, %d .bad files\nwarnings:\n%s", st.CorruptRecords, st.BadFiles, logs.String())
+			if st := q.Stats(); st.CorruptRecords != 0 || st.BadFiles != 0 || strings.Contains(logs.String(), "cannot remove") {
+				t.Errorf("records a power cut lost, never promised, reported as damage: %d corrupt records, %d .bad files (or warned of files it cannot remove)\nwarnings:\n%s", st.CorruptRecords, st.BadFiles, logs.String())
 			}
 		})
 	}

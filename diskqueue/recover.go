@@ -282,7 +282,8 @@ func (l *Log) isCompacted(base uint64) bool {
 }
 
 // removeOrphanIndexes deletes index files whose log is gone (a crash between
-// the removals of a consumed segment's files).
+// the removals of a consumed segment's files). entries is the listing Open
+// read: dropLostTail has removed a lost segment's files since.
 func (l *Log) removeOrphanIndexes(entries []os.DirEntry, bases, ghosts []uint64) {
 	for _, e := range entries {
 		for _, suffix := range []string{indexSuffix, timeIndexSuffix, ackSuffix} {
@@ -294,7 +295,7 @@ func (l *Log) removeOrphanIndexes(entries []os.DirEntry, bases, ghosts []uint64)
 				continue
 			}
 			if _, found := slices.BinarySearch(bases, base); !found {
-				if err := l.fs.Remove(filepath.Join(l.dir, e.Name())); err != nil {
+				if err := l.fs.Remove(filepath.Join(l.dir, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
 					l.logger.Warn("diskqueue: cannot remove orphan index", "file", e.Name(), "err", err)
 				}
 			}
