@@ -233,6 +233,13 @@ func (c *Cursor) openAckFile(seg *segment, capacity uint64) (*ackFile, byte, err
 		switch {
 		case err == nil:
 			a.m, a.alloc, a.cap = m, size, uint64(mapLen-ackHeaderSize)*8
+			// A power cut may leave the file shorter than its records
+			// need: a tick fsyncs it as preallocated then, and appends
+			// grow it after. The mapping faults past the file's end.
+			if err := a.ensure(ackFileSize(seg.endNow() - seg.base)); err != nil {
+				a.close()
+				return nil, 0, fmt.Errorf("diskqueue: grow %s: %w", name, err)
+			}
 		case !notSupported(err):
 			f.Close()
 			return nil, 0, fmt.Errorf("diskqueue: map %s: %w", name, err)

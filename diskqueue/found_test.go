@@ -44,6 +44,10 @@ import (
 //     appends go on from the end of the segment before the tombstones:
 //     their seqs, of records acknowledged and deleted, name new records
 //     (TestPowerCutLostSegmentAfterTombstones).
+//   - On the mapped path Open maps a cursor's bitmap as long as its
+//     segment's records need, and a power cut may leave the file shorter
+//     (fsynced as preallocated, grown by appends after): reading its bits
+//     faulted, and Open failed (TestPowerCutShortBitmap).
 
 // fixedBody is record i's body: 10 bytes, so a segment of
 // fileHeaderSize+3*frameSize(10) bytes holds records 3k..3k+2.
@@ -750,6 +754,86 @@ func TestPowerCutLostSegmentAfterTombstones(t *testing.T) {
 			if st.WriteSeq != 9 || len(got) != 2 || got[0] != 2 || got[1] != 9 || st.CorruptRecords != 0 {
 				t.Errorf("after the cut the log ends at %d (want 9), delivers %v (want 2 and 9), %d corrupt records\nfiles at the cut:%s\nwarnings:\n%s",
 					st.WriteSeq, got, st.CorruptRecords, listing, logs.String())
+			}
+		})
+	}
+}
+
+// TestPowerCutShortBitmap: an acknowledgement file is preallocated as
+// records are appended (reserve) and fsynced by the sync tick and Close,
+// never when it grows, so after a power cut it may be shorter than the
+// records the log kept need, and than the readEnd it holds (raised up to
+// readEndStep records ahead of the reader). Open (openAckFile) mapped it at
+// the length its records need and counted the bits below readEnd: past
+// the file's end the mapping faulted, and Open failed with errFault. Here
+// the bitmap is durable as Close left it (4096 bytes, room for 32512
+// records, its readEnd past that), and the log with 1000 records more, put
+// and synced after a restart.
+func TestPowerCutShortBitmap(t *testing.T) {
+	for _, kind := range memFSKinds() {
+		t.Run(kind.name, func(t *testing.T) {
+			mfs := kind.new(t)
+			ctx := context.Background()
+			opts := Options{SyncEvery: 1 << 30, SyncInterval: time.Hour, fsForTesting: mfs}
+			q, err := Open("/q", opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body := []byte("x")
+			for range 32500 {
+				if err := q.Put(ctx, body); err != nil {
+					t.Fatal(err)
+				}
+			}
+			done, cancel := context.WithCancel(ctx)
+			cancel()
+			for {
+				rec, err := q.Read(done)
+				if err != nil {
+					break
+				}
+				if err := q.Ack(rec.Seq); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := q.Close(); err != nil {
+				t.Fatal(err)
+			}
+			q, err = Open("/q", opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 1000 {
+				if err := q.Put(ctx, body); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := q.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			cut := mfs.crashClone()
+			defer cut.release()
+			listing := cut.listing("/q")
+			q.Close()
+			opts.fsForTesting = cut
+			q, err = Open("/q", opts)
+			if err != nil {
+				t.Fatalf("open after the cut: %v\nfiles at the cut:%s", err, listing)
+			}
+			defer q.Close()
+			n := 0
+			for {
+				rec, err := q.Read(done)
+				if err != nil {
+					break
+				}
+				if err := q.Ack(rec.Seq); err != nil {
+					t.Fatalf("ack %d: %v", rec.Seq, err)
+				}
+				n++
+			}
+			if st := q.Stats(); n != 1000 || st.ReadSeq != 33500 || st.ReadErrors != 0 {
+				t.Errorf("after the cut: delivered %d records (want the 1000 put after the restart), read cursor %d (want 33500), %d read errors", n, st.ReadSeq, st.ReadErrors)
 			}
 		})
 	}
