@@ -189,7 +189,8 @@ func (a *ackFile) reserve(records uint64) error {
 
 // openAckFile opens a segment's existing acknowledgement file, with room
 // for at least capacity records. It returns os.ErrNotExist (wrapped) when
-// there is none, and ErrCorrupt for one whose header does not check out.
+// there is none, or its header was never written to the disk, and
+// ErrCorrupt for one whose header does not check out.
 func (c *Cursor) openAckFile(seg *segment, capacity uint64) (*ackFile, byte, error) {
 	name := c.ackPath(seg)
 	if c.log.readOnly {
@@ -209,9 +210,16 @@ func (c *Cursor) openAckFile(seg *segment, capacity uint64) (*ackFile, byte, err
 		return nil, 0, err
 	}
 	head := make([]byte, ackHeaderSize)
-	if n, err := f.ReadAt(head, 0); n < ackHeaderSize {
+	if n, err := f.ReadAt(head, 0); n < ackHeaderSize || allZero(head) {
 		f.Close()
-		if err == io.EOF {
+		switch {
+		case (err == nil || err == io.EOF) && allZero(head[:n]):
+			// Its header never reached the disk: a power cut came after a
+			// directory fsync made its name durable and before anything
+			// fsynced it (only a bitmap changed since it was made is), so
+			// nothing in it was promised.
+			return nil, 0, fmt.Errorf("%s was never written: %w", name, os.ErrNotExist)
+		case err == io.EOF:
 			return nil, 0, fmt.Errorf("%w: %s is %d bytes", ErrCorrupt, name, n)
 		}
 		return nil, 0, fmt.Errorf("diskqueue: read %s: %w", name, err)
