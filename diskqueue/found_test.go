@@ -744,6 +744,19 @@ func TestPowerCutLostSegmentAfterTombstones(t *testing.T) {
 			var logs lockedBuffer
 			opts.fsForTesting = cut
 			opts.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			ro, err := OpenReadOnly("/q", opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, err := range ro.Scan(0, math.MaxUint64) {
+				if err != nil {
+					t.Errorf("read-only Scan: %v", err)
+				}
+			}
+			if st := ro.Stats(); st.WriteSeq != 9 {
+				t.Errorf("a read-only view of the cut ends at %d, want 9", st.WriteSeq)
+			}
+			ro.Close()
 			q, err := Open("/q", opts)
 			if err != nil {
 				t.Fatal(err)
