@@ -491,7 +491,7 @@ func (l *Log) registerLocked(c *Cursor) error {
 // kept and give those seqs to new records, which must not start out
 // acknowledged (a restart would count them so and never deliver them);
 // the bits are cleared durably before any of them can be promised. The
-// caller holds l.mu and c.readMu.
+// caller holds c.readMu, and l.mu as registerLocked's does.
 func (c *Cursor) clearPastEnd(a *ackFile, t *tail) error {
 	cleared, err := a.clearFrom(t.end - t.seg.base)
 	if err == nil && cleared && !c.log.opts.NoSync {
