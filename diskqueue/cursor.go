@@ -389,7 +389,11 @@ func (l *Log) loadCursors() error {
 
 // removeOrphanBitmaps removes a named cursor's acknowledgement files of
 // segments no longer in the log (a crash came between a segment's deletion
-// and theirs) and its bitmap of a spare segment.
+// and theirs, or a power cut lost the segment: dropLostTail) and its
+// bitmap of a spare segment. The removals are made durable at once: the
+// seqs of a lost segment go on, and a new segment of its base gets a
+// bitmap whose name only the next syncAcks makes durable, so a power cut
+// before that would bring the old one back beside the new log.
 func (l *Log) removeOrphanBitmaps(c *Cursor) {
 	entries, err := l.fs.ReadDir(c.dir)
 	if err != nil {
@@ -401,6 +405,7 @@ func (l *Log) removeOrphanBitmaps(c *Cursor) {
 			live[s.base] = true
 		}
 	}
+	removed := false
 	for _, e := range entries {
 		base, ok := parseSegmentName(e.Name(), ackSuffix)
 		if e.Name() != spareName+ackSuffix && (!ok || live[base]) {
@@ -408,6 +413,13 @@ func (l *Log) removeOrphanBitmaps(c *Cursor) {
 		}
 		if err := l.fs.Remove(filepath.Join(c.dir, e.Name())); err != nil {
 			c.logger.Warn("diskqueue: cannot remove the acknowledgement file of a deleted segment", "file", e.Name(), "err", err)
+			continue
+		}
+		removed = true
+	}
+	if removed && !l.opts.NoSync {
+		if err := l.fs.SyncDir(c.dir); err != nil {
+			c.logger.Warn("diskqueue: cannot fsync the directory of removed acknowledgement files", "err", err)
 		}
 	}
 }

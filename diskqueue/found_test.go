@@ -51,6 +51,12 @@ import (
 //   - Open reports as damaged every acknowledgement file a power cut left
 //     empty: nothing fsyncs a bitmap before it changes, so after a cut most
 //     are (TestPowerCutEmptyBitmaps).
+//   - Open removes a named cursor's bitmaps of segments a power cut lost
+//     without making the removal durable, and a second power cut, after the
+//     seqs went on in a new segment of the same base and before a sync
+//     tick, brings the old bitmap back beside it: the new records, their
+//     Puts returned, count acknowledged for that cursor
+//     (TestPowerCutTwiceNamedBitmapComesBack).
 
 // fixedBody is record i's body: 10 bytes, so a segment of
 // fileHeaderSize+3*frameSize(10) bytes holds records 3k..3k+2.
@@ -894,6 +900,101 @@ func TestPowerCutEmptyBitmaps(t *testing.T) {
 			}
 			if len(got) != 4 || strings.Contains(logs.String(), "damaged") {
 				t.Errorf("after the cut: delivered %v (want 0..3)\nfiles at the cut:%s\nwarnings:\n%s", got, listing, logs.String())
+			}
+		})
+	}
+}
+
+// TestPowerCutTwiceNamedBitmapComesBack: the first power cut leaves
+// segment 3 empty (its name made durable, its contents never fsynced)
+// and cursor n's bitmap of it holding acknowledgements (fsynced by a
+// tick: records are read from the page cache). Open drops segment 3
+// (dropLostTail) and removes the bitmap (removeOrphanBitmaps), with no
+// fsync of the cursor's directory; appends go on in segment 0 and rotate
+// to a new segment 3, whose log, and the bitmap beside it of the Queue's
+// own cursor, a directory fsync makes durable before the Put returns.
+// Cursor n's new bitmap is made durable in its directory only by the
+// next tick's syncAcks: a second power cut before it brings back the old
+// one, under which record 3, put after the first cut and promised, was
+// counted acknowledged by cursor n and never delivered to it.
+func TestPowerCutTwiceNamedBitmapComesBack(t *testing.T) {
+	for _, kind := range memFSKinds() {
+		t.Run(kind.name, func(t *testing.T) {
+			mfs := kind.new(t)
+			ctx := context.Background()
+			done, cancel := context.WithCancel(ctx)
+			cancel()
+			opts := Options{MaxSegmentBytes: threePerSegment, SyncEvery: 1, SyncInterval: time.Hour, fsForTesting: mfs}
+			l, err := OpenLog("/q", opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := l.Cursor("n", FromOldest())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 4 {
+				if err := l.Put(ctx, fixedBody(i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for range 4 {
+				rec, err := c.Read(done)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := c.Ack(rec.Seq); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			// The first cut: segment 3's files empty, cursor n's bitmap of
+			// it as fsynced.
+			for _, suffix := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
+				f, err := mfs.OpenFile("/q/"+segmentName(3, suffix), os.O_RDWR|os.O_TRUNC, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				f.Sync()
+				f.Close()
+			}
+			cut1 := mfs.crashClone()
+			defer cut1.release()
+			opts.fsForTesting = cut1
+			l, err = OpenLog("/q", opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := l.Put(ctx, fixedBody(3)); err != nil { // rotates to a new segment 3
+				t.Fatal(err)
+			}
+			cut2 := cut1.crashClone() // the second cut, the Put returned
+			defer cut2.release()
+			listing := cut2.listing("/q/cursors/n")
+			l.Close()
+			var logs lockedBuffer
+			opts.fsForTesting = cut2
+			opts.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			l, err = OpenLog("/q", opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			if c, err = l.Cursor("n", FromOldest()); err != nil {
+				t.Fatal(err)
+			}
+			var got []uint64
+			for {
+				rec, err := c.Read(done)
+				if err != nil {
+					break
+				}
+				got = append(got, rec.Seq)
+			}
+			if len(got) != 1 || got[0] != 3 {
+				t.Errorf("cursor n after the second cut delivers %v, want [3]\ncursor n's files at the cut:%s\nwarnings:\n%s", got, listing, logs.String())
 			}
 		})
 	}
