@@ -797,8 +797,9 @@ func (c *Cursor) shelve(sa *segAcks) {
 // retirePassed retires the bitmaps of segments the floor has passed that
 // were still being sealed when it did (c.passed, not a walk of every
 // segment), closes those far from the read position
-// (closeFarBitmapsLocked), then fsyncs and closes every retired file. The
-// writer goroutine calls it each round.
+// (closeFarBitmapsLocked), then fsyncs and closes every retired file
+// (their directory first, if bitmaps were made in it since it last was).
+// The writer goroutine calls it each round.
 func (c *Cursor) retirePassed() {
 	c.readMu.Lock()
 	passed := c.passed
@@ -810,6 +811,14 @@ func (c *Cursor) retirePassed() {
 	retired := c.retired
 	c.retired = nil
 	c.readMu.Unlock()
+	// The names first, as syncAcks does: a bitmap made since the last
+	// syncAcks is not in the directory on disk yet.
+	if len(retired) > 0 && c.newFiles.Swap(false) {
+		if err := c.log.fs.SyncDir(c.dir); err != nil {
+			c.newFiles.Store(true) // try again next time
+			c.logger.Warn("diskqueue: cannot fsync the directory of new acknowledgement files; after a power cut finished records may be delivered again", "err", err)
+		}
+	}
 	for _, f := range retired {
 		if err := f.Sync(); err != nil && !errors.Is(err, os.ErrClosed) {
 			c.logger.Warn("diskqueue: cannot fsync acknowledgements; after a power cut finished records may be delivered again", "err", err)

@@ -57,6 +57,10 @@ import (
 //     tick, brings the old bitmap back beside it: the new records, their
 //     Puts returned, count acknowledged for that cursor
 //     (TestPowerCutTwiceNamedBitmapComesBack).
+//   - retirePassed fsyncs the bitmaps the floor has passed without first
+//     fsyncing their directory, as syncAcks does: a named cursor's bitmap
+//     made since the last tick is fsynced and lost with its name
+//     (TestRetiredBitmapFsyncedWithItsName).
 
 // fixedBody is record i's body: 10 bytes, so a segment of
 // fileHeaderSize+3*frameSize(10) bytes holds records 3k..3k+2.
@@ -995,6 +999,92 @@ func TestPowerCutTwiceNamedBitmapComesBack(t *testing.T) {
 			}
 			if len(got) != 1 || got[0] != 3 {
 				t.Errorf("cursor n after the second cut delivers %v, want [3]\ncursor n's files at the cut:%s\nwarnings:\n%s", got, listing, logs.String())
+			}
+		})
+	}
+}
+
+// TestRetiredBitmapFsyncedWithItsName: a bitmap the floor passes while it
+// owes an fsync is closed and handed to the writer goroutine, whose next
+// round fsyncs it (retirePassed), tick or not. A named cursor's bitmaps
+// live in its own directory, which only syncAcks fsynced (newFiles): one
+// made since the last tick (here by the cursor's registration, segment 0
+// active) was fsynced with its acknowledgements while its name was still
+// not durable, and a power cut there lost them with it: records 0..2,
+// acknowledged before that fsync, were delivered again. A second cursor
+// that reads nothing keeps segment 0 from being deleted.
+func TestRetiredBitmapFsyncedWithItsName(t *testing.T) {
+	for _, kind := range memFSKinds() {
+		t.Run(kind.name, func(t *testing.T) {
+			mfs := kind.new(t)
+			ctx := context.Background()
+			done, cancel := context.WithCancel(ctx)
+			cancel()
+			opts := Options{MaxSegmentBytes: threePerSegment, SyncEvery: 1, SyncInterval: time.Hour, fsForTesting: mfs}
+			l, err := OpenLog("/q", opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, err := l.Cursor("n", FromOldest())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := l.Cursor("m", FromOldest()); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 4 {
+				if err := l.Put(ctx, fixedBody(i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var cut *memFS
+			ack0 := "/q/cursors/n/" + segmentName(0, ackSuffix)
+			mfs.locked(func() {
+				mfs.onSync = func(op, name string, _ bool) {
+					if op == "fsync" && name == ack0 && cut == nil {
+						cut = mfs.crashCloneLocked() // the power cut
+					}
+				}
+			})
+			for range 3 {
+				rec, err := n.Read(done)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := n.Ack(rec.Seq); err != nil { // the floor passes segment 0
+					t.Fatal(err)
+				}
+			}
+			if err := l.Sync(ctx); err != nil { // a round: retirePassed
+				t.Fatal(err)
+			}
+			var c *memFS
+			mfs.locked(func() { c, mfs.onSync = cut, nil })
+			l.Close()
+			if c == nil {
+				t.Fatal("no fsync of cursor n's bitmap of segment 0")
+			}
+			defer c.release()
+			listing := c.listing("/q/cursors/n")
+			opts.fsForTesting = c
+			l, err = OpenLog("/q", opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			if n, err = l.Cursor("n", FromOldest()); err != nil {
+				t.Fatal(err)
+			}
+			var got []uint64
+			for {
+				rec, err := n.Read(done)
+				if err != nil {
+					break
+				}
+				got = append(got, rec.Seq)
+			}
+			if len(got) != 1 || got[0] != 3 {
+				t.Errorf("after a power cut at the fsync of its bitmap of segment 0, cursor n delivers %v, want [3]: 0..2 were acknowledged before it\ncursor n's files at the cut:%s", got, listing)
 			}
 		})
 	}
