@@ -16,8 +16,9 @@ import (
 	"time"
 )
 
-// Each test here pins down a bug TestPowerCutAtEverySync found outside the
-// test files, fixed with it:
+// Each test here pins down a bug outside the test files that
+// TestPowerCutAtEverySync found (the first five) or a review of the crash
+// recovery did (the rest), fixed with it:
 //
 //   - The reader left in a segment the writer deleted under it (removeSegment
 //     does not mark it gone): it reports the tombstones after it as damage
