@@ -34,8 +34,9 @@ import (
 //     never made durable in the directory (TestAckFileMadeAfterItsSegmentIsDurable).
 //   - Open takes the first of several segments a power cut left empty for
 //     a sealed one, and reports what the cut lost as damage
-//     (TestPowerCutLostEverySegment), and warns that it cannot remove the
-//     orphan indexes of the segments it dropped, which it had removed.
+//     (TestPowerCutLostEverySegment).
+//   - Open warns that it cannot remove the orphan indexes of the segments
+//     a power cut left empty, which it had removed (TestPowerCutLostEverySegment).
 //   - A power cut that kept acknowledgements of records the log lost
 //     (a tick fsyncs the bitmaps after the log) leaves their bits set past
 //     the last segment's end, and the records appended after Open, which
