@@ -189,7 +189,8 @@ func (a *ackFile) reserve(records uint64) error {
 
 // openAckFile opens a segment's existing acknowledgement file, with room
 // for at least capacity records. It returns os.ErrNotExist (wrapped) when
-// there is none, and ErrCorrupt for one whose header does not check out.
+// there is none, or its header was never written to the disk, and
+// ErrCorrupt for one whose header does not check out.
 func (c *Cursor) openAckFile(seg *segment, capacity uint64) (*ackFile, byte, error) {
 	name := c.ackPath(seg)
 	if c.log.readOnly {
@@ -209,9 +210,16 @@ func (c *Cursor) openAckFile(seg *segment, capacity uint64) (*ackFile, byte, err
 		return nil, 0, err
 	}
 	head := make([]byte, ackHeaderSize)
-	if n, err := f.ReadAt(head, 0); n < ackHeaderSize {
+	if n, err := f.ReadAt(head, 0); n < ackHeaderSize || allZero(head) {
 		f.Close()
-		if err == io.EOF {
+		switch {
+		case (err == nil || err == io.EOF) && allZero(head[:n]):
+			// Its header never reached the disk: a power cut came after a
+			// directory fsync made its name durable and before anything
+			// fsynced it (only a bitmap changed since it was made is), so
+			// nothing in it was promised.
+			return nil, 0, fmt.Errorf("%s was never written: %w", name, os.ErrNotExist)
+		case err == io.EOF:
 			return nil, 0, fmt.Errorf("%w: %s is %d bytes", ErrCorrupt, name, n)
 		}
 		return nil, 0, fmt.Errorf("diskqueue: read %s: %w", name, err)
@@ -233,6 +241,13 @@ func (c *Cursor) openAckFile(seg *segment, capacity uint64) (*ackFile, byte, err
 		switch {
 		case err == nil:
 			a.m, a.alloc, a.cap = m, size, uint64(mapLen-ackHeaderSize)*8
+			// A power cut may leave the file shorter than its records
+			// need: a tick fsyncs it as preallocated then, and appends
+			// grow it after. The mapping faults past the file's end.
+			if err := a.ensure(ackFileSize(seg.endNow() - seg.base)); err != nil {
+				a.close()
+				return nil, 0, fmt.Errorf("diskqueue: grow %s: %w", name, err)
+			}
 		case !notSupported(err):
 			f.Close()
 			return nil, 0, fmt.Errorf("diskqueue: map %s: %w", name, err)
@@ -404,6 +419,48 @@ func (a *ackFile) setAtFloor(i, n uint64) (was, nextSet, ok bool, err error) {
 	a.m[off] |= bit
 	a.markDirty()
 	return false, nextSet, true, nil
+}
+
+// clearFrom clears the bits of record i and every one after it, up to the
+// file's end, and reports whether any was set.
+func (a *ackFile) clearFrom(i uint64) (cleared bool, err error) {
+	end := a.cap
+	if a.m != nil {
+		// The mapping reaches past the file's end, where it faults and
+		// the file holds nothing.
+		end = min(end, uint64(max(a.alloc-ackHeaderSize, 0))*8)
+	}
+	if i >= end {
+		return false, nil
+	}
+	lo, hi := int64(i/8), int64((end+7)/8)
+	clear := func(b []byte) {
+		for k := range b {
+			mask := byte(0xff)
+			if k == 0 {
+				mask <<= i % 8
+			}
+			if b[k]&mask != 0 {
+				b[k] &^= mask
+				cleared = true
+			}
+		}
+	}
+	if a.m != nil {
+		defer guardFault(debug.SetPanicOnFault(true), &err, a.name)
+		clear(a.m[ackHeaderSize+lo : ackHeaderSize+hi])
+		return cleared, nil
+	}
+	b := make([]byte, hi-lo)
+	if _, err := a.f.ReadAt(b, ackHeaderSize+lo); err != nil && err != io.EOF {
+		return false, fmt.Errorf("diskqueue: read %s: %w", a.name, err)
+	}
+	if clear(b); cleared {
+		if _, err := a.f.WriteAt(b, ackHeaderSize+lo); err != nil {
+			return false, fmt.Errorf("diskqueue: write %s: %w", a.name, err)
+		}
+	}
+	return cleared, nil
 }
 
 // raiseReadEnd records that records up to end (a seq) may have been handed

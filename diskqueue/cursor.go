@@ -389,7 +389,11 @@ func (l *Log) loadCursors() error {
 
 // removeOrphanBitmaps removes a named cursor's acknowledgement files of
 // segments no longer in the log (a crash came between a segment's deletion
-// and theirs) and its bitmap of a spare segment.
+// and theirs, or a power cut lost the segment: dropLostTail) and its
+// bitmap of a spare segment. The removals are made durable at once: the
+// seqs of a lost segment go on, and a new segment of its base gets a
+// bitmap whose name only the next syncAcks makes durable, so a power cut
+// before that would bring the old one back beside the new log.
 func (l *Log) removeOrphanBitmaps(c *Cursor) {
 	entries, err := l.fs.ReadDir(c.dir)
 	if err != nil {
@@ -401,6 +405,7 @@ func (l *Log) removeOrphanBitmaps(c *Cursor) {
 			live[s.base] = true
 		}
 	}
+	removed := false
 	for _, e := range entries {
 		base, ok := parseSegmentName(e.Name(), ackSuffix)
 		if e.Name() != spareName+ackSuffix && (!ok || live[base]) {
@@ -408,6 +413,13 @@ func (l *Log) removeOrphanBitmaps(c *Cursor) {
 		}
 		if err := l.fs.Remove(filepath.Join(c.dir, e.Name())); err != nil {
 			c.logger.Warn("diskqueue: cannot remove the acknowledgement file of a deleted segment", "file", e.Name(), "err", err)
+			continue
+		}
+		removed = true
+	}
+	if removed && !l.opts.NoSync {
+		if err := l.fs.SyncDir(c.dir); err != nil {
+			c.logger.Warn("diskqueue: cannot fsync the directory of removed acknowledgement files", "err", err)
 		}
 	}
 }
@@ -467,6 +479,9 @@ func (l *Log) registerLocked(c *Cursor) error {
 	if t := l.t; t != nil {
 		c.readMu.Lock()
 		a, err := c.ackFor(t.seg)
+		if err == nil && !l.readOnly {
+			err = c.clearPastEnd(a, t)
+		}
 		c.readMu.Unlock()
 		if err != nil {
 			return fmt.Errorf("diskqueue: open cursor %q: %w", c.name, err)
@@ -479,6 +494,22 @@ func (l *Log) registerLocked(c *Cursor) error {
 	l.cursorList.Store(&list)
 	l.countBitmapsLocked(1)
 	return nil
+}
+
+// clearPastEnd clears the bits a of the active segment holds past its last
+// record. A power cut leaves them: a tick fsyncs the bitmaps after the
+// log, so they may hold acknowledgements of records appended after the
+// log's fsync and lost with the log. Appends go on from the records it
+// kept and give those seqs to new records, which must not start out
+// acknowledged (a restart would count them so and never deliver them);
+// the bits are cleared durably before any of them can be promised. The
+// caller holds c.readMu, and l.mu as registerLocked's does.
+func (c *Cursor) clearPastEnd(a *ackFile, t *tail) error {
+	cleared, err := a.clearFrom(t.end - t.seg.base)
+	if err == nil && cleared && !c.log.opts.NoSync {
+		err = a.f.Sync()
+	}
+	return err
 }
 
 // countBitmapsLocked changes the number of acknowledgement files each
@@ -766,8 +797,9 @@ func (c *Cursor) shelve(sa *segAcks) {
 // retirePassed retires the bitmaps of segments the floor has passed that
 // were still being sealed when it did (c.passed, not a walk of every
 // segment), closes those far from the read position
-// (closeFarBitmapsLocked), then fsyncs and closes every retired file. The
-// writer goroutine calls it each round.
+// (closeFarBitmapsLocked), then fsyncs and closes every retired file
+// (their directory first, if bitmaps were made in it since it last was).
+// The writer goroutine calls it each round.
 func (c *Cursor) retirePassed() {
 	c.readMu.Lock()
 	passed := c.passed
@@ -779,6 +811,14 @@ func (c *Cursor) retirePassed() {
 	retired := c.retired
 	c.retired = nil
 	c.readMu.Unlock()
+	// The names first, as syncAcks does: a bitmap made since the last
+	// syncAcks is not in the directory on disk yet.
+	if len(retired) > 0 && c.newFiles.Swap(false) {
+		if err := c.log.fs.SyncDir(c.dir); err != nil {
+			c.newFiles.Store(true) // try again next time
+			c.logger.Warn("diskqueue: cannot fsync the directory of new acknowledgement files; after a power cut finished records may be delivered again", "err", err)
+		}
+	}
 	for _, f := range retired {
 		if err := f.Sync(); err != nil && !errors.Is(err, os.ErrClosed) {
 			c.logger.Warn("diskqueue: cannot fsync acknowledgements; after a power cut finished records may be delivered again", "err", err)

@@ -272,6 +272,11 @@ func (m *memFS) ReadDir(dir string) ([]fs.DirEntry, error) {
 			out = append(out, memInfo{name: filepath.Base(name), size: n.size()})
 		}
 	}
+	for d := range m.dirs {
+		if d != dir && filepath.Dir(d) == dir {
+			out = append(out, memInfo{name: filepath.Base(d), dir: true})
+		}
+	}
 	slices.SortFunc(out, func(a, b fs.DirEntry) int { return strings.Compare(a.Name(), b.Name()) })
 	return out, nil
 }
@@ -289,7 +294,11 @@ func (m *memFS) Stat(name string) (fs.FileInfo, error) {
 func (m *memFS) MkdirAll(dir string, _ fs.FileMode) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.dirs[dir] = true // directories themselves survive: the test makes one
+	// Directories themselves survive: the test makes one. Their parents
+	// too, as os.MkdirAll makes them.
+	for d := dir; !m.dirs[d]; d = filepath.Dir(d) {
+		m.dirs[d] = true
+	}
 	return nil
 }
 
@@ -413,19 +422,26 @@ func (f *memFile) Close() error {
 	return nil
 }
 
-// memInfo is both the fs.FileInfo and the fs.DirEntry of a memFS file.
+// memInfo is both the fs.FileInfo and the fs.DirEntry of a memFS file or
+// directory.
 type memInfo struct {
 	name string
 	size int64
+	dir  bool
 }
 
-func (i memInfo) Name() string               { return i.name }
-func (i memInfo) Size() int64                { return i.size }
-func (i memInfo) Mode() fs.FileMode          { return 0o644 }
-func (i memInfo) ModTime() time.Time         { return time.Time{} }
-func (i memInfo) IsDir() bool                { return false }
-func (i memInfo) Sys() any                   { return nil }
-func (i memInfo) Type() fs.FileMode          { return 0 }
+func (i memInfo) Name() string       { return i.name }
+func (i memInfo) Size() int64        { return i.size }
+func (i memInfo) Mode() fs.FileMode  { return i.Type() | 0o644 }
+func (i memInfo) ModTime() time.Time { return time.Time{} }
+func (i memInfo) IsDir() bool        { return i.dir }
+func (i memInfo) Sys() any           { return nil }
+func (i memInfo) Type() fs.FileMode {
+	if i.dir {
+		return fs.ModeDir
+	}
+	return 0
+}
 func (i memInfo) Info() (fs.FileInfo, error) { return i, nil }
 
 // TestPowerCutAtEveryStep runs a workload (puts across many small

@@ -75,7 +75,7 @@ func (l *Log) recover() error {
 	}
 	slices.Sort(bases)
 	bases, ghosts := l.findTombstones(bases)
-	bases = l.dropLostTail(bases)
+	bases = l.dropLostTail(bases, ghosts)
 	if !l.readOnly {
 		l.removeOrphanIndexes(entries, bases, ghosts)
 	}
@@ -173,8 +173,8 @@ func (l *Log) recover() error {
 // damage. The segment before them is then the last, and recovered as one
 // (its own torn records cut), and appends go on from its end, so seqs of
 // lost records are used again. A read-only view leaves them out without
-// removing them.
-func (l *Log) dropLostTail(bases []uint64) []uint64 {
+// removing them. ghosts are the tombstones (findTombstones).
+func (l *Log) dropLostTail(bases, ghosts []uint64) []uint64 {
 	k := len(bases)
 	for k > 0 {
 		size, err := l.listedSize(segmentName(bases[k-1], logSuffix))
@@ -183,10 +183,12 @@ func (l *Log) dropLostTail(bases []uint64) []uint64 {
 		}
 		k--
 	}
-	if k < len(bases) && k > 0 && l.isCompacted(bases[k-1]) {
+	if k < len(bases) && k > 0 && (l.isCompacted(bases[k-1]) || len(ghosts) > 0 && ghosts[len(ghosts)-1] > bases[k-1]) {
 		// A compacted segment never takes appends: the first lost one
 		// stays, as the segment they go on in, so that the compacted
 		// segment keeps its end (its trailing seqs may be removed ones).
+		// So it does after tombstones, so that their seqs, of records
+		// acknowledged and deleted, are not given to new records.
 		k++
 	}
 	if k == len(bases) {
@@ -280,7 +282,8 @@ func (l *Log) isCompacted(base uint64) bool {
 }
 
 // removeOrphanIndexes deletes index files whose log is gone (a crash between
-// the removals of a consumed segment's files).
+// the removals of a consumed segment's files). entries is the listing Open
+// read: dropLostTail has removed a lost segment's files since.
 func (l *Log) removeOrphanIndexes(entries []os.DirEntry, bases, ghosts []uint64) {
 	for _, e := range entries {
 		for _, suffix := range []string{indexSuffix, timeIndexSuffix, ackSuffix} {
@@ -292,7 +295,7 @@ func (l *Log) removeOrphanIndexes(entries []os.DirEntry, bases, ghosts []uint64)
 				continue
 			}
 			if _, found := slices.BinarySearch(bases, base); !found {
-				if err := l.fs.Remove(filepath.Join(l.dir, e.Name())); err != nil {
+				if err := l.fs.Remove(filepath.Join(l.dir, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
 					l.logger.Warn("diskqueue: cannot remove orphan index", "file", e.Name(), "err", err)
 				}
 			}
