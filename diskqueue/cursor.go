@@ -442,7 +442,10 @@ func (c *Cursor) load(have bool) error {
 		// Its records were deleted after being acknowledged.
 		readSeq = first
 	case readSeq > end:
-		c.logger.Warn("diskqueue: cursor is past the end of the log; records were lost in a crash", "cursor", readSeq, "end", end)
+		// The log's end was never fsynced (under a policy that did not
+		// promise it), the cursor was: what it had acknowledged is gone,
+		// and it reads on from the end, where the next records go.
+		c.logger.Warn("diskqueue: cursor is past the end of the log: records it had acknowledged were lost before they were fsynced (a crash or power cut; they were not promised durable); reading goes on from the end", "cursor", readSeq, "end", end)
 		readSeq = end
 	}
 	return c.initAt(readSeq, have && readSeq == c.file.state.readSeq)
