@@ -259,13 +259,15 @@ func (c *Channel) Receive(ctx context.Context) (*Message, error) {
 			return nil, err
 		}
 		m, err := c.take(ctx)
+		if err == errPaused {
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
-		if c.paused.Load() {
-			// Paused while this Receive waited in take: the message goes
-			// back ahead of everything, undelivered.
-			c.giveBack(m)
+		if c.paused.Load() && c.giveBack(m) {
+			// Paused as this Receive took m: the message goes back ahead
+			// of everything, undelivered.
 			continue
 		}
 		if m, ok := c.deliver(m); ok {
@@ -276,13 +278,24 @@ func (c *Channel) Receive(ctx context.Context) (*Message, error) {
 
 // giveBack returns a message take handed out and nobody received to the
 // front of the ready list, where the next take finds it first.
-func (c *Channel) giveBack(m *Message) {
+// It returns false, leaving m to the caller, once Close has begun: Close
+// sets isClosed before it collects the ready list under c.mu, so a
+// message given back after that would be in nobody's hands.
+func (c *Channel) giveBack(m *Message) bool {
 	c.mu.Lock()
+	if c.isClosed.Load() {
+		c.mu.Unlock()
+		return false
+	}
 	c.ready = slices.Insert(c.ready, 0, m)
 	c.readyN.Store(int64(len(c.ready)))
 	c.mu.Unlock()
 	c.readyBell.Notify()
+	return true
 }
+
+// errPaused is take's: Pause came while it waited, and it took nothing.
+var errPaused = errors.New("channel: paused")
 
 // take gets the next message from any source: the ready list, then the
 // memory buffer, then the backend.
@@ -313,7 +326,16 @@ func (c *Channel) take(ctx context.Context) (*Message, error) {
 		if m := c.popReady(); m != nil {
 			return m, nil
 		}
+		// A Receive waiting here when Pause comes returns to wait for
+		// Unpause without taking a message, so waiting receivers do not
+		// each take one and give them back in reverse order.
+		paused, unpaused := c.pauseSignals()
+		if unpaused != nil {
+			return nil, errPaused
+		}
 		select {
+		case <-paused:
+			return nil, errPaused
 		case <-wait:
 		case m := <-c.memCh:
 			return m, nil
