@@ -822,6 +822,7 @@ func (c *Channel) Empty() error {
 	}
 	// Before the new gen, so that a pump that sees the new gen sees this
 	// too; Puts wait, so no record put from here on is below it.
+	emptied := c.emptiedBelow.Load()
 	if sb, ok := c.src.(SeqBackend); ok {
 		storeMax(&c.emptiedBelow, sb.NextSeq())
 	}
@@ -848,6 +849,8 @@ func (c *Channel) Empty() error {
 	c.unlockFlights()
 	if c.src != nil {
 		if err := c.src.Empty(); err != nil {
+			// Its records are still there, and to be delivered.
+			c.emptiedBelow.Store(emptied)
 			return fmt.Errorf("channel: empty backend: %w", err)
 		}
 		c.diskPending.Store(0)
@@ -1085,12 +1088,9 @@ func (c *Channel) Replay(ctx context.Context, from, to uint64) (int, error) {
 	return n, err
 }
 
-// closeStoreWait and closeStoreRetry bound Close's wait for room to store
-// again what the channel holds (see Close).
-const (
-	closeStoreWait  = 5 * time.Second
-	closeStoreRetry = 100 * time.Millisecond
-)
+// closeStoreWait bounds the time Close spends storing again what the
+// channel holds (see Close).
+const closeStoreWait = 5 * time.Second
 
 // Close stops delivery and writes every message the channel holds in
 // memory (buffered, requeued, deferred with their due times, and in flight)
@@ -1105,11 +1105,14 @@ const (
 // again to keep its attempts and due time; if that fails (the disk budget
 // spent, say), its record stays as it was, and it is delivered again after
 // a restart with the attempts that record counts. Only a message held in
-// memory alone and not stored is lost, and named in Close's error. A
-// backend that blocks when full (Disk.BlockWhenFull) is waited on at most
-// closeStoreWait (5 s) for the first such store, and closeStoreRetry
-// (100 ms) for each one after one ran out: nobody consumes during Close,
-// so no room would come.
+// memory alone and not stored is lost, and counted in Close's error.
+// Storing them all may take at most closeStoreWait (5 s) in all, for a
+// backend that blocks when full (Disk.BlockWhenFull): nobody consumes
+// during Close, so no room would come. What is left when that has passed
+// is not tried; a store it cuts short while waiting for its fsync
+// (Disk.SyncEvery 1) may have been written all the same, and delivers its
+// message again after a restart, beside the old record or the loss
+// Close reported.
 func (c *Channel) Close() error {
 	if !c.isClosed.CompareAndSwap(false, true) {
 		// Returned once the first Close is done, so a caller that closes
@@ -1169,26 +1172,28 @@ func (c *Channel) Close() error {
 	}
 	var errs []error
 	closing := time.Now().UnixNano()
-	// store runs one store of a held message, waiting on a full backend
-	// as Close's doc says.
-	wait := closeStoreWait
+	// store runs one store of a held message, within Close's time for
+	// them all; once that has passed, none is tried.
+	storeCtx, cancelStores := context.WithTimeout(context.Background(), closeStoreWait)
+	defer cancelStores()
 	store := func(put func(ctx context.Context) error) error {
-		ctx, cancel := context.WithTimeout(context.Background(), wait)
-		defer cancel()
-		err := put(ctx)
-		if err != nil && ctx.Err() != nil {
-			wait = closeStoreRetry
+		if err := storeCtx.Err(); err != nil {
+			return err
 		}
-		return err
+		return put(storeCtx)
 	}
-	// notStored reports a held message Close could not store: lost if it
+	// notStored counts a held message Close could not store: lost if it
 	// was in memory only, else still in its record.
+	var lost, kept int
+	var lostErr, keptErr error // the first of each
 	notStored := func(m *Message, err error) {
 		if m.src != srcMemory {
-			c.log.Warn("channel: close: cannot store a message again; its record stays, and it is delivered again after a restart", "id", m.ID, "err", err)
+			kept++
+			keptErr = cmp.Or(keptErr, err)
 			return
 		}
-		errs = append(errs, fmt.Errorf("channel: close: message %s, held in memory only, is lost: %w", m.ID, err))
+		lost++
+		lostErr = cmp.Or(lostErr, err)
 	}
 	// Under KeySerial a keyed message read from the backend stays where
 	// it is, unacknowledged, so the next run delivers it in its place
@@ -1273,6 +1278,12 @@ func (c *Channel) Close() error {
 		if err := c.ack(m); err != nil {
 			errs = append(errs, fmt.Errorf("channel: close: %w", err))
 		}
+	}
+	if kept > 0 {
+		c.log.Warn("channel: close: cannot store messages again; their records stay, and they are delivered again after a restart", "messages", kept, "err", keptErr)
+	}
+	if lost > 0 {
+		errs = append(errs, fmt.Errorf("channel: close: %d messages held in memory only are lost: %w", lost, lostErr))
 	}
 	unlockPut() // the backend's Close may take a last KeyState
 	if c.timers != nil {
