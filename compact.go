@@ -84,7 +84,10 @@ type compactLog interface {
 // acknowledged records of a key a newer record has replaced.
 // checkDirtyRatio refuses a CompactDirtyRatio no log can reach.
 func checkDirtyRatio(r float64) error {
-	if r > 1 || math.IsNaN(r) {
+	if math.IsNaN(r) {
+		return fmt.Errorf("spillq: %w: CompactDirtyRatio is NaN", diskqueue.ErrInvalidOptions)
+	}
+	if r > 1 {
 		return fmt.Errorf("spillq: %w: CompactDirtyRatio %v is above 1, which no log reaches, so nothing would ever compact (a negative ratio turns automatic compaction off)", diskqueue.ErrInvalidOptions, r)
 	}
 	return nil
