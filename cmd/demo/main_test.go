@@ -174,7 +174,7 @@ func TestDemoRejectsBadFlags(t *testing.T) {
 // TestDemoServesMetrics scrapes the running demo's -metrics-addr.
 func TestDemoServesMetrics(t *testing.T) {
 	t.Parallel()
-	if body := scrapeDemo(t); !strings.Contains(body, `spillq_channel_memory_capacity{queue="demo"} 10000`) {
+	if body := scrapeDemo(t); !strings.Contains(body, `spillq_channel_memory_capacity{channel="",queue="demo"} 10000`) {
 		t.Fatalf("scrape:\n%s", body)
 	}
 }
