@@ -1006,6 +1006,14 @@ func (c *Cursor) ackFor(seg *segment) (*ackFile, error) {
 			}
 			return nil, err
 		}
+		// Made for a segment being written (grow), it is preallocated to
+		// one allocUnit: its records already there may need more, and the
+		// next Put's reserve may be far off. (The caller holds l.mu for
+		// such a segment's bitmap, or runs in Open.)
+		if err := a.ensure(ackFileSize(seg.endNow() - seg.base)); err != nil {
+			a.close()
+			return nil, fmt.Errorf("diskqueue: grow %s: %w", a.name, err)
+		}
 	default:
 		return nil, err
 	}
