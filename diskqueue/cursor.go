@@ -1008,8 +1008,8 @@ func (c *Cursor) ackFor(seg *segment) (*ackFile, error) {
 		}
 		// Made for a segment being written (grow), it is preallocated to
 		// one allocUnit: its records already there may need more, and the
-		// next Put's reserve may be far off. (The caller holds l.mu for
-		// such a segment's bitmap, or runs in Open.)
+		// next Put's reserve may be far off. Not yet installed, it is
+		// nobody else's to grow.
 		if err := a.ensure(ackFileSize(seg.endNow() - seg.base)); err != nil {
 			a.close()
 			return nil, fmt.Errorf("diskqueue: grow %s: %w", a.name, err)

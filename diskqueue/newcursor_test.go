@@ -5,14 +5,14 @@ import (
 	"testing"
 )
 
-// TestRev2NewCursorMidSegmentAcksPastFirstAllocUnit: a cursor created
-// while the active segment already holds more records than one allocUnit
-// of bitmap covers (4064*8 = 32512) gets a bitmap createAckFile
-// preallocates to one allocUnit (grow), and nothing grows it until the
-// next Put's reserve: acknowledging a record past 32512 faults on the
-// mapped path. The same create path serves a bitmap Open now takes for
-// absent (an empty header after a power cut).
-func TestRev2NewCursorMidSegmentAcksPastFirstAllocUnit(t *testing.T) {
+// TestNewCursorMidSegmentAcks: a cursor created while the active segment
+// already holds more records than one allocUnit of bitmap covers
+// (4064*8 = 32512) got a bitmap createAckFile preallocates to one
+// allocUnit (grow), and nothing grew it until the next Put's reserve:
+// acknowledging a record past 32512 faulted on the mapped path. The same
+// create path serves a bitmap Open takes for absent (an empty header after
+// a power cut). ackFor now grows it to the records there.
+func TestNewCursorMidSegmentAcks(t *testing.T) {
 	ctx := context.Background()
 	done, cancel := context.WithCancel(ctx)
 	cancel()
