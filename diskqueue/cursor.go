@@ -508,6 +508,9 @@ func (l *Log) registerLocked(c *Cursor) error {
 // the bits are cleared durably before any of them can be promised. The
 // caller holds c.readMu, and l.mu as registerLocked's does.
 func (c *Cursor) clearPastEnd(a *ackFile, t *tail) error {
+	if a.made {
+		return nil // made by this run: no bit set yet, and no scan under l.mu
+	}
 	cleared, err := a.clearFrom(t.end - t.seg.base)
 	if err == nil && cleared && !c.log.opts.NoSync {
 		err = a.f.Sync()
