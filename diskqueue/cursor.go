@@ -1404,6 +1404,15 @@ func (c *Cursor) readLocked() (uint64, int64, []byte, error) {
 		if err == nil {
 			seg := c.rd.seg
 			a, err := c.readAckFor(seg)
+			if errors.Is(err, ErrNotFound) {
+				// seg left the log (or a tombstone stands for it) after
+				// nextRaw took the record from it: every cursor had
+				// acknowledged all of it, or given it up, so the record
+				// is passed over, and nextRaw, finding seg gone, moves
+				// on. Given back instead, it came again at every Read,
+				// each failing, until the next Open.
+				continue
+			}
 			if err != nil {
 				c.rd.unread(seq)
 				c.log.readErrors.Add(1)

@@ -425,6 +425,7 @@ func (h *cutHarness) consume(q *Queue, producing *atomic.Int32, rng *rand.Rand, 
 			h.mu.Lock()
 			h.stuck++
 			h.mu.Unlock()
+			h.t.Errorf("live, Read failed with %v; queue %+v", err, q.Stats())
 			stuck = true
 			break
 		}
