@@ -97,6 +97,33 @@ func readFixed(t *testing.T, q *Queue) []uint64 {
 	}
 }
 
+// namedCursorsLog opens a log at /q on mfs, three records a segment,
+// fsync per record and no sync tick, with the named cursors reading from
+// the oldest, and puts records 0..3 (segments 0 and 3). It returns the
+// options it opened with.
+func namedCursorsLog(t *testing.T, mfs *memFS, names ...string) (Options, *Log, []*Cursor) {
+	t.Helper()
+	opts := Options{MaxSegmentBytes: threePerSegment, SyncEvery: 1, SyncInterval: time.Hour, fsForTesting: mfs}
+	l, err := OpenLog("/q", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cs []*Cursor
+	for _, name := range names {
+		c, err := l.Cursor(name, FromOldest())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs = append(cs, c)
+	}
+	for i := range 4 {
+		if err := l.Put(context.Background(), fixedBody(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return opts, l, cs
+}
+
 const threePerSegment = fileHeaderSize + 3*recordHeaderSize + 3*10
 
 // tombstoneFixture leaves in dir segments 0 (records 0..2, 2 not
@@ -930,20 +957,8 @@ func TestPowerCutTwiceNamedBitmapComesBack(t *testing.T) {
 			ctx := context.Background()
 			done, cancel := context.WithCancel(ctx)
 			cancel()
-			opts := Options{MaxSegmentBytes: threePerSegment, SyncEvery: 1, SyncInterval: time.Hour, fsForTesting: mfs}
-			l, err := OpenLog("/q", opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			c, err := l.Cursor("n", FromOldest())
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i := range 4 {
-				if err := l.Put(ctx, fixedBody(i)); err != nil {
-					t.Fatal(err)
-				}
-			}
+			opts, l, cs := namedCursorsLog(t, mfs, "n")
+			c := cs[0]
 			for range 4 {
 				rec, err := c.Read(done)
 				if err != nil {
@@ -969,7 +984,7 @@ func TestPowerCutTwiceNamedBitmapComesBack(t *testing.T) {
 			cut1 := mfs.crashClone()
 			defer cut1.release()
 			opts.fsForTesting = cut1
-			l, err = OpenLog("/q", opts)
+			l, err := OpenLog("/q", opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -1022,23 +1037,8 @@ func TestRetiredBitmapFsyncedWithItsName(t *testing.T) {
 			ctx := context.Background()
 			done, cancel := context.WithCancel(ctx)
 			cancel()
-			opts := Options{MaxSegmentBytes: threePerSegment, SyncEvery: 1, SyncInterval: time.Hour, fsForTesting: mfs}
-			l, err := OpenLog("/q", opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			n, err := l.Cursor("n", FromOldest())
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := l.Cursor("m", FromOldest()); err != nil {
-				t.Fatal(err)
-			}
-			for i := range 4 {
-				if err := l.Put(ctx, fixedBody(i)); err != nil {
-					t.Fatal(err)
-				}
-			}
+			opts, l, cs := namedCursorsLog(t, mfs, "n", "m")
+			n := cs[0]
 			var cut *memFS
 			ack0 := "/q/cursors/n/" + segmentName(0, ackSuffix)
 			mfs.locked(func() {
@@ -1069,7 +1069,7 @@ func TestRetiredBitmapFsyncedWithItsName(t *testing.T) {
 			defer c.release()
 			listing := c.listing("/q/cursors/n")
 			opts.fsForTesting = c
-			l, err = OpenLog("/q", opts)
+			l, err := OpenLog("/q", opts)
 			if err != nil {
 				t.Fatal(err)
 			}
