@@ -144,15 +144,18 @@ func (l *Log) verifySegment(seg *segment, rep *Report) {
 		}
 	}
 	indexName := segmentName(seg.base, indexSuffix)
-	// A live writer may be writing a new segment's headers this moment.
-	creating := !seg.sealed.Load() && end == seg.base
+	// A live writer may be writing a new segment's headers this moment,
+	// and the indexes of a segment not sealed are fsynced only when it is:
+	// after a power cut they may be empty, which Open rebuilds from the
+	// log without a word. Only a header written and wrong is damage there.
+	unsealed := !seg.sealed.Load()
 	if _, indexCompacted, err := decodeSegmentHeader(index, magicIndex); err != nil {
 		if l.deletedMeanwhile(seg) {
 			// A live writer deleted it between opening its log and its
 			// index (the log goes first): nothing to check.
 			return
 		}
-		if !creating || len(index) >= fileHeaderSize && !allZero(index[:fileHeaderSize]) {
+		if !unsealed || len(index) >= fileHeaderSize && !allZero(index[:fileHeaderSize]) {
 			rep.Problems = append(rep.Problems, Problem{File: indexName, Offset: 0, Err: err})
 		}
 		index = nil
@@ -235,8 +238,9 @@ func (l *Log) verifySegment(seg *segment, rep *Report) {
 		rep.Problems = append(rep.Problems, Problem{File: logName, Offset: -1,
 			Err: fmt.Errorf("holds seqs up to %d, but the next segment starts at %d", sc.seq, end)})
 	}
-	if entries, err := l.timeEntries(seg); err != nil && creating && errors.Is(err, ErrCorrupt) {
-		// Its header is being written; the time index is derived data.
+	if entries, err := l.timeEntries(seg); err != nil && unsealed && errors.Is(err, ErrCorrupt) && l.headerUnwritten(seg.path(timeIndexSuffix)) {
+		// Its header is being written, or was never fsynced (see the
+		// index above); the time index is derived data.
 	} else if err != nil && errors.Is(err, ErrNotFound) {
 		// Deleted since it was read above, as in segFiles.
 	} else if err != nil {
@@ -256,8 +260,11 @@ func (l *Log) verifySegment(seg *segment, rep *Report) {
 		b, err := readFile(l.fs, c.ackPath(seg))
 		switch {
 		case err != nil:
-		case !seg.sealed.Load() && (len(b) < ackHeaderSize || allZero(b[:ackHeaderSize])):
-			// A live writer is creating it at this moment.
+		case len(b) < ackHeaderSize || allZero(b[:ackHeaderSize]):
+			// A live writer is creating it at this moment, or a power cut
+			// left it as it was before its first fsync: Open takes it for
+			// missing and recreates it, and no acknowledgement in it was
+			// ever durable.
 		default:
 			if _, _, err := decodeAckHeader(b, seg.base); err != nil {
 				rep.Problems = append(rep.Problems, Problem{File: ackName, Offset: 0, Err: err})
@@ -267,6 +274,13 @@ func (l *Log) verifySegment(seg *segment, rep *Report) {
 			}
 		}
 	}
+}
+
+// headerUnwritten reports whether the file at path is shorter than a file
+// header or its header is all zeros: never written, or never fsynced.
+func (l *Log) headerUnwritten(path string) bool {
+	b, err := readFile(l.fs, path)
+	return err == nil && (len(b) < fileHeaderSize || allZero(b[:fileHeaderSize]))
 }
 
 // collectHandler keeps the warnings a read-only open logs.
