@@ -1403,6 +1403,7 @@ func (c *Cursor) readLocked() (uint64, int64, []byte, error) {
 		}
 		if err == nil {
 			seg := c.rd.seg
+			c.log.crashPoint("read-taken")
 			a, err := c.readAckFor(seg)
 			if errors.Is(err, ErrNotFound) {
 				// seg left the log (or a tombstone stands for it) after
