@@ -434,6 +434,7 @@ func (a *ackFile) clearFrom(i uint64) (cleared bool, err error) {
 		return false, nil
 	}
 	lo, hi := int64(i/8), int64((end+7)/8)
+	first, last := -1, -1 // the bytes changed, for the write(2) path
 	clear := func(b []byte) {
 		for k := range b {
 			mask := byte(0xff)
@@ -443,6 +444,10 @@ func (a *ackFile) clearFrom(i uint64) (cleared bool, err error) {
 			if b[k]&mask != 0 {
 				b[k] &^= mask
 				cleared = true
+				if first < 0 {
+					first = k
+				}
+				last = k
 			}
 		}
 	}
@@ -456,7 +461,10 @@ func (a *ackFile) clearFrom(i uint64) (cleared bool, err error) {
 		return false, fmt.Errorf("diskqueue: read %s: %w", a.name, err)
 	}
 	if clear(b); cleared {
-		if _, err := a.f.WriteAt(b, ackHeaderSize+lo); err != nil {
+		// Only what changed: the rest may lie past the file's end (read
+		// as zeros), and written it would fill the sparse file out to
+		// the bitmap's capacity.
+		if _, err := a.f.WriteAt(b[first:last+1], ackHeaderSize+lo+int64(first)); err != nil {
 			return false, fmt.Errorf("diskqueue: write %s: %w", a.name, err)
 		}
 	}
