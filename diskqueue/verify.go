@@ -149,13 +149,16 @@ func (l *Log) verifySegment(seg *segment, rep *Report) {
 	// after a power cut they may be empty, which Open rebuilds from the
 	// log without a word. Only a header written and wrong is damage there.
 	unsealed := !seg.sealed.Load()
+	creating := unsealed && end == seg.base
 	if _, indexCompacted, err := decodeSegmentHeader(index, magicIndex); err != nil {
 		if l.deletedMeanwhile(seg) {
 			// A live writer deleted it between opening its log and its
 			// index (the log goes first): nothing to check.
 			return
 		}
-		if !unsealed || len(index) >= fileHeaderSize && !allZero(index[:fileHeaderSize]) {
+		// A missing one is damage all the same: its name is made
+		// durable with the log's.
+		if !unsealed || f.index == nil && !creating || len(index) >= fileHeaderSize && !allZero(index[:fileHeaderSize]) {
 			rep.Problems = append(rep.Problems, Problem{File: indexName, Offset: 0, Err: err})
 		}
 		index = nil
