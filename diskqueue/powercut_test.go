@@ -286,8 +286,9 @@ func (h *cutHarness) run() {
 	}
 	h.mu.Unlock()
 	if d := q.Depth(); d != 0 {
+		st := q.Stats()
 		q.Close()
-		h.t.Fatalf("everything delivered and acknowledged, and Depth is %d", d)
+		h.t.Fatalf("everything delivered and acknowledged, and Depth is %d; queue %+v\nfiles: %s", d, st, h.fs.listing(pcDir))
 	}
 	h.close(q)
 	h.t.Logf("%d records put, %d cuts", len(h.returned), len(h.cuts))
