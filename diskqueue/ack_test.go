@@ -48,32 +48,6 @@ func TestNewCursorMidSegmentAcks(t *testing.T) {
 	}
 }
 
-// TestVerifyAfterAPowerCut: the state TestPowerCutEmptyBitmaps opens
-// without a warning (bitmaps a power cut left empty, which Open takes for
-// never written, and the last segment's indexes, never fsynced before it
-// is sealed, which Open rebuilds) Verify reported as damage.
-func TestVerifyAfterAPowerCut(t *testing.T) {
-	for _, kind := range memFSKinds() {
-		t.Run(kind.name, func(t *testing.T) {
-			mfs := kind.new(t)
-			opts := Options{MaxSegmentBytes: threePerSegment, SyncEvery: 1, fsForTesting: mfs}
-			q, err := Open("/q", opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			putFixed(t, q, 4)
-			cut := mfs.crashClone()
-			defer cut.release()
-			listing := cut.listing("/q")
-			q.Close()
-			rep, err := verify("/q", Options{fsForTesting: cut})
-			if err != nil || len(rep.Problems) > 0 {
-				t.Errorf("Verify after the cut: %v, problems %v\nfiles at the cut:%s", err, rep.Problems, listing)
-			}
-		})
-	}
-}
-
 // TestReadPassesOverASegmentLeavingTheLog: the reader took the first
 // record of a segment (nextRaw) just as the writer marked the segment gone
 // (every cursor had acknowledged all of it), and readAckFor, finding it
