@@ -1144,13 +1144,15 @@ func (c *Cursor) loadAcks() error {
 	c.log.segMu.RLock()
 	segs := c.log.segs
 	c.log.segMu.RUnlock()
-	stop := false // past the last segment ever read: only tombstones count
+	// stop: past the first bitmap that says its segment was never read,
+	// where a bitmap is opened only if its header says it was (wasRead).
+	stop := false
 	for _, seg := range segs {
 		end := seg.endNow()
 		if end <= floor {
 			continue // state counts it acknowledged
 		}
-		if stop && !seg.gone.Load() {
+		if stop && !seg.gone.Load() && !c.wasRead(seg) {
 			continue
 		}
 		sa := c.state(seg)
@@ -1168,8 +1170,10 @@ func (c *Cursor) loadAcks() error {
 		if hi <= lo {
 			sa.acked = int64(lo - seg.base)
 			if a.readEnd <= seg.base && !a.made {
-				// Never read: neither is anything after it. (A file made
-				// now, its old one lost or damaged, tells nothing.)
+				// Never read, it says: the later ones are mostly not
+				// either, and each is opened only if it says it was
+				// (wasRead). (A file made now, its old one lost or
+				// damaged, tells nothing.)
 				stop = true
 			}
 			continue
@@ -1185,6 +1189,31 @@ func (c *Cursor) loadAcks() error {
 		}
 	}
 	return c.advanceFloorLocked(nil)
+}
+
+// wasRead reports whether the cursor's bitmap of seg exists and says some
+// of seg was handed out (readEnd past its base), reading its header alone:
+// loadAcks asks it of the segments past the first bitmap that says it was
+// never read. Bitmaps reach the disk in no order a power cut respects
+// (syncAcks fsyncs oldest first, but the kernel writes a dirty mapped page
+// back when it likes, and a round fsyncs retired ones first), so a later
+// bitmap can be durable with bits set while an earlier one's raised
+// readEnd was lost; left uncounted, those records were delivered again,
+// their Acks refused as already acknowledged, and Depth never came back to
+// 0. A bitmap missing, never written or damaged counts as not read: what
+// it held is delivered again, as ackFor does with it.
+func (c *Cursor) wasRead(seg *segment) bool {
+	f, err := c.log.fs.OpenFile(c.ackPath(seg), os.O_RDONLY, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	head := make([]byte, ackHeaderSize)
+	if n, _ := f.ReadAt(head, 0); n < ackHeaderSize {
+		return false
+	}
+	readEnd, _, err := decodeAckHeader(head, seg.base)
+	return err == nil && readEnd > seg.base
 }
 
 // syncAcks fsyncs the acknowledgement files changed since the last call,
@@ -1224,9 +1253,8 @@ func (c *Cursor) syncAcks() {
 		c.syncing = false
 		c.readMu.Unlock()
 	}()
-	// Oldest first: Open counts acknowledgements up to the first bitmap
-	// whose readEnd says it was never read, so a later one must not be
-	// durable before an earlier one's raised readEnd is.
+	// Oldest first. Open does not depend on the order (the kernel writes
+	// mapped pages back in its own): see wasRead.
 	slices.SortFunc(todo, func(a, b dirty) int { return cmp.Compare(a.base, b.base) })
 	files := make([]file, len(todo))
 	for i, d := range todo {

@@ -3,12 +3,14 @@ package diskqueue
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1095,5 +1097,75 @@ func TestRetiredBitmapFsyncedWithItsName(t *testing.T) {
 				t.Errorf("after a power cut at the fsync of its bitmap of segment 0, cursor n delivers %v, want [3]: 0..2 were acknowledged before it\ncursor n's files at the cut:%s", got, listing)
 			}
 		})
+	}
+}
+
+// TestLaterBitmapDurableBeforeEarlierReadEnd: a power cut on a real disk
+// can leave a later segment's bitmap durable (the kernel wrote its dirty
+// page back, or a round fsynced it as retired) while an earlier one still
+// holds the header it was made with, readEnd 0, the raise of it by the
+// reader lost. Open counted acknowledgements only up to the first bitmap
+// whose readEnd said it was never read, so the later one's were not
+// counted: its records came again, their Acks failed as already
+// acknowledged, and Depth never came back to 0.
+func TestLaterBitmapDurableBeforeEarlierReadEnd(t *testing.T) {
+	dir := t.TempDir()
+	opts := Options{MaxSegmentBytes: threePerSegment}
+	q, err := Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	putFixed(t, q, 9) // segments 0, 3 and 6
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i := range 7 {
+		rec, err := q.Read(done)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i >= 3 { // 0..2 stay in flight; 3..6 finished
+			if err := q.Ack(rec.Seq); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The state the cut leaves: segment 0's bitmap as made, readEnd 0.
+	ack0 := filepath.Join(dir, segmentName(0, ackSuffix))
+	b, err := os.ReadFile(ack0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	binary.BigEndian.PutUint64(b[16:24], 0)
+	if err := os.WriteFile(ack0, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	q, err = Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if d := q.Depth(); d != 5 {
+		t.Errorf("Depth after Open = %d, want 5 (0..2 and 7..8)", d)
+	}
+	var got []uint64
+	for {
+		rec, err := q.Read(done)
+		if err != nil {
+			break
+		}
+		got = append(got, rec.Seq)
+		if err := q.Ack(rec.Seq); err != nil {
+			t.Errorf("Ack(%d): %v", rec.Seq, err)
+		}
+	}
+	if want := []uint64{0, 1, 2, 7, 8}; !slices.Equal(got, want) {
+		t.Errorf("delivered %v after Open, want %v: 3..6 were acknowledged", got, want)
+	}
+	if d := q.Depth(); d != 0 {
+		t.Errorf("Depth after every record was acknowledged = %d, want 0", d)
 	}
 }
