@@ -163,7 +163,8 @@ func (l *Log) recover() error {
 }
 
 // dropLostTail removes the segments at the end of the log that hold no
-// record, when one with records comes before them, and when none holds
+// record (no more than a header, or a header of zeros: neverSynced), when
+// one with records comes before them, and when none holds
 // any, all but the first, which appends go on in: either a power cut came
 // after a directory fsync made their names durable (it covers every name,
 // also of segments rotated out after the round began) and before anything
@@ -177,8 +178,9 @@ func (l *Log) recover() error {
 func (l *Log) dropLostTail(bases, ghosts []uint64) []uint64 {
 	k := len(bases)
 	for k > 0 {
-		size, err := l.listedSize(segmentName(bases[k-1], logSuffix))
-		if err != nil || size > fileHeaderSize {
+		name := segmentName(bases[k-1], logSuffix)
+		size, err := l.listedSize(name)
+		if err != nil || size > fileHeaderSize && !l.neverSynced(name) {
 			break
 		}
 		k--
@@ -218,6 +220,24 @@ func (l *Log) dropLostTail(bases, ghosts []uint64) []uint64 {
 		}
 	}
 	return bases[:k]
+}
+
+// neverSynced reports whether the segment log file name, longer than a
+// header, starts with a header of zeros: its preallocated size reached the
+// disk (a journal commits an allocation on its own) and none of its bytes
+// did. Every fsync of a segment covers its header (SyncMapped syncs from
+// offset 0; the write path fsyncs the whole file), which is written before
+// any record, so no record in it was ever fsynced: it is lost as one of
+// header size is.
+func (l *Log) neverSynced(name string) bool {
+	f, err := l.fs.OpenFile(filepath.Join(l.dir, name), os.O_RDONLY, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	head := make([]byte, fileHeaderSize)
+	n, _ := f.ReadAt(head, 0)
+	return n == fileHeaderSize && allZero(head)
 }
 
 // storedReadSeq is the furthest read position any stored cursor file
