@@ -236,7 +236,10 @@ func BenchmarkSyncEveryRecord(b *testing.B) {
 			q := newSpillq(b, diskqueue.Options{SyncEvery: 1})
 			defer q.Close()
 			ctx := context.Background()
+			syncs := q.Stats().Syncs
 			runProducers(b, producers, func() error { return q.Put(ctx, body) })
+			// How many records share an fsync (group commit).
+			b.ReportMetric(float64(b.N)/float64(max(q.Stats().Syncs-syncs, 1)), "records/fsync")
 		})
 		b.Run(fmt.Sprintf("producers=%d/impl=godiskqueue", producers), func(b *testing.B) {
 			q := newPeer(b, 1)
