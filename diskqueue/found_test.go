@@ -3,7 +3,6 @@ package diskqueue
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -1109,64 +1108,69 @@ func TestRetiredBitmapFsyncedWithItsName(t *testing.T) {
 // counted: its records came again, their Acks failed as already
 // acknowledged, and Depth never came back to 0.
 func TestLaterBitmapDurableBeforeEarlierReadEnd(t *testing.T) {
-	dir := t.TempDir()
-	opts := Options{MaxSegmentBytes: threePerSegment}
-	q, err := Open(dir, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	putFixed(t, q, 9) // segments 0, 3 and 6
-	done, cancel := context.WithCancel(context.Background())
-	cancel()
-	for i := range 7 {
-		rec, err := q.Read(done)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if i >= 3 { // 0..2 stay in flight; 3..6 finished
-			if err := q.Ack(rec.Seq); err != nil {
+	for _, kind := range memFSKinds() {
+		t.Run(kind.name, func(t *testing.T) {
+			mfs := kind.new(t)
+			opts := Options{MaxSegmentBytes: threePerSegment, fsForTesting: mfs}
+			q, err := Open("/q", opts)
+			if err != nil {
 				t.Fatal(err)
 			}
-		}
-	}
-	if err := q.Close(); err != nil {
-		t.Fatal(err)
-	}
-	// The state the cut leaves: segment 0's bitmap as made, readEnd 0.
-	ack0 := filepath.Join(dir, segmentName(0, ackSuffix))
-	b, err := os.ReadFile(ack0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	binary.BigEndian.PutUint64(b[16:24], 0)
-	if err := os.WriteFile(ack0, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
+			putFixed(t, q, 9) // segments 0, 3 and 6
+			done, cancel := context.WithCancel(context.Background())
+			cancel()
+			for i := range 7 {
+				rec, err := q.Read(done)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if i >= 3 { // 0..2 stay in flight; 3..6 finished
+					if err := q.Ack(rec.Seq); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if err := q.Close(); err != nil {
+				t.Fatal(err)
+			}
+			// The state the cut leaves: segment 0's bitmap as made, readEnd 0.
+			f, err := mfs.OpenFile("/q/"+segmentName(0, ackSuffix), os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.WriteAt(make([]byte, 8), 16); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
 
-	q, err = Open(dir, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
-	if d := q.Depth(); d != 5 {
-		t.Errorf("Depth after Open = %d, want 5 (0..2 and 7..8)", d)
-	}
-	var got []uint64
-	for {
-		rec, err := q.Read(done)
-		if err != nil {
-			break
-		}
-		got = append(got, rec.Seq)
-		if err := q.Ack(rec.Seq); err != nil {
-			t.Errorf("Ack(%d): %v", rec.Seq, err)
-		}
-	}
-	if want := []uint64{0, 1, 2, 7, 8}; !slices.Equal(got, want) {
-		t.Errorf("delivered %v after Open, want %v: 3..6 were acknowledged", got, want)
-	}
-	if d := q.Depth(); d != 0 {
-		t.Errorf("Depth after every record was acknowledged = %d, want 0", d)
+			if q, err = Open("/q", opts); err != nil {
+				t.Fatal(err)
+			}
+			defer q.Close()
+			if d := q.Depth(); d != 5 {
+				t.Errorf("Depth after Open = %d, want 5 (0..2 and 7..8)", d)
+			}
+			var got []uint64
+			for {
+				rec, err := q.Read(done)
+				if err != nil {
+					break
+				}
+				got = append(got, rec.Seq)
+				if err := q.Ack(rec.Seq); err != nil {
+					t.Errorf("Ack(%d): %v", rec.Seq, err)
+				}
+			}
+			if want := []uint64{0, 1, 2, 7, 8}; !slices.Equal(got, want) {
+				t.Errorf("delivered %v after Open, want %v: 3..6 were acknowledged", got, want)
+			}
+			if d := q.Depth(); d != 0 {
+				t.Errorf("Depth after every record was acknowledged = %d, want 0", d)
+			}
+		})
 	}
 }
 
