@@ -64,6 +64,19 @@ import (
 //     fsyncing their directory, as syncAcks does: a named cursor's bitmap
 //     made since the last tick is fsynced and lost with its name
 //     (TestRetiredBitmapFsyncedWithItsName).
+//   - Open stops counting acknowledgements at the first bitmap that says
+//     its segment was never read, but a later bitmap can be durable with
+//     bits set while the earlier one's raised readEnd was lost (kernel
+//     writeback, or a round fsyncing a retired bitmap before the open
+//     ones): those records come again, their Acks are refused and Depth
+//     never reaches 0 (TestLaterBitmapDurableBeforeEarlierReadEnd; met once
+//     in TestPowerCutAtEverySync as a final Depth of 7).
+//   - Open sets aside as a damaged .bad file a last segment whose
+//     preallocated size outlived its never-fsynced header
+//     (TestPowerCutPreallocatedLostSegment).
+//   - Verify reports a sealed segment's bitmap a power cut left shorter
+//     than its records need, which Open grows again silently
+//     (TestVerifyShortSealedBitmap).
 
 // fixedBody is record i's body: 10 bytes, so a segment of
 // fileHeaderSize+3*frameSize(10) bytes holds records 3k..3k+2.
