@@ -148,6 +148,21 @@ func Open(dir string, opts Options) (*Queue, error) {
 	if err := checkDirtyRatio(opts.CompactDirtyRatio); err != nil {
 		return nil, err
 	}
+	chOpts := channel.Options{
+		MemQueueSize:        opts.MemQueueSize,
+		Keys:                opts.Keys,
+		DedupWindow:         opts.DedupWindow,
+		DuplicatesOK:        opts.DuplicatesOK,
+		MaxDeferredInMemory: opts.MaxDeferredInMemory,
+		MsgTimeout:          opts.MsgTimeout,
+		MaxAttempts:         opts.MaxAttempts,
+		DeadLetter:          opts.DeadLetter,
+		Logger:              opts.Logger,
+	}
+	// Before the directory is made: options refused leave nothing behind.
+	if err := chOpts.Check(); err != nil {
+		return nil, fmt.Errorf("spillq: %w", err)
+	}
 	topts := timerOptions(dopts)
 	// The key state's rebuild reads the records after the state stored
 	// last: none may go before it has (HoldFrom below).
@@ -182,20 +197,9 @@ func Open(dir string, opts Options) (*Queue, error) {
 		keep = &keeper{dir: dir, logger: logger, comp: comp}
 		backend = &queueBackend{diskBackend: diskBackend{dq}, keep: keep}
 	}
-	ch, err := channel.New(channel.Options{
-		MemQueueSize:        opts.MemQueueSize,
-		Backend:             backend,
-		Keys:                opts.Keys,
-		DedupWindow:         opts.DedupWindow,
-		DuplicatesOK:        opts.DuplicatesOK,
-		KeyState:            keyState,
-		Timers:              newDiskTimers(tq, dopts.SyncEvery == 1),
-		MaxDeferredInMemory: opts.MaxDeferredInMemory,
-		MsgTimeout:          opts.MsgTimeout,
-		MaxAttempts:         opts.MaxAttempts,
-		DeadLetter:          opts.DeadLetter,
-		Logger:              opts.Logger,
-	})
+	chOpts.Backend, chOpts.KeyState = backend, keyState
+	chOpts.Timers = newDiskTimers(tq, dopts.SyncEvery == 1)
+	ch, err := channel.New(chOpts)
 	if err != nil {
 		tq.Close()
 		dq.Close()

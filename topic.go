@@ -156,6 +156,10 @@ func OpenTopic(dir string, opts TopicOptions) (*Topic, error) {
 	if err := checkDirtyRatio(opts.CompactDirtyRatio); err != nil {
 		return nil, err
 	}
+	fopts := channel.FanoutOptions{Keys: opts.Keys, DedupWindow: opts.DedupWindow, DuplicatesOK: opts.DuplicatesOK}
+	if err := fopts.Check(); err != nil { // before the directory is made
+		return nil, fmt.Errorf("spillq: %w", err)
+	}
 	if _, err := os.Stat(filepath.Join(dir, "cursor")); err == nil {
 		return nil, fmt.Errorf("spillq: %w: %s is a queue's directory (it has a cursor of its own); open it with Open", diskqueue.ErrInvalidOptions, dir)
 	}
@@ -172,7 +176,6 @@ func OpenTopic(dir string, opts TopicOptions) (*Topic, error) {
 		return nil, err
 	}
 	logger := orDiscard(dopts.Logger)
-	fopts := channel.FanoutOptions{Keys: opts.Keys, DedupWindow: opts.DedupWindow, DuplicatesOK: opts.DuplicatesOK}
 	saveKeys := keepsKeyState(opts.Keys)
 	if saveKeys {
 		if fopts.KeyState, err = loadKeyState(dir, l, opts.Keys, opts.DedupWindow, logger); err != nil {
@@ -299,6 +302,20 @@ func (t *Topic) Channel(name string, opts ChannelOptions) (*channel.Channel, err
 	if ch := t.openChannel(name); ch != nil {
 		return ch, nil
 	}
+	chOpts := channel.Options{
+		MemQueueSize:        opts.MemQueueSize,
+		MaxDeferredInMemory: opts.MaxDeferredInMemory,
+		Keys:                opts.Keys,
+		MsgTimeout:          opts.MsgTimeout,
+		MaxAttempts:         opts.MaxAttempts,
+		DeadLetter:          opts.DeadLetter,
+		Logger:              t.topts.Logger,
+	}
+	// Options refused before anything durable is made: a channel made for
+	// them would hold the log from then on, with no one to read it.
+	if err := t.fan.CheckOptions(chOpts); err != nil {
+		return nil, fmt.Errorf("spillq: channel %q: %w", name, err)
+	}
 	existed := slices.Contains(t.log.Cursors(), name)
 	if !existed {
 		// Before the cursor exists: from then on, messages must reach it.
@@ -314,25 +331,33 @@ func (t *Topic) Channel(name string, opts ChannelOptions) (*channel.Channel, err
 		src = &cursorSource{c: cur}
 		t.sources[name] = src
 	}
+	// undo takes back a channel made by this call that then failed to
+	// open, for the same reason.
+	undo := func() {
+		if existed {
+			return
+		}
+		if err := t.log.DeleteCursor(name); err != nil {
+			orDiscard(t.topts.Logger).Warn("spillq: cannot remove a channel that failed to open; it holds the topic's log until deleted", "channel", name, "err", err)
+			return
+		}
+		delete(t.sources, name)
+		t.fan.SetDurable(len(t.log.Cursors()))
+		os.RemoveAll(filepath.Join(t.dir, ChannelsDir, name))
+	}
 	src.c.SetDropWhenFull(opts.DropWhenFull)
 	tq, err := diskqueue.Open(filepath.Join(t.dir, ChannelsDir, name), t.topts)
 	if err != nil {
+		undo()
 		return nil, fmt.Errorf("spillq: channel %q: timer store: %w", name, err)
 	}
 	var ch *channel.Channel
 	src.closed = func() { t.closedChannel(name, ch) }
-	ch, err = t.fan.Join(src, channel.Options{
-		MemQueueSize:        opts.MemQueueSize,
-		Timers:              newDiskTimers(tq, t.syncEach),
-		MaxDeferredInMemory: opts.MaxDeferredInMemory,
-		Keys:                opts.Keys,
-		MsgTimeout:          opts.MsgTimeout,
-		MaxAttempts:         opts.MaxAttempts,
-		DeadLetter:          opts.DeadLetter,
-		Logger:              t.topts.Logger,
-	})
+	chOpts.Timers = newDiskTimers(tq, t.syncEach)
+	ch, err = t.fan.Join(src, chOpts)
 	if err != nil {
 		tq.Close()
+		undo()
 		return nil, fmt.Errorf("spillq: channel %q: %w", name, err)
 	}
 	t.openMu.Lock()

@@ -604,3 +604,66 @@ func TestTopicKeySerial(t *testing.T) {
 		t.Errorf("after a1 finished: %v, want [a2]", got)
 	}
 }
+
+// TestTopicChannelRefusedMakesNoChannel: Channel with options it refuses
+// made the channel all the same (its cursor), which then held the topic's
+// log with no one to read it, and Puts failed with ErrDiskFull once the
+// log reached MaxDiskBytes, though the only channel read had finished
+// everything.
+func TestTopicChannelRefusedMakesNoChannel(t *testing.T) {
+	dir := t.TempDir()
+	opts := spillq.TopicOptions{Disk: diskqueue.Options{MaxSegmentBytes: 4096, MaxDiskBytes: 64 << 10}}
+	tp := openTopic(t, dir, opts)
+	work := topicChannel(t, tp, "work", spillq.ChannelOptions{})
+	for _, o := range []spillq.ChannelOptions{{MemQueueSize: -1}, {Keys: channel.KeyUnique}, {MsgTimeout: -time.Second}} {
+		if _, err := tp.Channel("audit", o); !errors.Is(err, channel.ErrInvalidOptions) {
+			t.Fatalf("Channel with %+v: %v, want ErrInvalidOptions", o, err)
+		}
+	}
+	if got := tp.Channels(); !slices.Equal(got, []string{"work"}) {
+		t.Errorf("Channels() = %v after refused options, want [work]", got)
+	}
+	ctx := context.Background()
+	for i := range 2000 { // 2000 x 100 B: several times MaxDiskBytes
+		if err := tp.Put(ctx, make([]byte, 100)); err != nil {
+			t.Fatalf("Put %d: %v", i, err)
+		}
+		m, err := work.Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Finish(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tp.Close()
+	tp = openTopic(t, dir, opts)
+	defer tp.Close()
+	if got := tp.Channels(); !slices.Equal(got, []string{"work"}) {
+		t.Errorf("Channels() = %v after a reopen, want [work]", got)
+	}
+}
+
+// TestOpenRefusedMakesNoDirectory: Open with channel options it refuses
+// made the queue's directory first.
+func TestOpenRefusedMakesNoDirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "q")
+	if _, err := spillq.Open(dir, spillq.Options{MemQueueSize: -1}); !errors.Is(err, channel.ErrInvalidOptions) {
+		t.Fatalf("Open with MemQueueSize -1: %v, want ErrInvalidOptions", err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Open refused its options and left %s behind (stat: %v)", dir, err)
+	}
+}
+
+// TestOpenTopicRefusedMakesNoDirectory: as TestOpenRefusedMakesNoDirectory,
+// for OpenTopic.
+func TestOpenTopicRefusedMakesNoDirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "t")
+	if _, err := spillq.OpenTopic(dir, spillq.TopicOptions{Keys: channel.KeySerial}); !errors.Is(err, channel.ErrInvalidOptions) {
+		t.Fatalf("OpenTopic with Keys KeySerial: %v, want ErrInvalidOptions", err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("OpenTopic refused its options and left %s behind (stat: %v)", dir, err)
+	}
+}

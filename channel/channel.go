@@ -167,10 +167,32 @@ func New(opts Options) (*Channel, error) {
 	return newChannel(opts, opts.Backend, nil)
 }
 
+// Check returns the error [New] would return for o's own values (an
+// [ErrInvalidOptions]), without making a channel: a caller that makes
+// durable state for one (a queue's directory) makes it only for options New
+// takes. It does not look into o.Backend or o.Timers.
+func (o Options) Check() error {
+	_, err := checkOptions(o, false)
+	return err
+}
+
+// checkOptions is opts with its defaults, or why New (member false) or
+// Fanout.Join (member true) refuses it.
+func checkOptions(opts Options, member bool) (Options, error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return o, err
+	}
+	if member && o.Keys != KeyNone && o.Keys != KeySerial {
+		return o, fmt.Errorf("%w: Keys %v on a topic's channel: it decides at Put, which is the topic's; a topic's channel takes KeyNone or KeySerial", ErrInvalidOptions, o.Keys)
+	}
+	return o, nil
+}
+
 // newChannel makes a channel reading src: opts.Backend for a channel of
 // its own, a cursor over fan's log for a topic's channel.
 func newChannel(opts Options, src Source, fan *Fanout) (*Channel, error) {
-	o, err := opts.withDefaults()
+	o, err := checkOptions(opts, fan != nil)
 	if err != nil {
 		return nil, err
 	}
@@ -192,9 +214,6 @@ func newChannel(opts Options, src Source, fan *Fanout) (*Channel, error) {
 	}
 	c.discards, _ = src.(Discarder)
 	if o.Keys != KeyNone {
-		if fan != nil && o.Keys != KeySerial {
-			return nil, fmt.Errorf("%w: Keys %v on a topic's channel: it decides at Put, which is the topic's; a topic's channel takes KeyNone or KeySerial", ErrInvalidOptions, o.Keys)
-		}
 		if c.keys, err = newKeyTable(o.Keys, o.DedupWindow, nil, o.KeyState); err != nil {
 			return nil, err
 		}

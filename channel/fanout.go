@@ -117,6 +117,19 @@ type batchLog interface {
 	PutBatch(ctx context.Context, bodies [][]byte) (int, error)
 }
 
+// Check returns the error [NewFanout] would return for o's own values (an
+// [ErrInvalidOptions]), before a log is opened for it.
+func (o FanoutOptions) Check() error {
+	if _, err := dedupWindow(o.DedupWindow); err != nil {
+		return err
+	}
+	switch o.Keys {
+	case KeyNone, KeyUnique, KeyReplace, KeyDedup:
+		return nil
+	}
+	return fmt.Errorf("%w: Keys %v on a topic: it takes KeyNone, KeyUnique, KeyReplace or KeyDedup (KeySerial is a channel's)", ErrInvalidOptions, o.Keys)
+}
+
 // NewFanout returns a Fanout over log, with no channel yet. Until one
 // joins, messages go to the log only.
 func NewFanout(log FanoutLog, opts FanoutOptions) (*Fanout, error) {
@@ -125,10 +138,10 @@ func NewFanout(log FanoutLog, opts FanoutOptions) (*Fanout, error) {
 	if f.minBody, f.maxBody, err = bodyLimits(log); err != nil {
 		return nil, err
 	}
-	window, err := dedupWindow(opts.DedupWindow)
-	if err != nil {
+	if err := opts.Check(); err != nil {
 		return nil, err
 	}
+	window, _ := dedupWindow(opts.DedupWindow)
 	switch opts.Keys {
 	case KeyNone:
 	case KeyUnique, KeyReplace, KeyDedup:
@@ -140,8 +153,6 @@ func NewFanout(log FanoutLog, opts FanoutOptions) (*Fanout, error) {
 		if f.keys, err = newKeyTable(opts.Keys, window, klog.Acknowledged, opts.KeyState); err != nil {
 			return nil, err
 		}
-	default:
-		return nil, fmt.Errorf("%w: Keys %v on a topic: it takes KeyNone, KeyUnique, KeyReplace or KeyDedup (KeySerial is a channel's)", ErrInvalidOptions, opts.Keys)
 	}
 	f.closeCtx, f.cancel = context.WithCancel(context.Background())
 	f.firstID = firstID(opts.KeyState)
@@ -156,6 +167,15 @@ func (f *Fanout) SetDurable(n int) {
 	f.memMu.Lock()
 	defer f.memMu.Unlock()
 	f.durable = n
+}
+
+// CheckOptions returns the error [Fanout.Join] would return for opts' own
+// values (an [ErrInvalidOptions]), without joining: a caller that makes
+// durable state for a channel (a topic's cursor) makes it only for options
+// Join takes. It leaves out what Join asks of Backend and Timers.
+func (f *Fanout) CheckOptions(opts Options) error {
+	_, err := checkOptions(opts, true)
+	return err
 }
 
 // Join makes a channel of the topic that reads src, its cursor over the
