@@ -1165,8 +1165,18 @@ func (c *Channel) Close() error {
 	c.wg.Wait()
 
 	var held []*Message
-	for len(c.memCh) > 0 {
-		held = append(held, <-c.memCh)
+	// Without waiting: a receiver may still take from the buffer (take
+	// looks at it before it looks at closeCh), and one that takes the
+	// last message between a length check and a receive here would leave
+	// Close waiting for ever on a buffer no Put can fill again.
+drain:
+	for {
+		select {
+		case m := <-c.memCh:
+			held = append(held, m)
+		default:
+			break drain
+		}
 	}
 	// What the pump read ahead and did not hand over.
 	ahead := append(c.ahead.drain(), c.unsent...)
