@@ -156,6 +156,9 @@ type consumerCounters struct {
 	// latency was timed; see recordLatency.
 	lastTimed   atomic.Int64
 	lastLatency atomic.Int64
+	// taking counts the receivers between take and deliver (enterTake),
+	// where the message they took is in no list Close collects.
+	taking atomic.Int64
 }
 
 // New makes a channel. With opts.Backend set, the channel takes ownership
@@ -277,21 +280,56 @@ func (c *Channel) Receive(ctx context.Context) (*Message, error) {
 		if err := c.waitUnpaused(ctx); err != nil {
 			return nil, err
 		}
+		if !c.enterTake() {
+			return nil, ErrClosed
+		}
 		m, err := c.take(ctx)
 		if err == errPaused {
+			c.leaveTake()
 			continue
 		}
 		if err != nil {
+			c.leaveTake()
 			return nil, err
 		}
 		if c.paused.Load() && c.giveBack(m) {
 			// Paused as this Receive took m: the message goes back ahead
 			// of everything, undelivered.
+			c.leaveTake()
 			continue
 		}
-		if m, ok := c.deliver(m); ok {
+		m, ok := c.deliver(m)
+		c.leaveTake()
+		if ok {
 			return m, nil
 		}
+	}
+}
+
+// enterTake counts a receiver in from take to deliver, where the message
+// it took is in none of the lists Close collects, and Close waits for it
+// (waitTakers) before collecting them: a message taken from the memory
+// buffer as Close ran was put in flight after Close had collected the
+// flights, neither stored nor counted lost, and a Requeue of it returned
+// nil. It returns false once Close has begun. The count goes up before
+// isClosed is looked at, and Close sets isClosed before it waits, so a
+// receiver either sees Close begun or is waited for.
+func (c *Channel) enterTake() bool {
+	c.cons.taking.Add(1)
+	if c.isClosed.Load() {
+		c.cons.taking.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (c *Channel) leaveTake() { c.cons.taking.Add(-1) }
+
+// waitTakers waits for the receivers enterTake let in. closeCh is closed,
+// so none waits in take; what is left of each is a deliver.
+func (c *Channel) waitTakers() {
+	for c.cons.taking.Load() > 0 {
+		time.Sleep(10 * time.Microsecond)
 	}
 }
 
@@ -465,12 +503,15 @@ func (c *Channel) ReceiveBatch(ctx context.Context, max int) ([]*Message, error)
 	out := []*Message{first}
 	now, cancel := context.WithCancel(ctx)
 	cancel() // take does not wait with a done context
-	for len(out) < max && !c.isPaused() {
+	for len(out) < max && !c.isPaused() && c.enterTake() {
 		m, err := c.take(now)
 		if err != nil {
+			c.leaveTake()
 			break
 		}
-		if m, ok := c.deliver(m); ok {
+		m, ok := c.deliver(m)
+		c.leaveTake()
+		if ok {
 			out = append(out, m)
 		}
 	}
@@ -1163,6 +1204,7 @@ func (c *Channel) Close() error {
 	defer unlockPut()
 
 	c.wg.Wait()
+	c.waitTakers()
 
 	var held []*Message
 	// Without waiting: a receiver may still take from the buffer (take

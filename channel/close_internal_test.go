@@ -1,0 +1,83 @@
+package channel
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+)
+
+// takeBackend keeps what is put; its Read waits for the end.
+type takeBackend struct {
+	mu      sync.Mutex
+	records [][]byte
+}
+
+func (b *takeBackend) Put(_ context.Context, body []byte) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.records = append(b.records, append([]byte(nil), body...))
+	return nil
+}
+
+func (b *takeBackend) Read(ctx context.Context) (uint64, []byte, error) {
+	<-ctx.Done()
+	return 0, nil, ErrClosed
+}
+func (b *takeBackend) Ack(uint64) error { return nil }
+func (b *takeBackend) Depth() int64     { return 0 }
+func (b *takeBackend) Empty() error     { return nil }
+func (b *takeBackend) Close() error     { return nil }
+
+// TestCloseWaitsForATakenMessage: a Receive is take (the message leaves
+// the memory buffer, the ready list or the read-ahead) then deliver (it
+// goes in flight). Close collected the lists and the flights without
+// waiting for a receiver between the two, which then put its message in
+// flight in the closed channel: neither stored nor counted lost, and a
+// Requeue of it returned nil. Here the receiver stops between the two
+// (the steps Receive takes, one at a time) while Close runs (a review of
+// Close's races found it; found again by replaying them).
+func TestCloseWaitsForATakenMessage(t *testing.T) {
+	b := &takeBackend{}
+	c, err := New(Options{MemQueueSize: 4, Backend: b, MsgTimeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := c.Put(ctx, []byte("m")); err != nil {
+		t.Fatal(err)
+	}
+	if !c.enterTake() {
+		t.Fatal("enterTake refused before Close")
+	}
+	m, err := c.take(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close() }()
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) while a receiver held a message it had taken and not delivered", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	dm, ok := c.deliver(m)
+	c.leaveTake()
+	if err := <-closed; err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if ok {
+		if err := dm.Requeue(0); err == nil {
+			t.Errorf("Requeue after Close returned nil")
+		}
+	}
+	b.mu.Lock()
+	stored := len(b.records)
+	b.mu.Unlock()
+	if stored != 1 {
+		t.Fatalf("Close stored %d messages, want 1: the one a receiver took as Close ran", stored)
+	}
+	if _, err := c.Receive(ctx); err != ErrClosed {
+		t.Errorf("Receive after Close: %v, want ErrClosed", err)
+	}
+}
