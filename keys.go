@@ -1,6 +1,7 @@
 package spillq
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/spillq/spillq/channel"
@@ -196,6 +198,22 @@ func loadKeyState(dir string, q keyLog, policy channel.KeyPolicy, window time.Du
 			logger.Warn("spillq: key state file is damaged; rebuilding it from the queue's records", "err", derr)
 		case stored.Policy != policy:
 			logger.Warn("spillq: key state is of another policy; rebuilding it from the queue's records", "stored", stored.Policy, "policy", policy)
+		case stored.Watermark > q.NextSeq():
+			// Stored ahead of the log's end: a power cut took records the
+			// state had seen (a state from before states were stored only
+			// after an fsync of the log up to their watermark). Those
+			// records' keys go with them; the rest holds, every record
+			// left being below the watermark. Stored corrected at once:
+			// the records put from now on take the lost seqs, and a
+			// rebuild from the old watermark would not read them.
+			next := q.NextSeq()
+			logger.Warn("spillq: the key state names records a power cut took from the log; forgetting their keys", "watermark", stored.Watermark, "log_end", next)
+			st.Entries = slices.DeleteFunc(stored.Entries, func(e channel.KeyEntry) bool { return e.Seq >= next })
+			st.Watermark = next
+			if err := saveKeyState(dir, *st); err != nil {
+				return nil, fmt.Errorf("spillq: store the corrected key state: %w", err)
+			}
+			from = next
 		default:
 			st.Entries = stored.Entries
 			from = max(stored.Watermark, from)
@@ -295,10 +313,13 @@ type keeper struct {
 	// log's HoldPressure.
 	hold     func(seq uint64)
 	pressure <-chan struct{}
-	comp     *compactor // nil without compaction
-	stop     chan struct{}
-	done     chan struct{}
-	last     [3]int64
+	// sync makes the log durable up to its end (diskqueue.Log.Sync), before
+	// a state whose watermark is there is stored.
+	sync func(ctx context.Context) error
+	comp *compactor // nil without compaction
+	stop chan struct{}
+	done chan struct{}
+	last [3]int64
 	// next is when the next store may run: a store of a large state
 	// waits 20 times what the last one took, so storing takes at most
 	// about 5% of the time (and the tail a restart reads grows as much).
@@ -345,6 +366,14 @@ func (k *keeper) save(force bool) error {
 	st, ok := k.state()
 	if !ok {
 		return nil
+	}
+	// The records below the watermark first: a state stored ahead of the
+	// log's last fsync (the default policy fsyncs the log every 2 s, the
+	// state about every second) was left, by a power cut, naming records
+	// the log no longer had, its watermark past the log's end.
+	if err := k.sync(context.Background()); err != nil {
+		k.logger.Warn("spillq: cannot fsync the log before storing the key state; a restart reads more of the log to rebuild it", "err", err)
+		return err
 	}
 	if err := saveKeyState(k.dir, st); err != nil {
 		k.logger.Warn("spillq: cannot store the key state; a restart reads more of the log to rebuild it", "err", err)

@@ -207,7 +207,7 @@ func Open(dir string, opts Options) (*Queue, error) {
 	}
 	if keep != nil {
 		if saveKeys {
-			keep.state, keep.hold, keep.pressure = ch.KeyState, dq.HoldFrom, dq.HoldPressure()
+			keep.state, keep.hold, keep.pressure, keep.sync = ch.KeyState, dq.HoldFrom, dq.HoldPressure(), dq.Sync
 			keep.changes = func() [3]int64 {
 				cs := ch.Stats()
 				return [3]int64{cs.Puts, cs.Finishes + cs.DeadLetters, cs.Superseded}

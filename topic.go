@@ -202,7 +202,7 @@ func OpenTopic(dir string, opts TopicOptions) (*Topic, error) {
 	if saveKeys || t.comp != nil {
 		t.keep = &keeper{dir: dir, logger: logger, comp: t.comp}
 		if saveKeys {
-			t.keep.state, t.keep.hold, t.keep.pressure = fan.KeyState, l.HoldFrom, l.HoldPressure()
+			t.keep.state, t.keep.hold, t.keep.pressure, t.keep.sync = fan.KeyState, l.HoldFrom, l.HoldPressure(), l.Sync
 			t.keep.changes = func() [3]int64 {
 				fs := fan.Stats()
 				var acks int64
