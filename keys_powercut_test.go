@@ -146,3 +146,28 @@ func TestKeyStateStoredAfterTheLogIsSynced(t *testing.T) {
 		}
 	}
 }
+
+// TestDedupDelayedKeyAcrossRestart: under KeyDedup a key put with a Delay
+// was forgotten by a graceful restart: the message waits in the timer
+// store, not the log, and the key state kept only keys whose message had a
+// record in the log (a review of the key state's crash paths found it).
+func TestDedupDelayedKeyAcrossRestart(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	opts := spillq.Options{Keys: channel.KeyDedup, DedupWindow: time.Hour}
+	q := open(t, dir, opts)
+	if err := q.PutWith(ctx, []byte("v1"), channel.PutOptions{Key: []byte("k"), Delay: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.PutWith(ctx, []byte("v2"), channel.PutOptions{Key: []byte("k")}); !errors.Is(err, channel.ErrDuplicate) {
+		t.Fatalf("second Put before the restart = %v, want ErrDuplicate", err)
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	q = open(t, dir, opts)
+	defer q.Close()
+	if err := q.PutWith(ctx, []byte("v3"), channel.PutOptions{Key: []byte("k")}); !errors.Is(err, channel.ErrDuplicate) {
+		t.Fatalf("Put of a key put (deferred) a moment before a graceful restart = %v, want ErrDuplicate", err)
+	}
+}

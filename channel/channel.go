@@ -1333,6 +1333,9 @@ drain:
 				notStored(m, err)
 				continue
 			}
+			if stored && m.Key != nil && c.keys != nil && c.opts.Keys == KeyDedup {
+				c.keys.storedInTimers(m.Key, m.ID)
+			}
 		}
 		if !stored {
 			// A copy: putEnvelope notes the new record in it, and m's seq

@@ -311,7 +311,7 @@ func (f *Fanout) putKeyed(ctx context.Context, body []byte, po PutOptions) (int,
 		f.putFailures.Add(1)
 		return 0, f.putErr(err)
 	}
-	f.keys.commit(adm, m.ID, seq, true)
+	f.keys.commit(adm, m.ID, seq, srcBackend)
 	return 1, nil
 }
 

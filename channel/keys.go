@@ -134,6 +134,9 @@ type keyEntry struct {
 	// snapshot).
 	restored bool
 	hasSeq   bool
+	// kept says message id is in the backend or the timer store, where a
+	// restart has it (KeyDedup remembers only those keys).
+	kept bool
 
 	live bool
 	klen uint16
@@ -160,7 +163,7 @@ func (e *keyEntry) v0() ID { return ID(e.aux) }
 
 // setPayload replaces e's payload with p's, keeping its bookkeeping.
 func (e *keyEntry) setPayload(p keyEntry) {
-	e.id, e.seq, e.aux, e.restored, e.hasSeq = p.id, p.seq, p.aux, p.restored, p.hasSeq
+	e.id, e.seq, e.aux, e.restored, e.hasSeq, e.kept = p.id, p.seq, p.aux, p.restored, p.hasSeq, p.kept
 }
 
 // pending reports whether the entry has a version not done, as far as it
@@ -373,11 +376,12 @@ func (t *keyTable) undo(id ID, a admitted) {
 	t.removeEntry(a.n)
 }
 
-// commit records that the Put admit let in, of message id, succeeded, in
-// backend record seq if hasSeq: under KeyReplace it is now the version
-// that supersedes the older ones. An entry that has left the table
+// commit records that the Put admit let in, of message id, succeeded: in
+// backend record seq if src is srcBackend, in the timer store if
+// srcTimers, in memory only if srcMemory. Under KeyReplace it is now the
+// version that supersedes the older ones. An entry that has left the table
 // meanwhile (every version done already) is not touched.
-func (t *keyTable) commit(a admitted, id ID, seq uint64, hasSeq bool) {
+func (t *keyTable) commit(a admitted, id ID, seq uint64, src msgSource) {
 	if a.n < 0 {
 		return
 	}
@@ -388,10 +392,13 @@ func (t *keyTable) commit(a admitted, id ID, seq uint64, hasSeq bool) {
 		return
 	}
 	if t.policy == KeyReplace && id > e.id {
-		e.id, e.seq, e.hasSeq = id, 0, false
+		e.id, e.seq, e.hasSeq, e.kept = id, 0, false, false
 	}
-	if e.id == id && hasSeq {
-		e.seq, e.hasSeq = seq, true
+	if e.id == id && src != srcMemory {
+		e.kept = true
+		if src == srcBackend {
+			e.seq, e.hasSeq = seq, true
+		}
 	}
 }
 
@@ -401,7 +408,18 @@ func (t *keyTable) stored(key []byte, id ID, seq uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if e, _ := t.lookup(key); e != nil && e.id == id {
-		e.seq, e.hasSeq = seq, true
+		e.seq, e.hasSeq, e.kept = seq, true, true
+	}
+}
+
+// storedInTimers records that message id with key went to the timer store
+// later (Close stores there what it held deferred), so a KeyDedup
+// snapshot keeps its key.
+func (t *keyTable) storedInTimers(key []byte, id ID) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e, _ := t.lookup(key); e != nil && e.id == id {
+		e.kept = true
 	}
 }
 
@@ -647,7 +665,7 @@ func (t *keyTable) snapshot(floor uint64, now int64) keySnapshot {
 			// the producer's retry must then be let in, not refused as a
 			// duplicate.
 		}
-		if e.hasSeq {
+		if e.hasSeq || snap.dedup && e.kept {
 			se := snapEntry{id: e.id, seq: e.seq, koff: e.koff, klen: e.klen}
 			if snap.dedup {
 				se.at = e.at()

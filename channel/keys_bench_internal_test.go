@@ -26,7 +26,7 @@ func BenchmarkKeyTable(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				t.commit(a, id, uint64(i), true)
+				t.commit(a, id, uint64(i), srcBackend)
 				if i >= 1000 {
 					old := i - 1000
 					t.done(keys[old%len(keys)], ID(old+1))

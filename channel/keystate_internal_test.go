@@ -19,23 +19,23 @@ func TestKeyTableSnapshot(t *testing.T) {
 				t.Fatal(err)
 			}
 			now := time.Now().UnixNano()
-			put := func(key string, id ID, seq uint64, stored bool) {
+			put := func(key string, id ID, seq uint64, src msgSource) {
 				t.Helper()
 				a, err := kt.admit([]byte(key), id, now+int64(id))
 				if err != nil {
 					t.Fatal(err)
 				}
-				kt.commit(a, id, seq, stored)
+				kt.commit(a, id, seq, src)
 			}
-			put("a", 1, 10, true)
-			put("b", 2, 0, false) // went to memory: no record to name
-			put("c", 3, 11, true)
+			put("a", 1, 10, srcBackend)
+			put("b", 2, 0, srcMemory) // went to memory: no record to name
+			put("c", 3, 11, srcBackend)
 			snap := kt.snapshot(0, time.Now().UnixNano())
 			// The table changes after the copy: a key removed, another
 			// added, and the key arena compacted twice, the second time
 			// over the bytes the snapshot was taken from.
 			kt.removeEntry(kt.ix.find([]byte("a"), kt.ix.hash([]byte("a"))))
-			put("zz", 4, 12, true)
+			put("zz", 4, 12, srcBackend)
 			kt.ix.compactArena()
 			kt.ix.compactArena()
 			got := snap.entries()
@@ -70,7 +70,7 @@ func TestKeyDedupExpiresAtOnce(t *testing.T) {
 		id++
 		a, err := kt.admit([]byte(key), id, at)
 		if err == nil {
-			kt.commit(a, id, uint64(id), true)
+			kt.commit(a, id, uint64(id), srcBackend)
 		}
 		return err
 	}
@@ -118,7 +118,7 @@ func TestKeyDedupWindow(t *testing.T) {
 		id++
 		a, err := kt.admit([]byte(fmt.Sprint("k-", key)), id, at)
 		if err == nil {
-			kt.commit(a, id, uint64(id), true)
+			kt.commit(a, id, uint64(id), srcBackend)
 		}
 		return err
 	}

@@ -106,8 +106,9 @@ func (c *Channel) putKeyed(ctx context.Context, m *Message) error {
 		c.keys.undo(m.ID, adm)
 		return err
 	}
-	// putEnvelope left the record's seq in m when it knows it.
-	c.keys.commit(adm, m.ID, m.seq, m.src == srcBackend)
+	// place left in m where the message went (putEnvelope the record's
+	// seq, when it knows it).
+	c.keys.commit(adm, m.ID, m.seq, m.src)
 	return nil
 }
 
@@ -189,9 +190,11 @@ func (c *Channel) putFull(ctx context.Context, m *Message) error {
 func (c *Channel) putDeferred(ctx context.Context, m *Message) error {
 	if c.toTimers(m) {
 		bctx, release := c.bound(ctx)
-		err := c.putTimer(bctx, m)
+		seq, err := c.putTimer(bctx, m)
 		release()
 		if err == nil {
+			// m is the Put's own: where it went, for the key state.
+			m.src, m.seq = srcTimers, seq
 			return nil
 		}
 		if ctx.Err() != nil || c.isClosed.Load() {

@@ -323,7 +323,7 @@ func (c *Channel) startRefillLocked() {
 // the goroutines Close waits for.
 func (c *Channel) deferToTimers(ctx context.Context, m *Message, due int64) error {
 	m.due = due
-	if err := c.putTimer(ctx, m); err != nil {
+	if _, err := c.putTimer(ctx, m); err != nil {
 		c.log.Warn("channel: cannot store a deferred message in the timer store; it waits in memory", "id", m.ID.String(), "err", err)
 		c.deferInMemory(m)
 		return err
@@ -333,8 +333,8 @@ func (c *Channel) deferToTimers(ctx context.Context, m *Message, due int64) erro
 }
 
 // putTimer writes m, which carries its due time, to the timer store and
-// tracks it.
-func (c *Channel) putTimer(ctx context.Context, m *Message) error {
+// tracks it. It returns the record's seq there.
+func (c *Channel) putTimer(ctx context.Context, m *Message) (uint64, error) {
 	t := c.timers
 	buf := envelopes.Get().(*[]byte)
 	*buf = appendEnvelope((*buf)[:0], m)
@@ -345,13 +345,13 @@ func (c *Channel) putTimer(ctx context.Context, m *Message) error {
 		envelopes.Put(buf)
 	}
 	if err != nil {
-		return err
+		return 0, err
 	}
 	c.mu.Lock()
 	t.add(timerEntry{due: m.due, seq: seq})
 	c.mu.Unlock()
 	c.wakeClock()
-	return nil
+	return seq, nil
 }
 
 // deferInMemory puts m on the memory heap of deferred messages.
