@@ -725,13 +725,13 @@ func (m *Message) Requeue(delay time.Duration) error {
 		f.mu.Unlock()
 		// A failure leaves the message deferred in memory: Requeue has
 		// done what it promised.
-		c.deferToTimers(c.closeCtx, again, time.Now().Add(delay).UnixNano())
+		c.deferToTimers(c.closeCtx, again, unixNano(time.Now().Add(delay)))
 		return nil
 	}
 	// Still holding the shard: see flightList for why.
 	c.mu.Lock()
 	if delay > 0 {
-		again.due = time.Now().Add(delay).UnixNano()
+		again.due = unixNano(time.Now().Add(delay))
 		c.deferred.push(again)
 	} else {
 		c.addReadyLocked(again)

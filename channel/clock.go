@@ -2,8 +2,26 @@ package channel
 
 import (
 	"container/heap"
+	"math"
 	"time"
 )
+
+// unixNano is t in Unix nanoseconds, saturated: a time past what an int64
+// of them reaches (after the year 2262, as a "never" of 9999-12-31 is) is
+// the latest, one before 1678 the earliest. t.UnixNano is undefined there
+// and wrapped round: an Expires of 9999 had the message expire at once,
+// and a Delay of 240 years delivered it at once.
+func unixNano(t time.Time) int64 {
+	switch {
+	case t.After(latestUnixNano):
+		return math.MaxInt64
+	case t.Before(earliestUnixNano):
+		return math.MinInt64
+	}
+	return t.UnixNano()
+}
+
+var latestUnixNano, earliestUnixNano = time.Unix(0, math.MaxInt64), time.Unix(0, math.MinInt64)
 
 // clock owns time: it times out in-flight messages and releases deferred
 // messages when due, onto the ready list receivers take from.

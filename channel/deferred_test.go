@@ -3,6 +3,7 @@ package channel_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -119,4 +120,42 @@ func testDeferredAfterRestart(t *testing.T, n int, scanLate bool) {
 		}
 		checkCounts(t, c, 0, 0)
 	})
+}
+
+// TestFarFutureTimes: an Expires past the year 2262 (a "never" of 9999)
+// or a Delay reaching past it overflowed the message's int64 nanoseconds:
+// the message expired at once, or was delivered at once.
+func TestFarFutureTimes(t *testing.T) {
+	for _, mem := range []int{0, 10} {
+		t.Run(fmt.Sprintf("MemQueueSize=%d", mem), func(t *testing.T) {
+			c := newChannel(t, channel.Options{MemQueueSize: mem, Backend: newMemBackend()})
+			defer c.Close()
+			ctx := context.Background()
+			never := time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC)
+			if err := c.PutWith(ctx, []byte("expires in 9999"), channel.PutOptions{Expires: never}); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.PutWith(ctx, []byte("delayed 292 years"), channel.PutOptions{Delay: math.MaxInt64}); err != nil {
+				t.Fatal(err)
+			}
+			m, err := c.Receive(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(m.Body) != "expires in 9999" {
+				t.Fatalf("received %q first, want the one that expires in 9999", m.Body)
+			}
+			if err := m.Requeue(math.MaxInt64); err != nil {
+				t.Fatal(err)
+			}
+			rctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			defer cancel()
+			if m, err := c.Receive(rctx); err == nil {
+				t.Fatalf("received %q, deferred for 292 years", m.Body)
+			}
+			if st := c.Stats(); st.Expired != 0 || st.DeadLetters != 0 || st.Deferred != 2 {
+				t.Errorf("Stats: %d expired, %d dead letters, %d deferred; want 0, 0 and 2", st.Expired, st.DeadLetters, st.Deferred)
+			}
+		})
+	}
 }

@@ -281,10 +281,10 @@ func (f *Fanout) put(ctx context.Context, bodies [][]byte, po PutOptions) (int, 
 func (f *Fanout) newMessage(m *Message, body []byte, po PutOptions) {
 	*m = Message{ID: ID(f.nextID.Add(1)), Body: body, Key: po.Key, Timestamp: f.stamp()}
 	if po.Delay > 0 {
-		m.due = m.Timestamp.Add(po.Delay).UnixNano()
+		m.due = unixNano(m.Timestamp.Add(po.Delay))
 	}
 	if !po.Expires.IsZero() {
-		m.expires = po.Expires.UnixNano()
+		m.expires = unixNano(po.Expires)
 	}
 }
 

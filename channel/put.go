@@ -153,10 +153,10 @@ func (c *Channel) toTimers(m *Message) bool { return c.timers != nil && !c.pinsR
 func (c *Channel) fill(m *Message, body []byte, po PutOptions) {
 	*m = Message{ID: ID(c.prod.nextID.Add(1)), Body: body, Key: po.Key, Timestamp: c.stamp(), ch: c, gen: c.gen.Load()}
 	if po.Delay > 0 {
-		m.due = m.Timestamp.Add(po.Delay).UnixNano()
+		m.due = unixNano(m.Timestamp.Add(po.Delay))
 	}
 	if !po.Expires.IsZero() {
-		m.expires = po.Expires.UnixNano()
+		m.expires = unixNano(po.Expires)
 	}
 }
 
