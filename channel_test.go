@@ -562,3 +562,48 @@ func TestDeferredDoesNotPinTheLog(t *testing.T) {
 		t.Fatalf("after restart: %d deferred, want 1", s.Deferred)
 	}
 }
+
+// TestMaxAttemptsAcrossClose: a message in flight at each graceful Close
+// came back after every reopen with one attempt more (Close stores it
+// with its attempts), past MaxAttempts, and was never dead-lettered (a
+// docs-only user trial). It goes to DeadLetter once its deliveries are used
+// up, as it would have in one run.
+func TestMaxAttemptsAcrossClose(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	var mu sync.Mutex
+	var dead []error
+	o := spillq.Options{MaxAttempts: 2, DeadLetter: func(_ *channel.Message, reason error) {
+		mu.Lock()
+		defer mu.Unlock()
+		dead = append(dead, reason)
+	}}
+	q := open(t, dir, o)
+	if err := q.Put(ctx, []byte("poison")); err != nil {
+		t.Fatal(err)
+	}
+	for want := uint16(1); want <= 2; want++ {
+		m := recv(t, q) // the service restarts before its worker finishes
+		if m.Attempts != want {
+			t.Fatalf("delivery %d has Attempts %d", want, m.Attempts)
+		}
+		if err := q.Close(); err != nil {
+			t.Fatal(err)
+		}
+		q = open(t, dir, o)
+	}
+	defer q.Close()
+	rctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if m, err := q.Receive(rctx); err == nil {
+		t.Fatalf("delivered a third time (Attempts %d), MaxAttempts is 2", m.Attempts)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(dead) != 1 || !errors.Is(dead[0], channel.ErrMaxAttempts) {
+		t.Errorf("dead letters %v, want one ErrMaxAttempts", dead)
+	}
+	if d := q.Disk().Depth(); d != 0 {
+		t.Errorf("disk Depth %d after the message was dead-lettered, want 0", d)
+	}
+}

@@ -466,6 +466,13 @@ func (c *Channel) deliver(m *Message) (*Message, bool) {
 		c.deadLetter(m, ErrExpired)
 		return nil, false
 	}
+	if c.exhausted(m) {
+		// Its deliveries used up before it came here: it was in flight
+		// at a Close, which stored it with its attempts, and each run
+		// after delivered it once more, past MaxAttempts, without end.
+		c.deadLetter(m, ErrMaxAttempts)
+		return nil, false
+	}
 	if m.Key != nil && c.fan != nil && c.fan.keys != nil && c.fan.keys.policy == KeyReplace && c.fan.keys.supersedes(m.Key, m.ID) {
 		c.cons.superseded.Add(1)
 		c.dropSuperseded(m)

@@ -46,8 +46,10 @@ type Options struct {
 	MsgTimeout time.Duration
 
 	// MaxAttempts is how many deliveries a message gets. A message timed
-	// out or requeued after its last attempt goes to DeadLetter instead.
-	// Zero means unlimited.
+	// out or requeued after its last attempt goes to DeadLetter instead,
+	// and so does one whose attempts are used up when its turn comes
+	// again (it was in flight at a Close, which stores it with its
+	// attempts). Zero means unlimited.
 	MaxAttempts uint16
 
 	// DeadLetter receives messages that ran out of attempts or expired
