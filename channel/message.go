@@ -54,11 +54,12 @@ type Message struct {
 	acker    Acker // set for messages delivered by another source (NewMessage)
 }
 
-// Due is the time before which the message was not to be delivered: the
-// due time it was put or requeued with (a Delay), or stored with (what a
-// topic's channel keeps in its timer store at Close is due then); the
-// zero Time if it carries none. Tools reading a timer store's records
-// ([UnmarshalMessage]) show it.
+// Due is the time before which a stored message is not to be delivered:
+// the due time it was put or requeued with (a Delay), or stored with (what
+// a topic's channel keeps in its timer store at Close is due then); the
+// zero Time if it carries none. It is for tools reading a timer store's
+// records ([UnmarshalMessage]): a message Receive hands out has come due,
+// and its Due is the zero Time.
 func (m *Message) Due() time.Time {
 	if m.due == 0 {
 		return time.Time{}
