@@ -192,14 +192,18 @@ func (c *compactor) compact(ctx context.Context) (CompactStats, error) {
 }
 
 func (c *compactor) compactLocked(ctx context.Context, st *CompactStats) error {
-	segs := c.dq.Segments()
-	if len(segs) < 2 {
+	if len(c.dq.Segments()) < 2 {
 		return nil // the active segment alone: nothing sealed
 	}
 	end := c.dq.NextSeq()
 	if err := c.dq.Sync(ctx); err != nil {
 		return fmt.Errorf("spillq: compact: sync the log: %w", err)
 	}
+	// Listed after the Sync, whose round seals the segments rotated out
+	// before it: listed before, those were not sealed yet and were passed
+	// over, so a Compact right after a burst of Puts removed next to
+	// nothing.
+	segs := c.dq.Segments()
 	// A log that never held a keyed record (retention alone) is not read
 	// through each time: only what is new since the last look, which is
 	// then every keyed record there is.
