@@ -306,6 +306,18 @@ func (c *Channel) Receive(ctx context.Context) (*Message, error) {
 	}
 }
 
+// keepsSerialPlace reports whether m, requeued with a delay, waits in
+// memory with its record left in place rather than moving to the timer
+// store: under KeySerial, on a channel of its own, a keyed message from
+// the backend. It holds its key while it waits, and so must its record
+// across a restart: moved to the timer store, due later, the key's next
+// message, still in place in the backend, was delivered first by the next
+// run, which holds no key. Its delay is then not kept by a restart (the
+// record does not carry it): it comes again at once, first of its key.
+func (c *Channel) keepsSerialPlace(m *Message) bool {
+	return c.opts.Keys == KeySerial && c.fan == nil && m.Key != nil && m.src == srcBackend
+}
+
 // enterTake counts a receiver in from take to deliver, where the message
 // it took is in none of the lists Close collects, and Close waits for it
 // (waitTakers) before collecting them: a message taken from the memory
@@ -705,7 +717,7 @@ func (m *Message) Requeue(delay time.Duration) error {
 	c := m.ch
 	// (Not when out of attempts: the dead-letter handler must not run
 	// holding putMu, as it may Put.)
-	toTimers := delay > 0 && c.toTimers(m) && !c.exhausted(m)
+	toTimers := delay > 0 && c.toTimers(m) && !c.exhausted(m) && !c.keepsSerialPlace(m)
 	if toTimers {
 		// Held until the message lands, so Close, which waits for it,
 		// cannot miss the message while it is on its way to the timer
@@ -1285,7 +1297,7 @@ drain:
 		if m.src != srcBackend || m.Key == nil {
 			return false
 		}
-		return c.opts.Keys == KeySerial && m.due == 0 || c.fan != nil && c.pinsRecord(m)
+		return c.keepsSerialPlace(m) || c.opts.Keys == KeySerial && m.due == 0 || c.fan != nil && c.pinsRecord(m)
 	}
 	if u, ok := c.src.(Unreader); ok {
 		// The source outlives the channel (a topic's cursor stays open

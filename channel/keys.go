@@ -40,11 +40,14 @@ const (
 	// of other keys flow past. Order per key is put order, retries and
 	// graceful restarts included: at Close a keyed message read from the
 	// backend stays where it is there (its attempts since it was stored
-	// are then not counted), except that messages held in the memory
-	// buffer (Options.MemQueueSize) go to the backend behind the others,
-	// and that on a topic's channel what it held in memory or deferred goes
-	// to its timer store and comes first. Nothing of it is kept across a
-	// restart: the next run holds no key.
+	// are then not counted, and one requeued with a delay, which waits in
+	// memory with its record in place rather than in the timer store,
+	// comes again at once), except that messages that came through the
+	// memory buffer (Options.MemQueueSize: in it, in flight or requeued)
+	// go to the backend behind the others, and that on a topic's channel
+	// what it held in memory or deferred goes to its timer store and comes
+	// first. Nothing of it is kept across a restart: the next run holds no
+	// key. A message put with a Delay holds no key until it is delivered.
 	KeySerial
 )
 
