@@ -340,6 +340,7 @@ func compress(body []byte) ([]byte, byte) {
 // last of them. It returns how many it stored and the first error.
 func (l *Log) putRecords(ctx context.Context, flags []byte, stored [][]byte) (n int, last uint64, err error) {
 	waited := false
+	rolled := false // waited once for a roll of the consumed active segment
 	for {
 		l.mu.Lock()
 		if err = l.acceptingLocked(); err != nil {
@@ -371,9 +372,9 @@ func (l *Log) putRecords(ctx context.Context, flags []byte, stored [][]byte) (n 
 		over := l.unsynced >= l.opts.SyncEvery && l.unsynced-(n-from) < l.opts.SyncEvery
 		full := err != nil && errors.Is(err, ErrDiskFull)
 		var wait <-chan struct{}
-		drop := false
+		drop, roll := false, false
 		if full {
-			l.requestRollLocked()
+			roll = l.requestRollLocked()
 			drop = budget && l.mayMakeRoomLocked()
 			wait = l.freed.Wait()
 		}
@@ -397,7 +398,18 @@ func (l *Log) putRecords(ctx context.Context, flags []byte, stored [][]byte) (n 
 			continue // there is room now, made by the drop-when-full policy or not (discard.go)
 		}
 		if !l.opts.BlockWhenFull {
-			break
+			if !roll || rolled {
+				break
+			}
+			// Every record is acknowledged: the writer's roll of the
+			// active segment, asked for now, frees its space in a moment.
+			// Failed at once, the Puts right after consumers had freed
+			// everything failed too, until the writer came round.
+			rolled = true
+			if l.waitForSpace(ctx, wait) != nil {
+				break
+			}
+			continue
 		}
 		if werr := l.waitForSpace(ctx, wait); werr != nil {
 			// Both: the caller may test for either.
@@ -469,11 +481,17 @@ func emptyLogBytes(cursors int) int64 {
 // requestRollLocked asks the writer to roll the active segment when every
 // record in it is acknowledged: on a full disk (the budget's or the file
 // system's) no consumer will ever free that space otherwise.
-func (l *Log) requestRollLocked() {
-	if l.consumedLocked() && !l.rollRequested.Load() {
+//
+// It reports whether every record is acknowledged, so a roll is coming.
+func (l *Log) requestRollLocked() bool {
+	if !l.consumedLocked() {
+		return false
+	}
+	if !l.rollRequested.Load() {
 		l.rollRequested.Store(true)
 		l.wake()
 	}
+	return true
 }
 
 // rollConsumedLocked rolls the active segment if every cursor has
