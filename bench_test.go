@@ -239,3 +239,52 @@ func runPipeline(b *testing.B, consumers int, put, get func() error) {
 	}
 	wg.Wait()
 }
+
+// BenchmarkRequeueDelay: Receive and Requeue with a delay (a retry with
+// backoff) of messages on disk, through spillq.Open with its defaults, by
+// 1 and by 8 consumers: each moves its message to the timer store; its old
+// record is acknowledged in the background once the timer store has made
+// the new one durable (one fsync for the moves of up to 2 ms), so the
+// Requeue does not wait for an fsync.
+//
+//	go test -run '^$' -bench RequeueDelay -count 6 -benchtime 20000x .
+func BenchmarkRequeueDelay(b *testing.B) {
+	body := make([]byte, 100)
+	ctx := context.Background()
+	for _, consumers := range []int{1, 8} {
+		b.Run(fmt.Sprintf("consumers=%d", consumers), func(b *testing.B) {
+			q, err := spillq.Open(b.TempDir(), spillq.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer q.Close()
+			for range b.N {
+				if err := q.Put(ctx, body); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			var next atomic.Int64
+			var wg sync.WaitGroup
+			for range consumers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for next.Add(1) <= int64(b.N) {
+						m, err := q.Receive(ctx)
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						if err := m.Requeue(time.Hour); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+		})
+	}
+}

@@ -353,6 +353,10 @@ func (d diskBackend) ReadBatch(ctx context.Context, seqs []uint64, bodies [][]by
 
 func (d diskBackend) Ack(seq uint64) error { return d.q.Ack(seq) }
 
+// Sync makes what was put durable: the channel asks it before it
+// acknowledges the timer records of messages it moved here (at Close).
+func (d diskBackend) Sync(ctx context.Context) error { return d.q.Sync(ctx) }
+
 // PutSeq, NextSeq and Floor make a diskBackend a channel.SeqBackend, so a
 // key policy's state names its records (see Options.Keys).
 func (d diskBackend) PutSeq(ctx context.Context, body []byte) (uint64, error) {

@@ -52,10 +52,27 @@ func DiskTimers(q *diskqueue.Queue) channel.TimerStore { return newDiskTimers(q,
 
 // newDiskTimers adapts q; with syncEach, Put returns once its record is
 // on stable storage (Open's timer store when Disk.SyncEvery is 1).
-func newDiskTimers(q *diskqueue.Queue, syncEach bool) *diskTimers {
+// Without, the store can Sync (syncingTimers), and the channel acknowledges
+// the record a message was moved from only after a Sync that covers the new
+// one; with, Put has made it durable, and the channel acknowledges at once.
+func newDiskTimers(q *diskqueue.Queue, syncEach bool) channel.TimerStore {
 	st := q.Stats()
-	return &diskTimers{q: q, syncEach: syncEach, next: st.WriteSeq, readNext: st.ReadSeq}
+	t := &diskTimers{q: q, syncEach: syncEach, next: st.WriteSeq, readNext: st.ReadSeq}
+	if syncEach {
+		return t
+	}
+	return syncingTimers{t}
 }
+
+// syncingTimers is a diskTimers whose Puts wait for no fsync, with the Sync
+// the channel asks before it acknowledges a moved message's old record.
+type syncingTimers struct{ *diskTimers }
+
+// Sync makes the records put durable, for the channel to acknowledge the
+// records of messages moved here (a Requeue with a delay, a deferred
+// record the pump met) only after them: the two logs' pages reach the disk
+// in no order a power cut respects.
+func (t syncingTimers) Sync(ctx context.Context) error { return t.q.Sync(ctx) }
 
 // diskTimers is a disk queue as a timer store. A disk queue hands out seqs
 // through Read, and acknowledges only what Read handed out; a timer store

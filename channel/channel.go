@@ -125,6 +125,7 @@ type Channel struct {
 	prod    producerCounters // written by every Put, on cache lines of its own
 	cons    consumerCounters
 	latency histogram.Histogram
+	moves   moveQueue
 }
 
 // producerCounters is what every Put writes (putMu, nextID). The pads
@@ -159,6 +160,16 @@ type consumerCounters struct {
 	// taking counts the receivers between take and deliver (enterTake),
 	// where the message they took is in no list Close collects.
 	taking atomic.Int64
+}
+
+// moveQueue holds the messages moved to the timer store (deferred) whose
+// old records wait to be acknowledged until the timer store has made the
+// new ones durable (settler).
+type moveQueue struct {
+	mu      sync.Mutex
+	pending []*Message
+	since   time.Time // when the first of pending came
+	bell    chan struct{}
 }
 
 // New makes a channel. With opts.Backend set, the channel takes ownership
@@ -253,6 +264,9 @@ func newChannel(opts Options, src Source, fan *Fanout) (*Channel, error) {
 			c.mu.Lock()
 			c.startRefillLocked()
 			c.mu.Unlock()
+			c.moves.bell = make(chan struct{}, 1)
+			c.wg.Add(1)
+			go c.settler()
 		} else if s, ok := c.backend.(BacklogScanner); ok {
 			end, records := s.ScanBacklog()
 			c.diskDeferred.end = end
@@ -1224,6 +1238,11 @@ func (c *Channel) Close() error {
 
 	c.wg.Wait()
 	c.waitTakers()
+	if c.timers != nil {
+		// Moves queued and not settled yet (settler), none to come: the
+		// goroutines and Requeues that queue them are done.
+		c.settleMoves(context.Background(), c.timers.store, c.takeMoves(), "deferred to the timer store")
+	}
 
 	var held []*Message
 	// Without waiting: a receiver may still take from the buffer (take
@@ -1317,6 +1336,8 @@ drain:
 			}
 		}
 	}
+	// What went to each store, their old records to acknowledge.
+	var toTimerStore, toBackend []*Message
 	for _, m := range held {
 		if m.gen != c.gen.Load() || inPlace(m) {
 			continue
@@ -1367,10 +1388,19 @@ drain:
 			if cp.Key != nil && c.seqs != nil {
 				c.keys.stored(cp.Key, cp.ID, cp.seq)
 			}
+			toBackend = append(toBackend, m)
+			continue
 		}
-		if err := c.ack(m); err != nil {
+		toTimerStore = append(toTimerStore, m)
+	}
+	// The old records once the new ones are durable (settleMoves).
+	if len(toTimerStore) > 0 { // there is a timer store
+		if err := c.settleMoves(storeCtx, c.timers.store, toTimerStore, "stored again at close"); err != nil {
 			errs = append(errs, fmt.Errorf("channel: close: %w", err))
 		}
+	}
+	if err := c.settleMoves(storeCtx, c.backend, toBackend, "stored again at close"); err != nil {
+		errs = append(errs, fmt.Errorf("channel: close: %w", err))
 	}
 	if kept > 0 {
 		c.log.Warn("channel: close: cannot store messages again; their records stay, and they are delivered again after a restart", "messages", kept, "err", keptErr)

@@ -114,7 +114,8 @@ func (c *Channel) dispatch(seq uint64, body []byte, gen uint32, slot *Message) *
 		if c.toTimers(m) {
 			// Moved to the timer store (a queue written before it had
 			// one, where it failed, or a topic's deferred message): a new
-			// record there, then this one acknowledged.
+			// record there, then this one acknowledged, once the new one
+			// is durable (settler).
 			c.deferToTimers(c.closeCtx, m, m.due)
 			return nil
 		}

@@ -31,7 +31,12 @@ import (
 // is requeued with a delay again.
 //
 // The channel is the store's only writer; it serialises nothing, so the
-// store's methods must be safe for concurrent use.
+// store's methods must be safe for concurrent use. A store that also has a
+// method Sync(ctx context.Context) error, making what was put durable at
+// once, has the record a message was moved from (a Requeue with a delay,
+// a deferred record the channel read from its backend) acknowledged only
+// after a Sync that covers the new record: without it, a power cut could
+// keep the acknowledgement and lose the record.
 type TimerStore interface {
 	// Put stores body and returns its seq. It must not keep body.
 	Put(ctx context.Context, body []byte) (seq uint64, err error)
@@ -328,8 +333,116 @@ func (c *Channel) deferToTimers(ctx context.Context, m *Message, due int64) erro
 		c.deferInMemory(m)
 		return err
 	}
-	c.ackRecord(m, "deferred to the timer store")
+	if _, lazy := c.timers.store.(syncer); lazy && m.src != srcMemory {
+		c.queueMove(m)
+	} else {
+		c.ackRecord(m, "deferred to the timer store")
+	}
 	return nil
+}
+
+// moveSettleWait is how long a moved message's old record waits for others
+// before one sync of the timer store lets the settler acknowledge them
+// all. It bounds what a crash delivers twice: a message moved within it
+// (and the timer store's fsync after) comes from both stores.
+const moveSettleWait = 2 * time.Millisecond
+
+// queueMove hands m, just stored in the timer store, to the settler, which
+// acknowledges its old record once the timer store has made the new one
+// durable. Acknowledged at once, the old record's acknowledgement could
+// reach the disk before the new record did (each store syncs on its own
+// tick, and the kernel writes their mapped pages back in any order), and a
+// power cut then lost a message put and fsynced long before. A sync each
+// (Requeue waiting for it) made a retry a hundred times slower.
+func (c *Channel) queueMove(m *Message) {
+	q := &c.moves
+	q.mu.Lock()
+	if len(q.pending) == 0 {
+		q.since = time.Now()
+	}
+	q.pending = append(q.pending, m)
+	q.mu.Unlock()
+	select {
+	case q.bell <- struct{}{}:
+	default:
+	}
+}
+
+// takeMoves returns what waits to be settled.
+func (c *Channel) takeMoves() []*Message {
+	q := &c.moves
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	out := q.pending
+	q.pending = nil
+	return out
+}
+
+// settler is the goroutine that settles moves (queueMove): at most
+// moveSettleWait after the first waiting, one sync of the timer store for
+// all that wait. What waits when the channel closes is settled by Close
+// (after the goroutines that queue moves are done).
+func (c *Channel) settler() {
+	defer c.wg.Done()
+	wait := time.NewTimer(time.Hour)
+	wait.Stop()
+	defer wait.Stop()
+	for {
+		select {
+		case <-c.moves.bell:
+		case <-c.closeCh:
+			return
+		}
+		c.moves.mu.Lock()
+		since := c.moves.since
+		c.moves.mu.Unlock()
+		wait.Reset(time.Until(since.Add(moveSettleWait)))
+		select {
+		case <-wait.C:
+		case <-c.closeCh:
+			wait.Stop()
+			return
+		}
+		c.settleMoves(c.closeCtx, c.timers.store, c.takeMoves(), "deferred to the timer store")
+	}
+}
+
+// syncer is a store (a TimerStore or a Backend) that can make what was put
+// to it durable at once, ahead of its own sync policy.
+type syncer interface {
+	Sync(ctx context.Context) error
+}
+
+// settleMoves acknowledges the old records of msgs, each just stored again
+// in to (moved: to the timer store when deferred, to the backend at
+// Close), once to has made them durable if it can (a syncer). Acknowledged
+// at once, an old record's acknowledgement could reach the disk before the
+// new record did (each store syncs on its own tick, and the kernel writes
+// mapped pages back in its own order), and a power cut then lost a message
+// put and fsynced long before. If the sync fails, the old records stay:
+// after a restart those messages come twice, never not at all. It returns
+// the first error.
+func (c *Channel) settleMoves(ctx context.Context, to any, msgs []*Message, why string) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	if s, ok := to.(syncer); ok {
+		// Not cut short by Close (which cancels the pump's and Requeue's
+		// ctx, then waits for them): given up, the old records stayed
+		// and came again after the restart.
+		if err := s.Sync(context.WithoutCancel(ctx)); err != nil {
+			c.log.Warn("channel: cannot make moved messages durable; their old records stay, and they are delivered again after a restart", "messages", len(msgs), "why", why, "err", err)
+			return err
+		}
+	}
+	var first error
+	for _, m := range msgs {
+		if err := c.ack(m); err != nil {
+			c.log.Warn("channel: cannot acknowledge a message's old record; it is delivered again after a restart", "id", m.ID.String(), "why", why, "err", err)
+			first = cmp.Or(first, err)
+		}
+	}
+	return first
 }
 
 // putTimer writes m, which carries its due time, to the timer store and

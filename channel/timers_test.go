@@ -138,6 +138,10 @@ func TestTimersHoldNoBackendRecord(t *testing.T) {
 		if err := m.Requeue(2 * time.Hour); err != nil {
 			t.Fatal(err)
 		}
+		// The old record is acknowledged a moment later, once the timer
+		// store has synced the new one (moveSettleWait).
+		time.Sleep(10 * time.Millisecond)
+		synctest.Wait()
 		if st := c.Stats(); b.Depth() != 0 || s.Depth() != 2 || st.Deferred != 2 || st.BackendDepth != 0 {
 			t.Fatalf("backend %d records, timer store %d, %d deferred; want 0, 2, 2", b.Depth(), s.Depth(), st.Deferred)
 		}
@@ -350,4 +354,107 @@ func TestTimersRace(t *testing.T) {
 		t.Fatalf("timer stats at the end: %+v", ts)
 	}
 	t.Logf("%d messages; %d reads of the timer store, %d records read", producers*each, ts.Refills, ts.Scanned)
+}
+
+// syncTimers is a memTimers that can Sync: records below durable are
+// durable.
+type syncTimers struct {
+	*memTimers
+	durable atomic.Int64
+	syncs   atomic.Int64
+}
+
+func (s *syncTimers) Sync(context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.durable.Store(int64(len(s.records)))
+	s.syncs.Add(1)
+	return nil
+}
+
+// moveCheckBackend is a memBackend that, at each Ack, notes whether every
+// record of timers was durable.
+type moveCheckBackend struct {
+	*memBackend
+	timers    *syncTimers
+	premature atomic.Int64 // Acks made while a timer record was not durable
+}
+
+func (b *moveCheckBackend) Ack(seq uint64) error {
+	b.timers.mu.Lock()
+	n := int64(len(b.timers.records))
+	b.timers.mu.Unlock()
+	if b.timers.durable.Load() < n {
+		b.premature.Add(1)
+	}
+	return b.memBackend.Ack(seq)
+}
+
+// TestMovedRecordAckedOnceDurable: a message moved to the timer store (a
+// Requeue with a delay; a deferred record the pump meets) had its old
+// record acknowledged at once, and the two stores sync on their own ticks
+// (the kernel writes their pages back in any order): a power cut could
+// keep the acknowledgement and lose the new record, losing a message put
+// and fsynced long before (a review of the deferral paths). The old record
+// is now acknowledged once the timer store has made the new one durable,
+// one sync for the moves of a moment (settler).
+func TestMovedRecordAckedOnceDurable(t *testing.T) {
+	ctx := context.Background()
+	t.Run("requeue", func(t *testing.T) {
+		s := &syncTimers{memTimers: newMemTimers()}
+		b := &moveCheckBackend{memBackend: newMemBackend(), timers: s}
+		c := newChannel(t, channel.Options{Backend: b, Timers: s})
+		defer c.Close()
+		put(t, c, "a")
+		m, err := c.Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Requeue(time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(10 * time.Second); b.Depth() > 0 && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
+		if b.Depth() != 0 {
+			t.Fatal("the requeued message's old record was never acknowledged")
+		}
+		if p := b.premature.Load(); p != 0 || s.syncs.Load() == 0 {
+			t.Errorf("the requeued message's old record was acknowledged before its timer record was durable (%d premature acks, %d syncs)", p, s.syncs.Load())
+		}
+	})
+	t.Run("pump", func(t *testing.T) {
+		// Deferred records in the backend: put by a channel without a
+		// timer store, then read by one with.
+		mb := newMemBackend()
+		c := newChannel(t, channel.Options{Backend: mb})
+		for i := range 40 {
+			if err := c.PutWith(ctx, []byte(fmt.Sprint(i)), channel.PutOptions{Delay: time.Hour}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		s := &syncTimers{memTimers: newMemTimers()}
+		b := &moveCheckBackend{memBackend: mb.reopen(), timers: s}
+		c = newChannel(t, channel.Options{Backend: b, Timers: s})
+		defer c.Close()
+		deadline := time.Now().Add(10 * time.Second)
+		for s.Depth() < 40 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		if d := s.Depth(); d != 40 {
+			t.Fatalf("%d of 40 deferred records moved to the timer store", d)
+		}
+		for b.Depth() > 0 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		if p := b.premature.Load(); p != 0 {
+			t.Errorf("%d old records acknowledged before their timer records were durable", p)
+		}
+		if n := s.syncs.Load(); n >= 40 {
+			t.Errorf("%d syncs of the timer store for 40 moved records: one a record, not one a batch", n)
+		}
+	})
 }
