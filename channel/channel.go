@@ -312,10 +312,13 @@ func (c *Channel) Receive(ctx context.Context) (*Message, error) {
 			c.leaveTake()
 			continue
 		}
-		m, ok := c.deliver(m)
+		m, ok, dead := c.deliver(m)
 		c.leaveTake()
 		if ok {
 			return m, nil
+		}
+		if dead != nil {
+			c.deadLetter(m, dead)
 		}
 	}
 }
@@ -478,39 +481,42 @@ func (c *Channel) addReadyLocked(m *Message) {
 
 // deliver puts a taken message in flight. It returns false for a message
 // that must not reach a consumer: discarded by Empty, or expired.
-func (c *Channel) deliver(m *Message) (*Message, bool) {
+//
+// A message that goes to DeadLetter instead is returned with the reason
+// (and false): the caller hands it over once it has left the take (leaveTake),
+// as the handler may Put, and Close, holding Puts off, waits for receivers
+// in the take.
+func (c *Channel) deliver(m *Message) (*Message, bool, error) {
 	if m.gen != c.gen.Load() {
 		c.keyDone(m) // emptied: it holds its key no more
-		return nil, false
+		return nil, false, nil
 	}
 	if m.src == srcBackend && c.discards != nil && c.discards.Discarded(m.seq) {
 		c.keyDone(m)
-		return nil, false
+		return nil, false, nil
 	}
 	if m.expires != 0 && time.Now().UnixNano() > m.expires {
 		c.cons.expired.Add(1)
-		c.deadLetter(m, ErrExpired)
-		return nil, false
+		return m, false, ErrExpired
 	}
 	if c.exhausted(m) {
 		// Its deliveries used up before it came here: it was in flight
 		// at a Close, which stored it with its attempts, and each run
 		// after delivered it once more, past MaxAttempts, without end.
-		c.deadLetter(m, ErrMaxAttempts)
-		return nil, false
+		return m, false, ErrMaxAttempts
 	}
 	if m.Key != nil && c.fan != nil && c.fan.keys != nil && c.fan.keys.policy == KeyReplace && c.fan.keys.supersedes(m.Key, m.ID) {
 		c.cons.superseded.Add(1)
 		c.dropSuperseded(m)
-		return nil, false
+		return nil, false, nil
 	}
 	if c.keys != nil && m.Key != nil {
 		switch ok, drop := c.keys.take(m); {
 		case drop:
 			c.dropSuperseded(m)
-			return nil, false
+			return nil, false, nil
 		case !ok:
-			return nil, false // parked behind its key's message (KeySerial)
+			return nil, false, nil // parked behind its key's message (KeySerial)
 		}
 	}
 	f := c.flightFor(m)
@@ -520,7 +526,7 @@ func (c *Channel) deliver(m *Message) (*Message, bool) {
 	m.state = stateInFlight
 	f.link(m)
 	f.mu.Unlock()
-	return m, true
+	return m, true, nil
 }
 
 // ReceiveBatch waits for one message like Receive, then takes up to max-1
@@ -542,10 +548,12 @@ func (c *Channel) ReceiveBatch(ctx context.Context, max int) ([]*Message, error)
 			c.leaveTake()
 			break
 		}
-		m, ok := c.deliver(m)
+		m, ok, dead := c.deliver(m)
 		c.leaveTake()
 		if ok {
 			out = append(out, m)
+		} else if dead != nil {
+			c.deadLetter(m, dead)
 		}
 	}
 	return out, nil

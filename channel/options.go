@@ -54,7 +54,9 @@ type Options struct {
 
 	// DeadLetter receives messages that ran out of attempts or expired
 	// before delivery, with ErrMaxAttempts or ErrExpired. It runs on the
-	// channel's own goroutines and must not block for long. Nil drops the
+	// goroutine that found it so (the channel's own, or a caller's of
+	// Receive or Requeue), holding no lock of the channel's, and must not
+	// block for long; it may Put to the channel. Nil drops the
 	// message, logging it at Warn to Logger if one is set (the default
 	// Logger discards); Stats counts it either way.
 	DeadLetter func(m *Message, reason error)
