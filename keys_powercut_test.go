@@ -171,3 +171,28 @@ func TestDedupDelayedKeyAcrossRestart(t *testing.T) {
 		t.Fatalf("Put of a key put (deferred) a moment before a graceful restart = %v, want ErrDuplicate", err)
 	}
 }
+
+// TestKeyStateStoredAfterTheTimerStoreIsSynced: a KeyDedup key whose
+// message waits in the timer store is in the key state, and the keeper
+// fsynced only the log before it stored the state: a power cut could
+// leave a state naming a message the cut took from the timer store, and
+// the producer's retry was refused (a review of the key state's
+// orderings). The keeper fsyncs the timer store too.
+func TestKeyStateStoredAfterTheTimerStoreIsSynced(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	q := open(t, dir, spillq.Options{Keys: channel.KeyDedup, DedupWindow: time.Hour, Disk: diskqueue.Options{SyncInterval: time.Hour}})
+	defer q.Close()
+	if err := q.PutWith(ctx, []byte("A"), channel.PutOptions{Key: []byte("A")}); err != nil {
+		t.Fatal(err)
+	}
+	waitKeySave(t, dir)
+	before := q.Timers().Stats().Syncs
+	if err := q.PutWith(ctx, []byte("K"), channel.PutOptions{Key: []byte("K"), Delay: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	waitKeySave(t, dir) // names K
+	if after := q.Timers().Stats().Syncs; after == before {
+		t.Errorf("the key state naming K (its message in the timer store) was stored with no fsync of the timer store since K's Put (%d fsyncs)", after)
+	}
+}

@@ -207,7 +207,17 @@ func Open(dir string, opts Options) (*Queue, error) {
 	}
 	if keep != nil {
 		if saveKeys {
-			keep.state, keep.hold, keep.pressure, keep.sync = ch.KeyState, dq.HoldFrom, dq.HoldPressure(), dq.Sync
+			keep.state, keep.hold, keep.pressure = ch.KeyState, dq.HoldFrom, dq.HoldPressure()
+			// The timer store too: a KeyDedup state names keys whose
+			// message waits there. At Close it is closed, fsynced, before
+			// the last state is stored.
+			keep.sync = func(ctx context.Context) error {
+				terr := tq.Sync(ctx)
+				if errors.Is(terr, diskqueue.ErrClosed) {
+					terr = nil
+				}
+				return errors.Join(dq.Sync(ctx), terr)
+			}
 			keep.changes = func() [3]int64 {
 				cs := ch.Stats()
 				return [3]int64{cs.Puts, cs.Finishes + cs.DeadLetters, cs.Superseded}
