@@ -192,6 +192,9 @@ func (l *Log) dropLostTail(bases, ghosts []uint64) []uint64 {
 		// So it does after tombstones, so that their seqs, of records
 		// acknowledged and deleted, are not given to new records.
 		k++
+		if !l.readOnly {
+			l.emptyLost(bases[k-1])
+		}
 	}
 	if k == len(bases) {
 		return bases // none
@@ -200,6 +203,9 @@ func (l *Log) dropLostTail(bases, ghosts []uint64) []uint64 {
 		// Every segment lost its records: the first is the one they go
 		// on in, as a segment left empty by its creation is (setAside).
 		k = 1
+		if !l.readOnly {
+			l.emptyLost(bases[0])
+		}
 		if len(bases) == 1 {
 			return bases
 		}
@@ -223,21 +229,52 @@ func (l *Log) dropLostTail(bases, ghosts []uint64) []uint64 {
 }
 
 // neverSynced reports whether the segment log file name, longer than a
-// header, starts with a header of zeros: its preallocated size reached the
-// disk (a journal commits an allocation on its own) and none of its bytes
-// did. Every fsync of a segment covers its header (SyncMapped syncs from
-// offset 0; the write path fsyncs the whole file), which is written before
-// any record, so no record in it was ever fsynced: it is lost as one of
-// header size is.
+// header, starts with a header and a first record frame of zeros: its
+// preallocated size reached the disk (a journal commits an allocation on
+// its own) and none of its bytes did. Every fsync of a segment covers its
+// header and its first record (SyncMapped syncs from offset 0; the write
+// path fsyncs the whole file), which are written before any other record,
+// so no record in it was ever fsynced: it is lost as one of header size
+// is. A header of zeros before a first record that is there is damage to
+// the header, which Open repairs from the records (checkLogHeader).
 func (l *Log) neverSynced(name string) bool {
 	f, err := l.fs.OpenFile(filepath.Join(l.dir, name), os.O_RDONLY, 0)
 	if err != nil {
 		return false
 	}
 	defer f.Close()
-	head := make([]byte, fileHeaderSize)
+	head := make([]byte, fileHeaderSize+recordHeaderSize)
 	n, _ := f.ReadAt(head, 0)
-	return n == fileHeaderSize && allZero(head)
+	return n >= fileHeaderSize && allZero(head[:n])
+}
+
+// emptyLost makes the kept first lost segment of base (dropLostTail), if
+// what a power cut left of it is its preallocated size in zeros
+// (neverSynced), as empty as a segment a power cut left of header size:
+// its files cut to nothing, so Open takes it for one left empty by its
+// creation and appends go on in it, not for a damaged one to set aside.
+func (l *Log) emptyLost(base uint64) {
+	name := segmentName(base, logSuffix)
+	if size, err := l.listedSize(name); err != nil || size <= fileHeaderSize || !l.neverSynced(name) {
+		return
+	}
+	for _, suffix := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
+		n := segmentName(base, suffix)
+		path := filepath.Join(l.dir, n)
+		f, err := l.fs.OpenFile(path, os.O_RDWR, 0)
+		if err != nil {
+			continue
+		}
+		err = f.Truncate(0)
+		f.Close()
+		if err != nil {
+			l.logger.Warn("diskqueue: cannot empty a lost segment's file", "file", n, "err", err)
+			continue
+		}
+		if info, err := l.fs.Stat(path); err == nil {
+			l.listing[n] = fs.FileInfoToDirEntry(info)
+		}
+	}
 }
 
 // storedReadSeq is the furthest read position any stored cursor file
