@@ -331,8 +331,17 @@ func (c *Channel) Receive(ctx context.Context) (*Message, error) {
 // message, still in place in the backend, was delivered first by the next
 // run, which holds no key. Its delay is then not kept by a restart (the
 // record does not carry it): it comes again at once, first of its key.
+//
+// At most MaxDeferredInMemory wait so (each whole, in memory, its segment
+// kept): past that one goes to the timer store, and a restart may deliver
+// its key's next message ahead of it.
 func (c *Channel) keepsSerialPlace(m *Message) bool {
-	return c.opts.Keys == KeySerial && c.fan == nil && m.Key != nil && m.src == srcBackend
+	if c.opts.Keys != KeySerial || c.fan != nil || m.Key == nil || m.src != srcBackend {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.deferred) < c.opts.MaxDeferredInMemory
 }
 
 // enterTake counts a receiver in from take to deliver, where the message

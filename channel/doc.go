@@ -35,9 +35,13 @@
 // A message put with a delay ([PutOptions].Delay) or requeued with one
 // waits until its due time. With a [TimerStore] (Options.Timers; every
 // queue from spillq.Open has one) it waits there: written with its due time
-// and attempts, after which the record it came from is acknowledged (a
-// crash between the two delivers it twice, never loses it), so a deferred
-// message holds nothing in the Backend. The channel keeps the due times of
+// and attempts, after which the record it came from is acknowledged, once
+// the store has made the new one durable if it can (a crash between the
+// two delivers it twice, never loses it), so a deferred message holds
+// nothing in the Backend; but for a keyed one whose record names it to a
+// key policy (KeyUnique, KeyReplace, and under KeySerial one requeued with
+// a delay, up to Options.MaxDeferredInMemory of those: see [KeySerial]),
+// which waits whole in memory, its record kept. The channel keeps the due times of
 // at most Options.MaxDeferredInMemory of them in memory, the earliest, and
 // reads the store through for the rest when those are used up, and once at
 // New: a restart costs a read of what is deferred, not of the backlog.

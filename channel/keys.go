@@ -41,8 +41,10 @@ const (
 	// graceful restarts included: at Close a keyed message read from the
 	// backend stays where it is there (its attempts since it was stored
 	// are then not counted, and one requeued with a delay, which waits in
-	// memory with its record in place rather than in the timer store,
-	// comes again at once), except that messages that came through the
+	// memory with its record in place rather than in the timer store (up
+	// to Options.MaxDeferredInMemory of them; past that one goes to the
+	// timer store, and may come after its key's next message), comes again
+	// at once), except that messages that came through the
 	// memory buffer (Options.MemQueueSize: in it, in flight or requeued)
 	// go to the backend behind the others, and that on a topic's channel
 	// what it held in memory or deferred goes to its timer store and comes

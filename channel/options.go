@@ -25,7 +25,8 @@ type Options struct {
 	Backend Backend
 
 	// Timers is where deferred messages wait (see [TimerStore]), so that
-	// none holds a record in the Backend; it needs a Backend. [New] takes
+	// none holds a record in the Backend (but the keyed ones the Deferral
+	// section of the package doc names); it needs a Backend. [New] takes
 	// ownership: Close closes it. Nil keeps deferred messages in memory
 	// whole until their due time, each holding its Backend record (if it
 	// has one) unacknowledged until it is finished, and after a restart
