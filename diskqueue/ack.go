@@ -472,21 +472,45 @@ func (a *ackFile) clearFrom(i uint64) (cleared bool, err error) {
 }
 
 // raiseReadEnd records that records up to end (a seq) may have been handed
-// out, storing a little beyond it so the header is written rarely.
-func (a *ackFile) raiseReadEnd(end, limit uint64) error {
+// out, in the bitmap of the segment at base, storing a little beyond it so
+// the header is written rarely.
+//
+// The bits of the first records share the header's page, which reaches the
+// disk whole. The others are on pages of their own, which the kernel may
+// write back before the header's: a power cut could keep bits past a
+// readEnd it lost, which Open does not count, and their records came
+// again, their Acks refused as already acknowledged, Depth never back to 0.
+// So the first raise past the header's page goes to the end of the bitmap
+// at once and is made durable before it returns (before any of those
+// records is handed out): one fsync per segment and cursor.
+func (a *ackFile) raiseReadEnd(end, base uint64) error {
 	if end <= a.readEnd {
 		return nil
 	}
+	limit := base + a.cap
 	next := min(end+readEndStep, limit)
+	durable := false
+	if first := base + firstPageRecords; next > first && a.readEnd <= first {
+		next, durable = limit, !a.mem && !a.owner.log.opts.NoSync
+	}
 	var b [8]byte
 	binary.BigEndian.PutUint64(b[:], next)
 	if err := a.writeAt(b[:], 16); err != nil {
 		return err
 	}
+	if durable {
+		if err := a.sync(ackHeaderSize); err != nil {
+			return fmt.Errorf("diskqueue: fsync %s: %w", a.name, err)
+		}
+	}
 	a.readEnd = next
 	a.markDirty() // for syncAcks: Open trusts the bits only below it
 	return nil
 }
+
+// firstPageRecords is how many records' bits share a bitmap's page with its
+// header.
+var firstPageRecords = uint64(pageSize-ackHeaderSize) * 8
 
 // view calls f with the bitmap bytes holding records [from, to): the
 // mapping itself (guarded against faults), or a copy read from the file on

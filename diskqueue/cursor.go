@@ -1460,7 +1460,7 @@ func (c *Cursor) readLocked() (uint64, int64, []byte, error) {
 			}
 			// Record that this far may be handed out before it is, so a
 			// crash cannot leave an acknowledgement Open would not count.
-			if err := a.raiseReadEnd(seq+1, seg.base+a.cap); err != nil {
+			if err := a.raiseReadEnd(seq+1, seg.base); err != nil {
 				c.rd.unread(seq)
 				return 0, 0, nil, err
 			}
@@ -1584,7 +1584,7 @@ func (c *Cursor) ackPassedLocked(from, to uint64, why string) {
 		a, err := c.ackFor(seg)
 		if err == nil {
 			// Open counts bits only below readEnd.
-			err = a.raiseReadEnd(s+1, seg.base+a.cap)
+			err = a.raiseReadEnd(s+1, seg.base)
 		}
 		if err == nil {
 			_, err = c.markAckedLocked(c.state(seg), s)

@@ -354,7 +354,7 @@ func (c *Cursor) giveUp(seg *segment) (int64, error) {
 		inFlight = int64(read-lo) - set
 	}
 	// Open counts the bits below readEnd only.
-	if err := a.raiseReadEnd(end, seg.base+a.cap); err != nil {
+	if err := a.raiseReadEnd(end, seg.base); err != nil {
 		return 0, err
 	}
 	lost, err := a.setRange(lo, hi)
