@@ -482,7 +482,9 @@ func emptyLogBytes(cursors int) int64 {
 // record in it is acknowledged: on a full disk (the budget's or the file
 // system's) no consumer will ever free that space otherwise.
 //
-// It reports whether every record is acknowledged, so a roll is coming.
+// It reports whether the roll is coming and will free the active segment's
+// space: it holds records, every one acknowledged, and HoldFrom does not
+// keep it.
 func (l *Log) requestRollLocked() bool {
 	if !l.consumedLocked() {
 		return false
@@ -491,7 +493,8 @@ func (l *Log) requestRollLocked() bool {
 		l.rollRequested.Store(true)
 		l.wake()
 	}
-	return true
+	t := l.t
+	return t != nil && t.end > t.seg.base && !l.held(t.seg)
 }
 
 // rollConsumedLocked rolls the active segment if every cursor has
