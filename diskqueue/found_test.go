@@ -140,6 +140,19 @@ func namedCursorsLog(t *testing.T, mfs *memFS, names ...string) (Options, *Log, 
 
 const threePerSegment = fileHeaderSize + 3*recordHeaderSize + 3*10
 
+// fixedQueue opens a queue at /q on a new memFS of kind, three records
+// (fixedBody) a segment, and returns the options it opened with.
+func fixedQueue(t *testing.T, kind memFSKind) (*memFS, Options, *Queue) {
+	t.Helper()
+	mfs := kind.new(t)
+	opts := Options{MaxSegmentBytes: threePerSegment, fsForTesting: mfs}
+	q, err := Open("/q", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mfs, opts, q
+}
+
 // tombstoneFixture leaves in dir segments 0 (records 0..2, 2 not
 // acknowledged), 3 and 6 (acknowledged whole and deleted ahead of segment
 // 0: tombstones) and 9 (records 9..11, acknowledged), the queue closed.
@@ -1123,12 +1136,7 @@ func TestRetiredBitmapFsyncedWithItsName(t *testing.T) {
 func TestLaterBitmapDurableBeforeEarlierReadEnd(t *testing.T) {
 	for _, kind := range memFSKinds() {
 		t.Run(kind.name, func(t *testing.T) {
-			mfs := kind.new(t)
-			opts := Options{MaxSegmentBytes: threePerSegment, fsForTesting: mfs}
-			q, err := Open("/q", opts)
-			if err != nil {
-				t.Fatal(err)
-			}
+			mfs, opts, q := fixedQueue(t, kind)
 			putFixed(t, q, 9) // segments 0, 3 and 6
 			done, cancel := context.WithCancel(context.Background())
 			cancel()
@@ -1196,12 +1204,7 @@ func TestLaterBitmapDurableBeforeEarlierReadEnd(t *testing.T) {
 func TestPowerCutPreallocatedLostSegment(t *testing.T) {
 	for _, kind := range memFSKinds() {
 		t.Run(kind.name, func(t *testing.T) {
-			mfs := kind.new(t)
-			opts := Options{MaxSegmentBytes: threePerSegment, fsForTesting: mfs}
-			q, err := Open("/q", opts)
-			if err != nil {
-				t.Fatal(err)
-			}
+			mfs, opts, q := fixedQueue(t, kind)
 			putFixed(t, q, 6) // segments 0 and 3, both full
 			if err := q.Close(); err != nil {
 				t.Fatal(err)
@@ -1222,7 +1225,8 @@ func TestPowerCutPreallocatedLostSegment(t *testing.T) {
 			mfs.SyncDir("/q")
 			var logs lockedBuffer
 			opts.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
-			if q, err = Open("/q", opts); err != nil {
+			q, err := Open("/q", opts)
+			if err != nil {
 				t.Fatal(err)
 			}
 			defer q.Close()
