@@ -15,11 +15,12 @@ import (
 // with one (Options.Timers; spillq.Open gives every queue one), a message
 // put with a delay, requeued with a delay, or read from the backend with its
 // due time still ahead is written to the timer store, with its due time and
-// attempts, and then its backend record (if any) is acknowledged. So no
-// deferred message holds a record in the backend, and the backend's
-// segments go as soon as their undeferred messages are finished; a crash
-// between the two writes leaves the message in both, to be delivered twice,
-// never lost.
+// attempts, and then its backend record (if any) is acknowledged (after a
+// Sync of the store, if it has one: see below). So no deferred message
+// holds a record in the backend (but the keyed ones the package doc's
+// Deferral section names), and the backend's segments go as soon as their
+// undeferred messages are finished; a crash between the two writes leaves
+// the message in both, to be delivered twice, never lost.
 //
 // The channel holds in memory the due time and seq of at most
 // Options.MaxDeferredInMemory of them, the earliest due; the others are on
