@@ -130,7 +130,7 @@ func (l *Log) mayMakeRoomLocked() bool {
 	if l.opts.RetainBytes > 0 || l.opts.RetainAge > 0 || l.heldFrom.Load() > 0 {
 		return true
 	}
-	if l.consumedLocked() || l.acksSum() != l.acksLooked.Load() {
+	if l.consumedLocked() || l.acksSum() != l.acksLooked.Load() || l.ackedSealing.Load() {
 		return true
 	}
 	for _, c := range l.cursors {

@@ -123,8 +123,12 @@ type Log struct {
 	nextSeq logEnd // seq the next Put gets
 
 	// Gauges and counters for Stats, readable without a lock.
-	diskBytes        atomic.Int64 // bytes written to every segment's files
-	rollRequested    atomic.Bool
+	diskBytes     atomic.Int64 // bytes written to every segment's files
+	rollRequested atomic.Bool
+	// ackedSealing says the writer's last look for segments to delete
+	// found acknowledged ones it could not delete yet, still being sealed
+	// (mayMakeRoomLocked).
+	ackedSealing     atomic.Bool
 	corruptRecords   atomic.Int64
 	badFiles         atomic.Int64
 	indexRebuilds    atomic.Int64

@@ -140,13 +140,24 @@ func (l *Log) housekeep(now time.Time) {
 	// an older segment still holds records it has not.
 	isDone := make([]bool, len(segs))
 	for i := range isDone {
-		isDone[i] = !segs[i].writing.Load()
+		isDone[i] = true
 	}
 	for _, c := range cursors {
 		for i, d := range c.done(segs) {
 			isDone[i] = isDone[i] && d
 		}
 	}
+	// Acknowledged segments rotated out and not sealed yet cannot go this
+	// round; a Put at the budget is to ask for room (makeRoom seals them
+	// first), though no acknowledgement came since this look.
+	sealing := false
+	for i := range isDone {
+		if segs[i].writing.Load() {
+			sealing = sealing || isDone[i] && i < len(segs)-1
+			isDone[i] = false
+		}
+	}
+	l.ackedSealing.Store(sealing)
 	var cands []int
 	for i := 0; i < len(segs)-1; i++ {
 		if !segs[i].gone.Load() && isDone[i] {
