@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -654,4 +656,95 @@ func TestSerialRequeuedHeadKeepsOrderAcrossRestart(t *testing.T) {
 	if want := []string{"k:1", "k:2", "k:3"}; !slices.Equal(got, want) {
 		t.Errorf("after a graceful restart: delivered %v, want %v (put order per key)", got, want)
 	}
+}
+
+// TestDeadLetterAckedBeforeClose: a DeadLetter handler that runs as Close
+// begins acknowledges its message's record before Close closes the log:
+// acknowledged after, the Ack failed, the record stayed, and the next Open
+// dead-lettered the same message again (a review of the change that ran
+// the handler outside the receiver's take).
+func TestDeadLetterAckedBeforeClose(t *testing.T) {
+	dir := t.TempDir()
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	handled := make(chan struct{})
+	q := open(t, dir, spillq.Options{DeadLetter: func(*channel.Message, error) {
+		close(entered)
+		<-release
+	}})
+	ctx := context.Background()
+	if err := q.PutWith(ctx, []byte("x"), channel.PutOptions{Expires: time.Now().Add(-time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(handled)
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		q.Receive(rctx)
+	}()
+	<-entered
+	closed := make(chan error, 1)
+	go func() { closed <- q.Close() }()
+	select {
+	case err := <-closed:
+		t.Errorf("Close returned (%v) while the DeadLetter handler still ran", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(release)
+	<-handled
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	var again atomic.Int64
+	q = open(t, dir, spillq.Options{DeadLetter: func(*channel.Message, error) { again.Add(1) }})
+	rctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	q.Receive(rctx)
+	cancel()
+	q.Close()
+	if n := again.Load(); n != 0 {
+		t.Errorf("the message dead-lettered before the restart was dead-lettered again %d time(s) after it", n)
+	}
+}
+
+// TestEmptyRacesAQueuedMove: a Requeue with a delay has its old record
+// acknowledged a moment later, once the timer store has synced the new
+// one; an Empty in between discarded the old record first, and the
+// settler's Ack then warned that the message would come again after a
+// restart, which it does not (a review of the settler).
+func TestEmptyRacesAQueuedMove(t *testing.T) {
+	var logs lockedLog
+	q := open(t, t.TempDir(), spillq.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	defer q.Close()
+	ctx := context.Background()
+	if err := q.Put(ctx, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := recv(t, q).Requeue(time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Empty(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // past the settler's wait
+	if s := logs.String(); strings.Contains(s, "cannot acknowledge") {
+		t.Errorf("after Empty, the settler acknowledged the emptied record and warned:\n%s", s)
+	}
+}
+
+// lockedLog is a buffer for a logger that goroutines write to at once.
+type lockedLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

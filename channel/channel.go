@@ -313,12 +313,12 @@ func (c *Channel) Receive(ctx context.Context) (*Message, error) {
 			continue
 		}
 		m, ok, dead := c.deliver(m)
+		if dead != nil {
+			c.deadLetter(m, dead)
+		}
 		c.leaveTake()
 		if ok {
 			return m, nil
-		}
-		if dead != nil {
-			c.deadLetter(m, dead)
 		}
 	}
 }
@@ -492,9 +492,9 @@ func (c *Channel) addReadyLocked(m *Message) {
 // that must not reach a consumer: discarded by Empty, or expired.
 //
 // A message that goes to DeadLetter instead is returned with the reason
-// (and false): the caller hands it over once it has left the take (leaveTake),
-// as the handler may Put, and Close, holding Puts off, waits for receivers
-// in the take.
+// (and false), for the caller to hand over, still in the take, so that
+// Close waits for the handler (and its acknowledgement of the record)
+// before it closes the stores.
 func (c *Channel) deliver(m *Message) (*Message, bool, error) {
 	if m.gen != c.gen.Load() {
 		c.keyDone(m) // emptied: it holds its key no more
@@ -558,11 +558,12 @@ func (c *Channel) ReceiveBatch(ctx context.Context, max int) ([]*Message, error)
 			break
 		}
 		m, ok, dead := c.deliver(m)
+		if dead != nil {
+			c.deadLetter(m, dead)
+		}
 		c.leaveTake()
 		if ok {
 			out = append(out, m)
-		} else if dead != nil {
-			c.deadLetter(m, dead)
 		}
 	}
 	return out, nil
@@ -954,6 +955,9 @@ func (c *Channel) Empty() error {
 	}
 	if c.timers != nil {
 		c.timers.empty()
+		// Moves waiting to be settled: their old records go with the
+		// backend's, and their new ones with the timer store's.
+		c.takeMoves()
 	}
 	c.mu.Unlock()
 	c.unlockFlights()
@@ -1240,9 +1244,23 @@ func (c *Channel) Close() error {
 	c.cancel()
 	// Wait for Puts that were handing a message over: taking the write
 	// lock is the barrier (they hold it shared), and none can start after,
-	// since isClosed is set. Held while what the channel holds is stored
-	// again below, so a snapshot of the key state (KeyState) sees that
-	// done or not begun, never halfway.
+	// since isClosed is set. Let go while the channel's goroutines and
+	// receivers finish: a DeadLetter handler they run may Put (which
+	// returns ErrClosed now), and waiting for it holding the lock left
+	// each waiting for the other.
+	c.prod.putMu.Lock()
+	//lint:ignore SA2001 the lock is the barrier; nothing is done under it
+	c.prod.putMu.Unlock()
+	c.wg.Wait()
+	c.waitTakers()
+	if c.timers != nil {
+		// Moves queued and not settled yet (settler), none to come: the
+		// goroutines and Requeues that queue them are done.
+		c.settleMoves(context.Background(), c.timers.store, c.takeMoves(), "deferred to the timer store")
+	}
+	// Held while what the channel holds is stored again below, so a
+	// snapshot of the key state (KeyState) sees that done or not begun,
+	// never halfway.
 	c.prod.putMu.Lock()
 	putLocked := true
 	unlockPut := func() {
@@ -1252,14 +1270,6 @@ func (c *Channel) Close() error {
 		}
 	}
 	defer unlockPut()
-
-	c.wg.Wait()
-	c.waitTakers()
-	if c.timers != nil {
-		// Moves queued and not settled yet (settler), none to come: the
-		// goroutines and Requeues that queue them are done.
-		c.settleMoves(context.Background(), c.timers.store, c.takeMoves(), "deferred to the timer store")
-	}
 
 	var held []*Message
 	// Without waiting: a receiver may still take from the buffer (take

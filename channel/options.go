@@ -57,7 +57,8 @@ type Options struct {
 	// before delivery, with ErrMaxAttempts or ErrExpired. It runs on the
 	// goroutine that found it so (the channel's own, or a caller's of
 	// Receive or Requeue), holding no lock of the channel's, and must not
-	// block for long; it may Put to the channel. Nil drops the
+	// block for long (Close waits for it); it may Put to the channel,
+	// which returns ErrClosed once Close has begun. Nil drops the
 	// message, logging it at Warn to Logger if one is set (the default
 	// Logger discards); Stats counts it either way.
 	DeadLetter func(m *Message, reason error)

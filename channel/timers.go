@@ -438,6 +438,9 @@ func (c *Channel) settleMoves(ctx context.Context, to any, msgs []*Message, why 
 	}
 	var first error
 	for _, m := range msgs {
+		if m.gen != c.gen.Load() {
+			continue // Empty discarded its old record (and its new one)
+		}
 		if err := c.ack(m); err != nil {
 			c.log.Warn("channel: cannot acknowledge a message's old record; it is delivered again after a restart", "id", m.ID.String(), "why", why, "err", err)
 			first = cmp.Or(first, err)
