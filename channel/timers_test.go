@@ -458,3 +458,35 @@ func TestMovedRecordAckedOnceDurable(t *testing.T) {
 		}
 	})
 }
+
+// TestSerialInPlaceRequeuesBounded: under KeySerial a message requeued
+// with a delay waits in memory with its record in place (so a restart keeps
+// its key's order), each whole in memory: at most MaxDeferredInMemory of
+// them, the rest going to the timer store as before (a review noted there
+// was no bound).
+func TestSerialInPlaceRequeuesBounded(t *testing.T) {
+	b, s := newMemBackend(), newMemTimers()
+	c := newChannel(t, channel.Options{Backend: b, Timers: s, Keys: channel.KeySerial, MaxDeferredInMemory: 2})
+	defer c.Close()
+	ctx := context.Background()
+	for _, k := range []string{"a", "b", "c"} {
+		if err := c.PutWith(ctx, []byte(k), channel.PutOptions{Key: []byte(k)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 {
+		m, err := c.Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Requeue(time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); b.Depth() > 2 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	if sd, bd := s.Depth(), b.Depth(); sd != 1 || bd != 2 {
+		t.Errorf("3 requeued with a delay, MaxDeferredInMemory 2: %d in the timer store and %d records kept in the backend, want 1 and 2", sd, bd)
+	}
+}
