@@ -294,33 +294,37 @@ func (c *Channel) Receive(ctx context.Context) (*Message, error) {
 		if err := c.waitUnpaused(ctx); err != nil {
 			return nil, err
 		}
-		if !c.enterTake() {
-			return nil, ErrClosed
-		}
-		m, err := c.take(ctx)
+		m, err := c.receiveOne(ctx)
 		if err == errPaused {
-			c.leaveTake()
 			continue
 		}
-		if err != nil {
-			c.leaveTake()
-			return nil, err
-		}
-		if c.paused.Load() && c.giveBack(m) {
-			// Paused as this Receive took m: the message goes back ahead
-			// of everything, undelivered.
-			c.leaveTake()
-			continue
-		}
-		m, ok, dead := c.deliver(m)
-		if dead != nil {
-			c.deadLetter(m, dead)
-		}
-		c.leaveTake()
-		if ok {
-			return m, nil
+		if err != nil || m != nil {
+			return m, err
 		}
 	}
+}
+
+// receiveOne takes a message and puts it in flight, all within the take
+// (enterTake). It returns nil and no error for one taken and not to be
+// delivered (dropped, dead-lettered, parked behind its key), and errPaused
+// when Pause came first or as it took one (which goes back, undelivered,
+// ahead of everything).
+func (c *Channel) receiveOne(ctx context.Context) (*Message, error) {
+	if !c.enterTake() {
+		return nil, ErrClosed
+	}
+	defer c.leaveTake()
+	m, err := c.take(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if c.paused.Load() && c.giveBack(m) {
+		return nil, errPaused
+	}
+	if m, ok := c.deliver(m); ok {
+		return m, nil
+	}
+	return nil, nil
 }
 
 // keepsSerialPlace reports whether m, requeued with a delay, waits in
@@ -489,43 +493,43 @@ func (c *Channel) addReadyLocked(m *Message) {
 }
 
 // deliver puts a taken message in flight. It returns false for a message
-// that must not reach a consumer: discarded by Empty, or expired.
-//
-// A message that goes to DeadLetter instead is returned with the reason
-// (and false), for the caller to hand over, still in the take, so that
-// Close waits for the handler (and its acknowledgement of the record)
-// before it closes the stores.
-func (c *Channel) deliver(m *Message) (*Message, bool, error) {
+// that must not reach a consumer: discarded by Empty, expired or out of
+// attempts (dead-lettered here, within the take, so that Close waits for
+// the handler and its acknowledgement of the record before it closes the
+// stores).
+func (c *Channel) deliver(m *Message) (*Message, bool) {
 	if m.gen != c.gen.Load() {
 		c.keyDone(m) // emptied: it holds its key no more
-		return nil, false, nil
+		return nil, false
 	}
 	if m.src == srcBackend && c.discards != nil && c.discards.Discarded(m.seq) {
 		c.keyDone(m)
-		return nil, false, nil
+		return nil, false
 	}
 	if m.expires != 0 && time.Now().UnixNano() > m.expires {
 		c.cons.expired.Add(1)
-		return m, false, ErrExpired
+		c.deadLetter(m, ErrExpired)
+		return nil, false
 	}
 	if c.exhausted(m) {
 		// Its deliveries used up before it came here: it was in flight
 		// at a Close, which stored it with its attempts, and each run
 		// after delivered it once more, past MaxAttempts, without end.
-		return m, false, ErrMaxAttempts
+		c.deadLetter(m, ErrMaxAttempts)
+		return nil, false
 	}
 	if m.Key != nil && c.fan != nil && c.fan.keys != nil && c.fan.keys.policy == KeyReplace && c.fan.keys.supersedes(m.Key, m.ID) {
 		c.cons.superseded.Add(1)
 		c.dropSuperseded(m)
-		return nil, false, nil
+		return nil, false
 	}
 	if c.keys != nil && m.Key != nil {
 		switch ok, drop := c.keys.take(m); {
 		case drop:
 			c.dropSuperseded(m)
-			return nil, false, nil
+			return nil, false
 		case !ok:
-			return nil, false, nil // parked behind its key's message (KeySerial)
+			return nil, false // parked behind its key's message (KeySerial)
 		}
 	}
 	f := c.flightFor(m)
@@ -535,7 +539,7 @@ func (c *Channel) deliver(m *Message) (*Message, bool, error) {
 	m.state = stateInFlight
 	f.link(m)
 	f.mu.Unlock()
-	return m, true, nil
+	return m, true
 }
 
 // ReceiveBatch waits for one message like Receive, then takes up to max-1
@@ -551,18 +555,12 @@ func (c *Channel) ReceiveBatch(ctx context.Context, max int) ([]*Message, error)
 	out := []*Message{first}
 	now, cancel := context.WithCancel(ctx)
 	cancel() // take does not wait with a done context
-	for len(out) < max && !c.isPaused() && c.enterTake() {
-		m, err := c.take(now)
+	for len(out) < max && !c.isPaused() {
+		m, err := c.receiveOne(now)
 		if err != nil {
-			c.leaveTake()
 			break
 		}
-		m, ok, dead := c.deliver(m)
-		if dead != nil {
-			c.deadLetter(m, dead)
-		}
-		c.leaveTake()
-		if ok {
+		if m != nil {
 			out = append(out, m)
 		}
 	}

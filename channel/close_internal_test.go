@@ -61,7 +61,7 @@ func TestCloseWaitsForATakenMessage(t *testing.T) {
 		t.Fatalf("Close returned (%v) while a receiver held a message it had taken and not delivered", err)
 	case <-time.After(50 * time.Millisecond):
 	}
-	dm, ok, _ := c.deliver(m)
+	dm, ok := c.deliver(m)
 	c.leaveTake()
 	if err := <-closed; err != nil {
 		t.Fatalf("Close: %v", err)
