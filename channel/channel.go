@@ -1254,7 +1254,7 @@ func (c *Channel) Close() error {
 	if c.timers != nil {
 		// Moves queued and not settled yet (settler), none to come: the
 		// goroutines and Requeues that queue them are done.
-		c.settleMoves(context.Background(), c.timers.store, c.takeMoves(), "deferred to the timer store")
+		c.settleMoves(context.Background(), c.timers.sync, c.takeMoves(), "deferred to the timer store")
 	}
 	// Held while what the channel holds is stored again below, so a
 	// snapshot of the key state (KeyState) sees that done or not begun,
@@ -1420,11 +1420,12 @@ drain:
 	}
 	// The old records once the new ones are durable (settleMoves).
 	if len(toTimerStore) > 0 { // there is a timer store
-		if err := c.settleMoves(storeCtx, c.timers.store, toTimerStore, "stored again at close"); err != nil {
+		if err := c.settleMoves(storeCtx, c.timers.sync, toTimerStore, "stored again at close"); err != nil {
 			errs = append(errs, fmt.Errorf("channel: close: %w", err))
 		}
 	}
-	if err := c.settleMoves(storeCtx, c.backend, toBackend, "stored again at close"); err != nil {
+	backendSync, _ := c.backend.(syncer)
+	if err := c.settleMoves(storeCtx, backendSync, toBackend, "stored again at close"); err != nil {
 		errs = append(errs, fmt.Errorf("channel: close: %w", err))
 	}
 	if kept > 0 {

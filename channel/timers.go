@@ -96,7 +96,10 @@ func (e timerEntry) compare(o timerEntry) int {
 // reads the store through and takes the earliest max entries again.
 type timerSet struct {
 	store TimerStore
-	max   int
+	// sync is store as a syncer, if it is one: its moved messages' old
+	// records are then acknowledged after it syncs (settleMoves).
+	sync syncer
+	max  int
 	// putMu is held shared from a Put to the store until its entry is
 	// added, and exclusively by a refill's merge: a record the refill read
 	// is then either in the heap already or not to be added again.
@@ -124,7 +127,9 @@ type timerSet struct {
 }
 
 func newTimerSet(store TimerStore, max int) *timerSet {
-	return &timerSet{store: store, max: max, horizon: math.MaxInt64, out: map[uint64]struct{}{}, spillMin: math.MaxInt64}
+	t := &timerSet{store: store, max: max, horizon: math.MaxInt64, out: map[uint64]struct{}{}, spillMin: math.MaxInt64}
+	t.sync, _ = store.(syncer)
+	return t
 }
 
 // add takes a new entry (the caller holds Channel.mu).
@@ -334,7 +339,7 @@ func (c *Channel) deferToTimers(ctx context.Context, m *Message, due int64) erro
 		c.deferInMemory(m)
 		return err
 	}
-	if _, lazy := c.timers.store.(syncer); lazy && m.src != srcMemory {
+	if c.timers.sync != nil && m.src != srcMemory {
 		c.queueMove(m)
 	} else {
 		c.ackRecord(m, "deferred to the timer store")
@@ -404,7 +409,7 @@ func (c *Channel) settler() {
 			wait.Stop()
 			return
 		}
-		c.settleMoves(c.closeCtx, c.timers.store, c.takeMoves(), "deferred to the timer store")
+		c.settleMoves(c.closeCtx, c.timers.sync, c.takeMoves(), "deferred to the timer store")
 	}
 }
 
@@ -415,23 +420,24 @@ type syncer interface {
 }
 
 // settleMoves acknowledges the old records of msgs, each just stored again
-// in to (moved: to the timer store when deferred, to the backend at
-// Close), once to has made them durable if it can (a syncer). Acknowledged
+// in a store (moved: to the timer store when deferred, to the backend at
+// Close), once the store has made them durable, if it can (sync, nil if
+// it cannot). Acknowledged
 // at once, an old record's acknowledgement could reach the disk before the
 // new record did (each store syncs on its own tick, and the kernel writes
 // mapped pages back in its own order), and a power cut then lost a message
 // put and fsynced long before. If the sync fails, the old records stay:
 // after a restart those messages come twice, never not at all. It returns
 // the first error.
-func (c *Channel) settleMoves(ctx context.Context, to any, msgs []*Message, why string) error {
+func (c *Channel) settleMoves(ctx context.Context, sync syncer, msgs []*Message, why string) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	if s, ok := to.(syncer); ok {
+	if sync != nil {
 		// Not cut short by Close (which cancels the pump's and Requeue's
 		// ctx, then waits for them): given up, the old records stayed
 		// and came again after the restart.
-		if err := s.Sync(context.WithoutCancel(ctx)); err != nil {
+		if err := sync.Sync(context.WithoutCancel(ctx)); err != nil {
 			c.log.Warn("channel: cannot make moved messages durable; their old records stay, and they are delivered again after a restart", "messages", len(msgs), "why", why, "err", err)
 			return err
 		}
@@ -441,10 +447,7 @@ func (c *Channel) settleMoves(ctx context.Context, to any, msgs []*Message, why 
 		if m.gen != c.gen.Load() {
 			continue // Empty discarded its old record (and its new one)
 		}
-		if err := c.ack(m); err != nil {
-			c.log.Warn("channel: cannot acknowledge a message's old record; it is delivered again after a restart", "id", m.ID.String(), "why", why, "err", err)
-			first = cmp.Or(first, err)
-		}
+		first = cmp.Or(first, c.ackRecord(m, why))
 	}
 	return first
 }
@@ -482,10 +485,12 @@ func (c *Channel) deferInMemory(m *Message) {
 // ackRecord acknowledges the record m came from, if any, logging a failure
 // (the message is then delivered again after a restart); why says what
 // became of m.
-func (c *Channel) ackRecord(m *Message, why string) {
-	if err := c.ack(m); err != nil {
+func (c *Channel) ackRecord(m *Message, why string) error {
+	err := c.ack(m)
+	if err != nil {
 		c.log.Warn("channel: cannot acknowledge a message's old record; it is delivered again after a restart", "id", m.ID.String(), "why", why, "err", err)
 	}
+	return err
 }
 
 // ack acknowledges the record m came from, if any.
