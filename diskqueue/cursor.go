@@ -1203,13 +1203,8 @@ func (c *Cursor) loadAcks() error {
 // 0. A bitmap missing, never written or damaged counts as not read: what
 // it held is delivered again, as ackFor does with it.
 func (c *Cursor) wasRead(seg *segment) bool {
-	f, err := c.log.fs.OpenFile(c.ackPath(seg), os.O_RDONLY, 0)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	head := make([]byte, ackHeaderSize)
-	if n, _ := f.ReadAt(head, 0); n < ackHeaderSize {
+	head, err := readHead(c.log.fs, c.ackPath(seg), ackHeaderSize)
+	if err != nil || len(head) < ackHeaderSize {
 		return false
 	}
 	readEnd, _, err := decodeAckHeader(head, seg.base)

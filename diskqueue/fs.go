@@ -88,6 +88,22 @@ func (osFS) SyncDir(dir string) error {
 func (osFS) Lock(name string) (io.Closer, error) { return lockFile(name) }
 
 // readFile reads a whole file through the file-system seam.
+// readHead returns the first n bytes of the file name, or as many as it
+// has: what Open and Verify look at of a file's header alone.
+func readHead(fsys fileSystem, name string, n int) ([]byte, error) {
+	f, err := fsys.OpenFile(name, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b := make([]byte, n)
+	k, err := f.ReadAt(b, 0)
+	if err != nil && k < n && err != io.EOF {
+		return nil, err
+	}
+	return b[:k], nil
+}
+
 func readFile(fsys fileSystem, name string) ([]byte, error) {
 	f, err := fsys.OpenFile(name, os.O_RDONLY, 0)
 	if err != nil {

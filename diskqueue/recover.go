@@ -238,14 +238,8 @@ func (l *Log) dropLostTail(bases, ghosts []uint64) []uint64 {
 // is. A header of zeros before a first record that is there is damage to
 // the header, which Open repairs from the records (checkLogHeader).
 func (l *Log) neverSynced(name string) bool {
-	f, err := l.fs.OpenFile(filepath.Join(l.dir, name), os.O_RDONLY, 0)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	head := make([]byte, fileHeaderSize+recordHeaderSize)
-	n, _ := f.ReadAt(head, 0)
-	return n >= fileHeaderSize && allZero(head[:n])
+	head, err := readHead(l.fs, filepath.Join(l.dir, name), fileHeaderSize+recordHeaderSize)
+	return err == nil && len(head) >= fileHeaderSize && allZero(head)
 }
 
 // emptyLost makes the kept first lost segment of base (dropLostTail), if

@@ -284,8 +284,8 @@ func (l *Log) verifySegment(seg *segment, rep *Report) {
 // headerUnwritten reports whether the file at path is shorter than a file
 // header or its header is all zeros: never written, or never fsynced.
 func (l *Log) headerUnwritten(path string) bool {
-	b, err := readFile(l.fs, path)
-	return err == nil && (len(b) < fileHeaderSize || allZero(b[:fileHeaderSize]))
+	head, err := readHead(l.fs, path, fileHeaderSize)
+	return err == nil && (len(head) < fileHeaderSize || allZero(head))
 }
 
 // collectHandler keeps the warnings a read-only open logs.
