@@ -1398,8 +1398,8 @@ drain:
 				notStored(m, err)
 				continue
 			}
-			if stored && m.Key != nil && c.keys != nil && c.opts.Keys == KeyDedup {
-				c.keys.storedInTimers(m.Key, m.ID)
+			if stored && m.Key != nil && c.seqs != nil {
+				c.keys.stored(m.Key, m.ID, 0, srcTimers)
 			}
 		}
 		if !stored {
@@ -1411,7 +1411,7 @@ drain:
 				continue
 			}
 			if cp.Key != nil && c.seqs != nil {
-				c.keys.stored(cp.Key, cp.ID, cp.seq)
+				c.keys.stored(cp.Key, cp.ID, cp.seq, srcBackend)
 			}
 			toBackend = append(toBackend, m)
 			continue

@@ -399,32 +399,31 @@ func (t *keyTable) commit(a admitted, id ID, seq uint64, src msgSource) {
 	if t.policy == KeyReplace && id > e.id {
 		e.id, e.seq, e.hasSeq, e.kept = id, 0, false, false
 	}
-	if e.id == id && src != srcMemory {
-		e.kept = true
-		if src == srcBackend {
-			e.seq, e.hasSeq = seq, true
-		}
+	if e.id == id {
+		e.keptIn(seq, src)
 	}
 }
 
-// stored records the backend record that message id with key went to
-// later (Close stores again what it held), so a snapshot can name it.
-func (t *keyTable) stored(key []byte, id ID, seq uint64) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if e, _ := t.lookup(key); e != nil && e.id == id {
-		e.seq, e.hasSeq, e.kept = seq, true, true
+// keptIn records that e's message is in backend record seq (src
+// srcBackend) or in the timer store (srcTimers); srcMemory changes nothing.
+func (e *keyEntry) keptIn(seq uint64, src msgSource) {
+	if src == srcMemory {
+		return
+	}
+	e.kept = true
+	if src == srcBackend {
+		e.seq, e.hasSeq = seq, true
 	}
 }
 
-// storedInTimers records that message id with key went to the timer store
-// later (Close stores there what it held deferred), so a KeyDedup
-// snapshot keeps its key.
-func (t *keyTable) storedInTimers(key []byte, id ID) {
+// stored records where message id with key went later (Close stores
+// again what it held): backend record seq (srcBackend) or the timer store
+// (srcTimers), so a snapshot can name it (a KeyDedup one keep its key).
+func (t *keyTable) stored(key []byte, id ID, seq uint64, src msgSource) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if e, _ := t.lookup(key); e != nil && e.id == id {
-		e.kept = true
+		e.keptIn(seq, src)
 	}
 }
 
