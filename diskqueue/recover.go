@@ -177,14 +177,17 @@ func (l *Log) recover() error {
 // removing them. ghosts are the tombstones (findTombstones).
 func (l *Log) dropLostTail(bases, ghosts []uint64) []uint64 {
 	k := len(bases)
+	zeroed := false // the first lost segment is its preallocated size in zeros
 	for k > 0 {
 		name := segmentName(bases[k-1], logSuffix)
 		size, err := l.listedSize(name)
 		if err != nil || size > fileHeaderSize && !l.neverSynced(name) {
 			break
 		}
+		zeroed = size > fileHeaderSize
 		k--
 	}
+	kept := false // the first lost segment stays, for appends to go on in
 	if k < len(bases) && k > 0 && (l.isCompacted(bases[k-1]) || len(ghosts) > 0 && ghosts[len(ghosts)-1] > bases[k-1]) {
 		// A compacted segment never takes appends: the first lost one
 		// stays, as the segment they go on in, so that the compacted
@@ -192,23 +195,19 @@ func (l *Log) dropLostTail(bases, ghosts []uint64) []uint64 {
 		// So it does after tombstones, so that their seqs, of records
 		// acknowledged and deleted, are not given to new records.
 		k++
-		if !l.readOnly {
-			l.emptyLost(bases[k-1])
-		}
+		kept = true
 	}
-	if k == len(bases) {
-		return bases // none
-	}
-	if k == 0 {
+	if k == 0 && len(bases) > 0 {
 		// Every segment lost its records: the first is the one they go
 		// on in, as a segment left empty by its creation is (setAside).
 		k = 1
-		if !l.readOnly {
-			l.emptyLost(bases[0])
-		}
-		if len(bases) == 1 {
-			return bases
-		}
+		kept = true
+	}
+	if kept && zeroed && !l.readOnly {
+		l.emptyLost(bases[k-1])
+	}
+	if k == len(bases) {
+		return bases // none, or the one left is the first
 	}
 	lost := bases[k:]
 	if l.readOnly {
@@ -242,16 +241,12 @@ func (l *Log) neverSynced(name string) bool {
 	return err == nil && len(head) >= fileHeaderSize && allZero(head)
 }
 
-// emptyLost makes the kept first lost segment of base (dropLostTail), if
-// what a power cut left of it is its preallocated size in zeros
-// (neverSynced), as empty as a segment a power cut left of header size:
-// its files cut to nothing, so Open takes it for one left empty by its
-// creation and appends go on in it, not for a damaged one to set aside.
+// emptyLost makes the kept first lost segment of base (dropLostTail), what
+// a power cut left of it its preallocated size in zeros (neverSynced), as
+// empty as a segment a power cut left of header size: its files cut to
+// nothing, so Open takes it for one left empty by its creation and appends
+// go on in it, not for a damaged one to set aside.
 func (l *Log) emptyLost(base uint64) {
-	name := segmentName(base, logSuffix)
-	if size, err := l.listedSize(name); err != nil || size <= fileHeaderSize || !l.neverSynced(name) {
-		return
-	}
 	for _, suffix := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
 		n := segmentName(base, suffix)
 		path := filepath.Join(l.dir, n)
