@@ -111,6 +111,28 @@ func readFixed(t *testing.T, q *Queue) []uint64 {
 	}
 }
 
+// readAcking reads n records from r without waiting and acknowledges
+// those ack says (every one, with ack nil).
+func readAcking(t *testing.T, r interface {
+	Read(context.Context) (Record, error)
+	Ack(uint64) error
+}, n int, ack func(seq uint64) bool) {
+	t.Helper()
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range n {
+		rec, err := r.Read(done)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ack == nil || ack(rec.Seq) {
+			if err := r.Ack(rec.Seq); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
 // namedCursorsLog opens a log at /q on mfs, three records a segment,
 // fsync per record and no sync tick, with the named cursors reading from
 // the oldest, and puts records 0..3 (segments 0 and 3). It returns the
@@ -159,25 +181,13 @@ func fixedQueue(t *testing.T, kind memFSKind) (*memFS, Options, *Queue) {
 func tombstoneFixture(t *testing.T, dir string, opts Options) {
 	t.Helper()
 	ctx := context.Background()
-	done, cancel := context.WithCancel(ctx)
-	cancel()
 	q, err := Open(dir, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer q.Close()
 	putFixed(t, q, 12)
-	for range 12 {
-		rec, err := q.Read(done)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if rec.Seq != 2 {
-			if err := q.Ack(rec.Seq); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	readAcking(t, q, 12, func(seq uint64) bool { return seq != 2 })
 	if err := q.Sync(ctx); err != nil { // segments 3 and 6 become tombstones
 		t.Fatal(err)
 	}
@@ -405,17 +415,7 @@ func TestFirstReadAfterOpenWhileDeleting(t *testing.T) {
 				t.Fatal(err)
 			}
 			putFixed(t, q, 6)
-			for range 4 {
-				rec, err := q.Read(done)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if rec.Seq < 3 {
-					if err := q.Ack(rec.Seq); err != nil {
-						t.Fatal(err)
-					}
-				}
-			}
+			readAcking(t, q, 4, func(seq uint64) bool { return seq < 3 })
 			if err := q.Close(); err != nil {
 				t.Fatal(err)
 			}
@@ -522,17 +522,7 @@ func TestReadInDeletedSegmentRedeliversNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for range 4 {
-		rec, err := q.Read(done)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if rec.Seq == 1 || rec.Seq == 2 {
-			if err := q.Ack(rec.Seq); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	readAcking(t, q, 4, func(seq uint64) bool { return seq == 1 || seq == 2 })
 	if err := q.Close(); err != nil { // read cursor 0; 1 and 2 acknowledged
 		t.Fatal(err)
 	}
@@ -992,15 +982,7 @@ func TestPowerCutTwiceNamedBitmapComesBack(t *testing.T) {
 			cancel()
 			opts, l, cs := namedCursorsLog(t, mfs, "n")
 			c := cs[0]
-			for range 4 {
-				rec, err := c.Read(done)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := c.Ack(rec.Seq); err != nil {
-					t.Fatal(err)
-				}
-			}
+			readAcking(t, c, 4, nil)
 			if err := l.Close(); err != nil {
 				t.Fatal(err)
 			}
@@ -1081,15 +1063,7 @@ func TestRetiredBitmapFsyncedWithItsName(t *testing.T) {
 					}
 				}
 			})
-			for range 3 {
-				rec, err := n.Read(done)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := n.Ack(rec.Seq); err != nil { // the floor passes segment 0
-					t.Fatal(err)
-				}
-			}
+			readAcking(t, n, 3, nil)            // the floor passes segment 0
 			if err := l.Sync(ctx); err != nil { // a round: retirePassed
 				t.Fatal(err)
 			}
@@ -1140,17 +1114,7 @@ func TestLaterBitmapDurableBeforeEarlierReadEnd(t *testing.T) {
 			putFixed(t, q, 9) // segments 0, 3 and 6
 			done, cancel := context.WithCancel(context.Background())
 			cancel()
-			for i := range 7 {
-				rec, err := q.Read(done)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if i >= 3 { // 0..2 stay in flight; 3..6 finished
-					if err := q.Ack(rec.Seq); err != nil {
-						t.Fatal(err)
-					}
-				}
-			}
+			readAcking(t, q, 7, func(seq uint64) bool { return seq >= 3 }) // 0..2 stay in flight; 3..6 finished
 			if err := q.Close(); err != nil {
 				t.Fatal(err)
 			}
