@@ -78,10 +78,6 @@ type compactLog interface {
 	Compact(ctx context.Context, base uint64, keep func(rec diskqueue.Record) bool) (diskqueue.CompactStats, error)
 }
 
-// newCompactor returns the compactor of a log whose records compaction
-// can remove, or nil: under KeyReplace (replace) the versions a newer one
-// superseded, and with retention (disk.RetainBytes, disk.RetainAge) the
-// acknowledged records of a key a newer record has replaced.
 // checkDirtyRatio refuses a CompactDirtyRatio no log can reach.
 func checkDirtyRatio(r float64) error {
 	if math.IsNaN(r) {
@@ -93,6 +89,10 @@ func checkDirtyRatio(r float64) error {
 	return nil
 }
 
+// newCompactor returns the compactor of a log whose records compaction
+// can remove, or nil: under KeyReplace (replace) the versions a newer one
+// superseded, and with retention (disk.RetainBytes, disk.RetainAge) the
+// acknowledged records of a key a newer record has replaced.
 func newCompactor(dq compactLog, replace bool, disk diskqueue.Options, ratio float64, logger *slog.Logger) *compactor {
 	if !replace && disk.RetainBytes == 0 && disk.RetainAge == 0 {
 		return nil
@@ -344,8 +344,14 @@ func (c *compactor) newestVersions(ctx context.Context, from, end uint64) (newes
 // deliveries: see [diskqueue.Log.Compact] (each segment is swapped
 // crash-safely, and a lookup of a removed record returns
 // diskqueue.ErrCompacted). A segment it cannot compact (damaged, say) is
-// skipped; the first such error is returned with what it did.
-func (q *Queue) Compact(ctx context.Context) (CompactStats, error) { return q.comp.compact(ctx) }
+// skipped; the first such error is returned with what it did. After
+// Close it returns [channel.ErrClosed].
+func (q *Queue) Compact(ctx context.Context) (CompactStats, error) {
+	if q.backend.closed.Load() {
+		return CompactStats{}, channel.ErrClosed
+	}
+	return q.comp.compact(ctx)
+}
 
 // CompactStats returns what every compaction since Open did, from memory.
 func (q *Queue) CompactStats() CompactStats { return q.comp.stats() }

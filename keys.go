@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/spillq/spillq/channel"
@@ -403,14 +404,21 @@ func (k *keeper) close() error {
 	return nil
 }
 
-// queueBackend is the disk backend of a queue with a keeper: the channel's
-// Close closes it after storing what it held, so the keeper stores the key
-// state last, before the disk queue closes.
+// queueBackend is a queue's disk backend: the channel's Close closes it
+// after storing what it held, so the keeper (if any) stores the key state
+// last, before the disk queue closes, and the queue's own methods learn
+// it closed (closed).
 type queueBackend struct {
 	diskBackend
-	keep *keeper
+	keep   *keeper // nil without key state or compaction
+	closed atomic.Bool
 }
 
 func (b *queueBackend) Close() error {
-	return errors.Join(b.keep.close(), b.diskBackend.Close())
+	b.closed.Store(true)
+	var err error
+	if b.keep != nil {
+		err = b.keep.close()
+	}
+	return errors.Join(err, b.diskBackend.Close())
 }

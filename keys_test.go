@@ -642,3 +642,31 @@ func TestCompactRightAfterPuts(t *testing.T) {
 		t.Errorf("Compact rewrote %d segments (removed %d records); the log has %d, all but the active one holding superseded versions", cs.Segments, cs.Removed, len(segs))
 	}
 }
+
+// TestCompactAfterClose: Compact after Close says so, for a queue or topic
+// whose compaction removes records and for one whose removes nothing
+// (there Compact is otherwise a no-op, which hid the Close).
+func TestCompactAfterClose(t *testing.T) {
+	ctx := context.Background()
+	for _, keys := range []channel.KeyPolicy{channel.KeyReplace, channel.KeyNone} {
+		t.Run(keys.String(), func(t *testing.T) {
+			q := open(t, t.TempDir(), spillq.Options{Keys: keys})
+			if err := q.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := q.Compact(ctx); !errors.Is(err, channel.ErrClosed) {
+				t.Errorf("Queue.Compact after Close: %v, want ErrClosed", err)
+			}
+			tp, err := spillq.OpenTopic(t.TempDir(), spillq.TopicOptions{Keys: keys})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := tp.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tp.Compact(ctx); !errors.Is(err, channel.ErrClosed) {
+				t.Errorf("Topic.Compact after Close: %v, want ErrClosed", err)
+			}
+		})
+	}
+}

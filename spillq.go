@@ -110,6 +110,8 @@ type Queue struct {
 	disk   *diskqueue.Queue
 	timers *diskqueue.Queue
 	comp   *compactor // nil when compaction removes nothing
+	// backend is closed by the channel's Close.
+	backend *queueBackend
 }
 
 // Open opens (or creates) the queue in dir and delivers again whatever was
@@ -180,7 +182,7 @@ func Open(dir string, opts Options) (*Queue, error) {
 		dq.Close()
 		return nil, fmt.Errorf("spillq: timer store: %w", err)
 	}
-	var backend channel.Backend = diskBackend{dq}
+	backend := &queueBackend{diskBackend: diskBackend{dq}}
 	var keyState *channel.KeyState
 	logger := orDiscard(dopts.Logger)
 	saveKeys := keepsKeyState(opts.Keys)
@@ -195,7 +197,7 @@ func Open(dir string, opts Options) (*Queue, error) {
 	var keep *keeper
 	if saveKeys || comp != nil {
 		keep = &keeper{dir: dir, logger: logger, comp: comp}
-		backend = &queueBackend{diskBackend: diskBackend{dq}, keep: keep}
+		backend.keep = keep
 	}
 	chOpts.Backend, chOpts.KeyState = backend, keyState
 	chOpts.Timers = newDiskTimers(tq, dopts.SyncEvery == 1)
@@ -228,7 +230,7 @@ func Open(dir string, opts Options) (*Queue, error) {
 		}
 		keep.start()
 	}
-	return &Queue{Channel: ch, disk: dq, timers: tq, comp: comp}, nil
+	return &Queue{Channel: ch, disk: dq, timers: tq, comp: comp, backend: backend}, nil
 }
 
 // envelopeSample is how many of the oldest records not yet acknowledged
