@@ -301,7 +301,7 @@ func (l *Log) rewriteSegment(ctx context.Context, seg *segment, old *segFiles, k
 		}
 	}
 
-	maxBody := maxBodyForRead(l.opts.MaxRecordBytes)
+	maxBody := maxReadBody
 	sc := newScanner(old.log, fileHeaderSize, seg.base, limit, maxBody)
 	sc.win.chunk = compactBufferBytes
 	if old.compacted {

@@ -1152,3 +1152,67 @@ func TestVerifyUnderLiveWrites(t *testing.T) {
 	close(stop)
 	wg.Wait()
 }
+
+// TestRecordsOverTheOpenersLimit: MaxRecordBytes is not in the files, so a
+// log opened with a smaller limit than it was written under (a tool with
+// the defaults; a spillq queue's records are its bodies in envelopes,
+// larger than the body limit) must still read, look up, scan and verify
+// every record. It did not: readers took a length over
+// max(MaxRecordBytes, 1 MiB) for damage, and a tool draining such a queue
+// dropped the record as damaged.
+func TestRecordsOverTheOpenersLimit(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	big := bytes.Repeat([]byte("b"), DefaultMaxRecordBytes+100)
+	bodies := [][]byte{[]byte("small before"), big, []byte("small after")}
+	q := mustOpen(t, dir, Options{MaxRecordBytes: 2 * DefaultMaxRecordBytes})
+	for _, b := range bodies {
+		if err := q.Put(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Verify(dir)
+	if err != nil || len(rep.Problems) > 0 {
+		t.Fatalf("Verify: %v, problems %v", err, rep.Problems)
+	}
+	for _, readOnly := range []bool{true, false} {
+		var q *Queue
+		if readOnly {
+			q, err = OpenReadOnly(dir, Options{})
+		} else {
+			q, err = Open(dir, Options{})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, err := q.ReadAt(1)
+		if err != nil || !bytes.Equal(rec.Body, big) {
+			t.Fatalf("readOnly %v: ReadAt(1): %d bytes, %v", readOnly, len(rec.Body), err)
+		}
+		n := 0
+		for rec, err := range q.Scan(0, 3) {
+			if err != nil || !bytes.Equal(rec.Body, bodies[n]) {
+				t.Fatalf("readOnly %v: Scan record %d: %d bytes, %v", readOnly, n, len(rec.Body), err)
+			}
+			n++
+		}
+		if !readOnly {
+			for i, want := range bodies {
+				rec, err := q.Read(ctx)
+				if err != nil || !bytes.Equal(rec.Body, want) {
+					t.Fatalf("Read %d: %d bytes, %v", i, len(rec.Body), err)
+				}
+				if err := q.Ack(rec.Seq); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if st := q.Stats(); st.CorruptRecords != 0 {
+				t.Fatalf("CorruptRecords %d", st.CorruptRecords)
+			}
+		}
+		q.Close()
+	}
+}

@@ -18,7 +18,8 @@ type Options struct {
 
 	// MaxRecordBytes is the largest body Put accepts. Zero means 1 MiB
 	// (nsqd's max-msg-size). Range: up to 2 GiB-22 so every frame length fits
-	// in the int32 prefix.
+	// in the int32 prefix. It limits Put only: reads take every record
+	// already written, under whatever limit it was written.
 	MaxRecordBytes int
 
 	// MinRecordBytes is the smallest body Put accepts. Zero allows empty

@@ -318,7 +318,7 @@ func (r *reader) nextMapped() (seq uint64, ts int64, body []byte, ok bool) {
 	if off < 0 || off >= int64(len(m)) {
 		return 0, 0, nil, false
 	}
-	maxBody := maxBodyForRead(r.l.opts.MaxRecordBytes)
+	maxBody := maxReadBody
 	defer endGuard(debug.SetPanicOnFault(true), &ok)
 	h, stored, n, err := decodeRecord(m[off:max(off, min(r.known, int64(len(m))))], maxBody)
 	if err == errShortFrame {
@@ -368,7 +368,7 @@ func (r *reader) removedInIndex(from, to uint64, off int64) bool {
 func (r *reader) seekLog() {
 	r.l.logger.Warn("diskqueue: a compacted segment's index disagrees with its log; walking the log (Verify reports the entry)", "segment", r.seg.base, "seq", r.seq)
 	limit := r.seg.limit(r.files)
-	maxBody := maxBodyForRead(r.l.opts.MaxRecordBytes)
+	maxBody := maxReadBody
 	off := int64(fileHeaderSize)
 	for off < limit {
 		var h recordHeader
@@ -452,7 +452,7 @@ func (r *reader) decodeMapped(off, limit int64) (rec Record, n int, err error, o
 }
 
 func (r *reader) decodeFrame(off, limit int64) (Record, int, error) {
-	h, body, n, err := r.win.frameAt(off, limit, maxBodyForRead(r.l.opts.MaxRecordBytes))
+	h, body, n, err := r.win.frameAt(off, limit, maxReadBody)
 	if err != nil {
 		if !isDamage(err) {
 			err = readError(r.seg, off, err)
@@ -466,12 +466,15 @@ func (r *reader) decodeFrame(off, limit int64) (Record, int, error) {
 	return rec, n, err
 }
 
-// maxBodyForRead is the largest length a reader accepts. Records written
-// under a larger MaxRecordBytes than the current one stay readable; the
-// limit only guards against allocating from a damaged length.
-func maxBodyForRead(configured int) int {
-	return max(configured, DefaultMaxRecordBytes)
-}
+// maxReadBody is the largest body length a reader accepts: any a Put
+// could have written under any Options. MaxRecordBytes is not stored in
+// the files, so a log opened with a smaller limit than it was written
+// under (by a tool with the defaults, say, or a spillq queue's, whose
+// records are the bodies in their envelopes) reads every record all the
+// same. A damaged length costs no more than the segment: a frame running
+// past the readable bytes is damage before anything is read or allocated
+// for it (window.bytesAt), and one within them fails its checksum.
+const maxReadBody = maxBodyLimit
 
 // slabSize is the size of the blocks small bodies are carved from, so a
 // drain allocates once per block rather than once per record.
@@ -613,7 +616,7 @@ func (l *Log) ReadAt(seq uint64) (Record, error) {
 	if err := f.readLog(seg, logMap, buf, off); err != nil {
 		return Record{}, err
 	}
-	h, body, _, err := decodeRecord(buf, maxBodyForRead(l.opts.MaxRecordBytes))
+	h, body, _, err := decodeRecord(buf, maxReadBody)
 	if err == nil && h.seq == seq {
 		return makeRecord(h, body, nil) // buf is this call's own: no second copy
 	}

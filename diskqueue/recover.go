@@ -607,7 +607,7 @@ func (l *Log) segmentHeaderOK(f file, magic [4]byte, base uint64) (ok, compacted
 // was never promised to survive a crash. A bad record with valid records
 // after it is damage, not a torn write: it stays, and readers skip it.
 func (l *Log) recoverTail(seg *segment, size int64) (*tail, error) {
-	maxBody := maxBodyForRead(l.opts.MaxRecordBytes)
+	maxBody := maxReadBody
 	log := seg.files.Load().log // opened by openSegment
 	if l.readOnly {
 		return nil, l.scanTail(seg, log, size)
@@ -800,7 +800,7 @@ func (l *Log) recoverTailFiles(w *tail, seg *segment, log file, size int64, maxB
 // segment's good records end without changing any file, and marks how far
 // the index can be trusted (ReadAt scans the log past that).
 func (l *Log) scanTail(seg *segment, log file, size int64) error {
-	maxBody := maxBodyForRead(l.opts.MaxRecordBytes)
+	maxBody := maxReadBody
 	idx, err := l.fs.OpenFile(seg.path(indexSuffix), os.O_RDONLY, 0)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("diskqueue: open: %w", err)

@@ -80,7 +80,7 @@ func (l *Log) resumeAfter(base uint64, f *segFiles, bad int64, seq uint64, limit
 	}
 	var head [lengthSize]byte
 	if _, err := f.log.ReadAt(head[:], bad); err == nil {
-		if n, err := frameLength(head[:], maxBodyForRead(l.opts.MaxRecordBytes)); err == nil {
+		if n, err := frameLength(head[:], maxReadBody); err == nil {
 			if s, ok := try(bad+int64(n), seq+1); ok {
 				return bad + int64(n), s, true
 			}
@@ -109,7 +109,7 @@ func (l *Log) resumeAfter(base uint64, f *segFiles, bad int64, seq uint64, limit
 func (l *Log) readFrameAt(log file, off, limit int64) (recordHeader, []byte, int, error) {
 	w := window{chunk: 4096}
 	w.reset(log)
-	return w.frameAt(off, limit, maxBodyForRead(l.opts.MaxRecordBytes))
+	return w.frameAt(off, limit, maxReadBody)
 }
 
 // resync looks for the next frame that checks out after damage at off,

@@ -198,7 +198,7 @@ func (l *Log) verifySegment(seg *segment, rep *Report) {
 		}
 	}
 	newScan := func(off int64, seq uint64) *scanner {
-		sc := newScanner(f.log, off, seq, size, maxBodyForRead(l.opts.MaxRecordBytes))
+		sc := newScanner(f.log, off, seq, size, maxReadBody)
 		if f.compacted {
 			sc.allowGaps(end)
 		}
@@ -224,7 +224,7 @@ func (l *Log) verifySegment(seg *segment, rep *Report) {
 			break
 		}
 		p := Problem{File: logName, Offset: sc.Offset(), Seq: sc.seq, Err: sc.Err()}
-		off, seq, ok := resync(&sc.win, sc.Offset(), size, sc.seq, end, maxBodyForRead(l.opts.MaxRecordBytes))
+		off, seq, ok := resync(&sc.win, sc.Offset(), size, sc.seq, end, maxReadBody)
 		if errors.Is(p.Err, ErrCorrupt) || errors.Is(p.Err, errShortFrame) {
 			p.End = size // nothing after the damage checks out
 			if ok {

@@ -232,7 +232,7 @@ func cmdPut(e *env, args []string) error {
 	}
 	ctx := context.Background()
 	sc := bufio.NewScanner(e.stdin)
-	sc.Buffer(make([]byte, 64<<10), diskqueue.DefaultMaxRecordBytes)
+	sc.Buffer(make([]byte, 64<<10), maxWriteBody)
 	n := 0
 	id := uint64(time.Now().UnixNano())
 	for sc.Scan() {

@@ -16,6 +16,7 @@ import (
 	"github.com/spillq/spillq/internal/crashtest"
 
 	godiskqueue "github.com/nsqio/go-diskqueue"
+	nsq "github.com/nsqio/go-nsq"
 
 	"github.com/spillq/spillq"
 	"github.com/spillq/spillq/channel"
@@ -1079,5 +1080,94 @@ func TestVerifyCompacted(t *testing.T) {
 	out, code = tool(t, "", "verify", dir, "-format", "json")
 	if code != 0 || !strings.Contains(out, fmt.Sprintf(`"records_compacted": %d`, removed)) {
 		t.Errorf("verify -format json: exit %d\n%s", code, out)
+	}
+}
+
+// TestBodyAtTheDefaultLimit: a queue of spillq.Open with the default
+// options takes a 1 MiB body, whose record (in its envelope) is larger
+// than 1 MiB. The tool opens queues with diskqueue's defaults, and took
+// that record for damage: verify reported it, get refused it and drain
+// acknowledged it unprinted, so the service never received it.
+// import-nsqd of a 1 MiB nsqd message (nsqd's default --max-msg-size)
+// stopped halfway; one over the limit is refused before anything is
+// imported.
+func TestBodyAtTheDefaultLimit(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	q, err := spillq.Open(dir, spillq.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := bytes.Repeat([]byte("b"), diskqueue.DefaultMaxRecordBytes)
+	for _, b := range [][]byte{[]byte("small before"), big, []byte("small after")} {
+		if err := q.Put(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := tool(t, "", "verify", dir); code != 0 || !strings.HasSuffix(strings.TrimSpace(out), "\nok") {
+		t.Fatalf("verify (%d):\n%.400s", code, out)
+	}
+	if out, code := tool(t, "", "get", dir, "1"); code != 0 || !strings.Contains(out, string(big[:1000])) {
+		t.Fatalf("get 1 (%d):\n%.400s", code, out)
+	}
+	out, code := tool(t, "", "drain", dir)
+	if code != 0 || strings.Count(out, "b") < len(big) || !strings.Contains(out, "small after") {
+		t.Fatalf("drain (%d):\n%.400s", code, out)
+	}
+
+	src := t.TempDir()
+	dq := godiskqueue.New("orders", src, 8<<20, 0, 4<<20, 2500, time.Second, func(godiskqueue.LogLevel, string, ...interface{}) {})
+	put := func(body []byte) {
+		var b bytes.Buffer
+		var id nsq.MessageID
+		copy(id[:], fmt.Sprintf("%016x", len(body)))
+		if _, err := nsq.NewMessage(id, body).WriteTo(&b); err != nil {
+			t.Fatal(err)
+		}
+		if err := dq.Put(b.Bytes()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put([]byte("first"))
+	put(big)
+	put([]byte("last"))
+	if err := dq.Close(); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(t.TempDir(), "q")
+	if out, code := tool(t, "", "import-nsqd", "-name", "orders", "-from", src, "-create", "-channel", dst); code != 0 || !strings.Contains(out, "imported 3 messages") {
+		t.Fatalf("import-nsqd of a 1 MiB message (%d):\n%.400s", code, out)
+	}
+	q, err = spillq.Open(dst, spillq.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range [][]byte{[]byte("first"), big, []byte("last")} {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		m, err := q.Receive(rctx)
+		cancel()
+		if err != nil || !bytes.Equal(m.Body, want) {
+			t.Fatalf("imported message: %.20q, %v; want %.20q", m.Body, err, want)
+		}
+		m.Finish()
+	}
+	q.Close()
+
+	src = t.TempDir()
+	dq = godiskqueue.New("orders", src, 8<<20, 0, 4<<20, 2500, time.Second, func(godiskqueue.LogLevel, string, ...interface{}) {})
+	put([]byte("first"))
+	put(append(big, 'x'))
+	if err := dq.Close(); err != nil {
+		t.Fatal(err)
+	}
+	dst = filepath.Join(t.TempDir(), "q")
+	if out, code := tool(t, "", "import-nsqd", "-name", "orders", "-from", src, "-create", "-channel", dst); code != 1 || !strings.Contains(out, "nothing imported") {
+		t.Fatalf("import-nsqd of a message over the limit (%d):\n%.400s", code, out)
+	}
+	if _, err := os.Stat(dst); !os.IsNotExist(err) {
+		t.Fatalf("a refused import left %s behind: %v", dst, err)
 	}
 }

@@ -48,7 +48,12 @@ func cmdImportNSQD(e *env, args []string) error {
 		return err
 	}
 	nsqdFormat := *source == "nsqd"
-	total, err := src.each(nsqdFormat, func(importMsg) error { return nil })
+	total, err := src.each(nsqdFormat, func(m importMsg) error {
+		if len(m.body) > maxWriteBody {
+			return fmt.Errorf("a %d-byte body, over the %d a queue takes with the default options", len(m.body), maxWriteBody)
+		}
+		return nil
+	})
 	if err != nil {
 		return fmt.Errorf("%w; nothing imported", err)
 	}
@@ -199,7 +204,7 @@ func (q *nsqdQueue) each(nsqdFormat bool, fn func(importMsg) error) (int, error)
 				}
 			}
 			if err := fn(m); err != nil {
-				return n, err
+				return n, fmt.Errorf("%s offset %d: %w", path, off, err)
 			}
 			n++
 			off += 4 + size

@@ -11,6 +11,7 @@ import (
 	"regexp"
 
 	"github.com/spillq/spillq"
+	"github.com/spillq/spillq/channel"
 	"github.com/spillq/spillq/diskqueue"
 )
 
@@ -93,9 +94,18 @@ func openWrite(dir string, create bool, logger *slog.Logger) (*diskqueue.Queue, 
 	default:
 		return nil, fmt.Errorf("%s %w; it holds other files, so no queue is made there", dir, errNotQueue)
 	}
-	q, err := diskqueue.Open(dir, diskqueue.Options{Logger: logger})
+	q, err := diskqueue.Open(dir, diskqueue.Options{Logger: logger, MaxRecordBytes: maxWriteRecord})
 	return q, explainLocked(dir, err)
 }
+
+// maxWriteBody is the largest body put and import-nsqd write: the default
+// limit of spillq.Open and of diskqueue (and nsqd's --max-msg-size), and
+// maxWriteRecord the record that takes, the body in a channel message
+// envelope when the queue holds those (spillq.Open's log takes the same).
+const (
+	maxWriteBody   = diskqueue.DefaultMaxRecordBytes
+	maxWriteRecord = maxWriteBody + channel.MaxEnvelopeOverhead
+)
 
 // openRepair opens dir for repair, taking its lock: a queue as openWrite
 // does, a topic's log as itself, with no cursor of its own. Open repairs
