@@ -356,6 +356,14 @@ func (b *batch) split() []*batch {
 // go-nsq v1.1.0's Producer races with itself when it reconnects after a
 // failed connection (its router goroutine still reads what connect
 // rewrites), which the race detector reports.
+//
+// It gives up when the node's context ends (Close, or discovery dropping
+// the node): go-nsq waits for nsqd's answer to IDENTIFY for up to the
+// config's ReadTimeout (a minute by default), holding a lock that Stop
+// waits for too, so an nsqd that accepted the connection and froze would
+// hold Close that long. Nothing was sent on the connection, so nothing is
+// lost by leaving it: the producer is stopped once that wait ends, by a
+// goroutine that outlives the node for as long.
 func (n *node) connect(cfg *nsq.Config) error {
 	if n.prod != nil {
 		n.prod.Stop()
@@ -365,8 +373,19 @@ func (n *node) connect(cfg *nsq.Config) error {
 	if err != nil {
 		return err
 	}
-	n.prod = prod
-	return prod.Ping()
+	pinged := make(chan error, 1)
+	go func() { pinged <- prod.Ping() }()
+	select {
+	case err := <-pinged:
+		n.prod = prod
+		return err
+	case <-n.ctx.Done():
+		go func() {
+			<-pinged
+			prod.Stop()
+		}()
+		return n.ctx.Err()
+	}
 }
 
 // send publishes b and waits for nsqd's answer, or until abort closes.

@@ -383,7 +383,10 @@ func (p *Publisher) Sync(ctx context.Context) error {
 // CloseTimeout, and sends nothing more. Everything not yet acknowledged
 // stays in the local queue and is forwarded first when a publisher opens
 // the directory again; Close logs how many, and Stats().Pending still
-// reports it after Close. A second Close returns ErrClosed.
+// reports it after Close. A connection still being made is given up at
+// once (its go-nsq producer is stopped in the background once nsqd
+// answers or go-nsq's ReadTimeout passes). A second Close returns
+// ErrClosed.
 func (p *Publisher) Close() error {
 	err := ErrClosed
 	p.once.Do(func() {

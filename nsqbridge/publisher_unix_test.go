@@ -63,3 +63,50 @@ func TestCloseWithFrozenNSQD(t *testing.T) {
 		t.Fatalf("received %d distinct of %d", len(got), n)
 	}
 }
+
+// TestCloseWhileConnectingToFrozenNSQD: nsqd accepts the connection but
+// never answers IDENTIFY (SIGSTOP before the publisher opens). Close gives
+// up after CloseTimeout, not after go-nsq's read timeout (5 minutes here):
+// it waited that long before, for the connect. The message put meanwhile
+// is forwarded once nsqd runs again.
+func TestCloseWhileConnectingToFrozenNSQD(t *testing.T) {
+	t.Parallel()
+	nsqd := startNSQD(t)
+	nsqd.cmd.Process.Signal(syscall.SIGSTOP)
+	var ws syscall.WaitStatus
+	if _, err := syscall.Wait4(nsqd.cmd.Process.Pid, &ws, syscall.WUNTRACED, nil); err != nil || !ws.Stopped() {
+		t.Fatalf("waiting for nsqd to stop: %v (status %v)", err, ws)
+	}
+	defer nsqd.cmd.Process.Signal(syscall.SIGCONT)
+	dir := t.TempDir()
+	cfg := nsq.NewConfig()
+	cfg.ReadTimeout = 5 * time.Minute
+	o := nsqbridge.PublisherOptions{NSQD: []string{nsqd.TCP}, NSQConfig: cfg, CloseTimeout: 100 * time.Millisecond}
+	p := openPublisherWith(t, dir, o)
+	if err := p.Publish(context.Background(), msg(0)); err != nil {
+		t.Fatal(err)
+	}
+	// The node connects at Open; give it time to be inside go-nsq's wait.
+	time.Sleep(200 * time.Millisecond)
+	closed := make(chan error, 1)
+	go func() { closed <- p.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Close still waits for a connect to a frozen nsqd a minute later")
+	}
+	if st := p.Stats(); st.Forwarded != 0 || st.Pending != 1 {
+		t.Fatalf("after Close: %+v, want 1 pending", st)
+	}
+	nsqd.cmd.Process.Signal(syscall.SIGCONT)
+	p = openPublisherWith(t, dir, o)
+	defer p.Close()
+	syncPublisher(t, p)
+	c := newConsumer(t, nsqbridge.ConsumerOptions{NSQD: []string{nsqd.TCP}})
+	if got := work(t, c, 1); len(got) != 1 {
+		t.Fatalf("received %d distinct of 1", len(got))
+	}
+}
