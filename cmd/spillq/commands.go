@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/spillq/spillq/channel"
@@ -147,10 +148,16 @@ func cmdTail(e *env, args []string) error {
 				next = q.Stats().FirstSeq // consumed and deleted meanwhile
 				break
 			}
-			if err != nil {
+			if errors.Is(err, diskqueue.ErrCorrupt) {
 				dmg.report(err)
-				next = rec.Seq + 1
+				next = rec.Seq + 1 // the first damaged seq; the scan goes on past the rest
 				continue
+			}
+			if err != nil {
+				// A read that failed (Scan stops there, and yields no seq
+				// to go on from): say so rather than start over.
+				q.Close()
+				return err
 			}
 			bad, err := p.print(rec)
 			if err != nil {
@@ -263,6 +270,12 @@ func cmdPut(e *env, args []string) error {
 }
 
 func cmdDrain(e *env, args []string) error {
+	// A reader that stops early (head) makes the next write fail: with
+	// SIGPIPE the tool died there, and with it ignored the write returns
+	// EPIPE, so the record it was writing is not acknowledged and drain
+	// says why it stopped. What the pipe held unread was acknowledged as
+	// written; the help says to use -limit.
+	signal.Ignore(syscall.SIGPIPE)
 	fs := newFlags("drain")
 	limit := fs.Int("limit", 0, "at most this many records (0: all)")
 	p := &printer{w: e.stdout}

@@ -79,7 +79,7 @@ func init() {
 		{"tail", "DIR", "follow records as they are written", cmdTail},
 		{"repair", "DIR", "cut a torn tail, rebuild indexes, set damage aside, acknowledge it", cmdRepair},
 		{"put", "DIR", "store each line of stdin as a record", cmdPut},
-		{"drain", "DIR", "print records and acknowledge them", cmdDrain},
+		{"drain", "DIR", "print records and acknowledge each once written to stdout (a reader that stops early, such as head, loses what the pipe held: use -limit)", cmdDrain},
 		{"cursor", "create|delete|reset NAME DIR", "manage a log's named cursors (consumer groups): create one at -from/-since, delete one, or move one", cmdCursor},
 		{"channel", "create|delete|reset NAME DIR", "manage a topic's channels as cursor does; delete also removes the timer store, reset keeps it", cmdChannel},
 		{"import-nsqd", "DIR", "copy the unread messages of an nsqd or go-diskqueue queue into DIR", cmdImportNSQD},

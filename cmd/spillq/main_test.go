@@ -1171,3 +1171,42 @@ func TestBodyAtTheDefaultLimit(t *testing.T) {
 		t.Fatalf("a refused import left %s behind: %v", dst, err)
 	}
 }
+
+// TestDrainIntoAClosedPipe: a reader that stops early (spillq drain | head
+// -1) made the next write kill the tool with SIGPIPE. drain now stops with
+// the write's error, and the record it was writing stays unacknowledged.
+func TestDrainIntoAClosedPipe(t *testing.T) {
+	dir := t.TempDir()
+	var lines strings.Builder
+	for i := range 20000 {
+		fmt.Fprintf(&lines, "record %d\n", i)
+	}
+	if out, code := tool(t, lines.String(), "put", "-create", "-raw", dir); code != 0 {
+		t.Fatalf("put (%d):\n%s", code, out)
+	}
+	cmd := exec.Command(bin, "drain", dir)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = w, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	first := make([]byte, 10)
+	if _, err := r.Read(first); err != nil {
+		t.Fatal(err)
+	}
+	r.Close() // as head does once it has its line
+	err = cmd.Wait()
+	ee, ok := err.(*exec.ExitError)
+	if !ok || ee.ExitCode() != 1 || !strings.Contains(stderr.String(), "broken pipe") {
+		t.Fatalf("drain into a closed pipe: %v (%v), want exit status 1 saying broken pipe\n%s", err, cmd.ProcessState, stderr.String())
+	}
+	out, _ := tool(t, "", "stat", dir)
+	if !strings.Contains(out, "depth") || strings.Contains(out, "depth      0 ") {
+		t.Fatalf("stat after the drain stopped:\n%s", out)
+	}
+}
