@@ -62,7 +62,9 @@ type Discarder interface {
 type Backend interface {
 	Source
 	// Put stores body; it must not keep body after it returns. It may
-	// block, honouring ctx.
+	// block, honouring ctx. An error means body was not stored, unless
+	// it wraps [ErrNotDurable]: stored (it will be read), but not yet
+	// durable when Put stopped waiting.
 	Put(ctx context.Context, body []byte) error
 }
 
@@ -72,7 +74,8 @@ type Backend interface {
 // restart.
 type SeqBackend interface {
 	Backend
-	// PutSeq is Put returning the record's seq (valid when it stored it).
+	// PutSeq is Put returning the record's seq (valid when it stored it:
+	// no error, or one wrapping [ErrNotDurable]).
 	PutSeq(ctx context.Context, body []byte) (uint64, error)
 	// NextSeq is the seq the next record put gets.
 	NextSeq() uint64

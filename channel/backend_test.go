@@ -3,6 +3,7 @@ package channel_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 
 	"github.com/spillq/spillq/channel"
@@ -154,3 +155,14 @@ func (b limitedBackend) Put(ctx context.Context, body []byte) error {
 
 func (b limitedBackend) MaxRecordBytes() int { return b.maxRecord }
 func (b limitedBackend) MinRecordBytes() int { return b.minRecord }
+
+// notDurableBackend stores every record and says it is not durable yet,
+// as spillq's disk log does when a Put's ctx ends during its fsync.
+type notDurableBackend struct{ *memBackend }
+
+func (b notDurableBackend) Put(ctx context.Context, body []byte) error {
+	if err := b.memBackend.Put(ctx, body); err != nil {
+		return err
+	}
+	return fmt.Errorf("test backend: %w (%w)", channel.ErrNotDurable, context.DeadlineExceeded)
+}

@@ -1,6 +1,10 @@
 package channel
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/spillq/spillq/internal/notdurable"
+)
 
 // Errors returned by [Channel] and [Message] methods.
 var (
@@ -50,6 +54,19 @@ var (
 	// with 'spillq channel reset') at an older seq or time, which reads
 	// the topic's log from there (spillq.ChannelOptions.Start).
 	ErrNoReplay = errors.New("channel: backend cannot replay")
+
+	// ErrNotDurable is wrapped in the error of a Put whose message was
+	// stored (it will be delivered) although the Put stopped waiting for
+	// it to be durable: with spillq's disk log under Disk.SyncEvery 1, its
+	// ctx ended while it waited for the fsync. A crash of the process
+	// does not lose such a message; a power cut before the log's next
+	// fsync may. A retry stores it twice (under KeyUnique and KeyReplace
+	// the key is taken: the retry is refused as a duplicate, or
+	// supersedes). Any other error from Put means the message was not
+	// stored. A [Backend] says so by wrapping it in the error of a Put
+	// that stored its record; it is the same value as
+	// diskqueue.ErrNotDurable.
+	ErrNotDurable = notdurable.Err
 
 	// ErrTopicChannel is returned by [Channel.Put] and [Channel.PutWith]
 	// on a topic's channel (see [Fanout]): its messages are those put to

@@ -306,12 +306,15 @@ func (f *Fanout) putKeyed(ctx context.Context, body []byte, po PutOptions) (int,
 	bctx, release := bound(ctx, f.closeCtx)
 	defer release()
 	seq, err := f.putOne(bctx, &m)
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrNotDurable) {
 		f.keys.undo(m.ID, adm)
 		f.putFailures.Add(1)
 		return 0, f.putErr(err)
 	}
 	f.keys.commit(adm, m.ID, seq, srcBackend)
+	if err != nil {
+		return 1, f.putErr(err)
+	}
 	return 1, nil
 }
 
@@ -380,6 +383,9 @@ func (f *Fanout) toLog(ctx context.Context, msgs []Message) (int, error) {
 	defer release()
 	if len(msgs) == 1 {
 		if _, err := f.putOne(bctx, &msgs[0]); err != nil {
+			if errors.Is(err, ErrNotDurable) {
+				return 1, f.putErr(err)
+			}
 			return 0, f.putErr(err)
 		}
 		return 1, nil
@@ -403,8 +409,11 @@ func (f *Fanout) toLog(ctx context.Context, msgs []Message) (int, error) {
 	return len(envs), nil
 }
 
+// putErr is an error of the log's Put as the Fanout returns it: Close's
+// canceling of a Put waiting in the log is ErrClosed, unless the Put had
+// stored its message (ErrNotDurable), which callers must be able to tell.
 func (f *Fanout) putErr(err error) error {
-	if f.isClosed.Load() && errors.Is(err, context.Canceled) {
+	if f.isClosed.Load() && errors.Is(err, context.Canceled) && !errors.Is(err, ErrNotDurable) {
 		return ErrClosed
 	}
 	return fmt.Errorf("channel: put to the topic's log: %w", err)

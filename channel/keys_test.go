@@ -176,3 +176,44 @@ func TestKeyLimits(t *testing.T) {
 		t.Errorf("Keys 99: %v", err)
 	}
 }
+
+// TestPutStoredNotDurable: a backend Put that stored its record but
+// returned ErrNotDurable (its ctx ended during the fsync) is a Put done:
+// the caller sees the error, the message is delivered once, Stats count
+// it put, and under KeyUnique its key is taken, so a retry is refused as
+// a duplicate. Before, the channel took the Put back: the key was
+// released while the record stayed in the log, and the retry stored the
+// message a second time.
+func TestPutStoredNotDurable(t *testing.T) {
+	ctx := context.Background()
+	c, err := channel.New(channel.Options{Backend: notDurableBackend{newMemBackend()}, Keys: channel.KeyUnique})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	key := []byte("order-1")
+	if err := c.PutWith(ctx, []byte("v1"), channel.PutOptions{Key: key}); !errors.Is(err, channel.ErrNotDurable) {
+		t.Fatalf("PutWith: %v, want ErrNotDurable", err)
+	}
+	if err := c.PutWith(ctx, []byte("retry"), channel.PutOptions{Key: key}); !errors.Is(err, channel.ErrDuplicate) {
+		t.Fatalf("retry of a stored Put: %v, want ErrDuplicate", err)
+	}
+	if err := c.Put(ctx, []byte("plain")); !errors.Is(err, channel.ErrNotDurable) {
+		t.Fatalf("Put: %v, want ErrNotDurable", err)
+	}
+	if st := c.Stats(); st.Puts != 2 || st.Spills != 2 {
+		t.Fatalf("Stats: Puts %d, Spills %d; want 2 and 2", st.Puts, st.Spills)
+	}
+	for _, want := range []string{"v1", "plain"} {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		m, err := c.Receive(rctx)
+		cancel()
+		if err != nil || string(m.Body) != want {
+			t.Fatalf("Receive: %v, %v; want %q", m, err, want)
+		}
+		m.Finish()
+	}
+	if d := c.Depth(); d != 0 {
+		t.Fatalf("Depth %d after both were finished", d)
+	}
+}

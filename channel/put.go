@@ -38,7 +38,9 @@ type PutOptions struct {
 // the message goes to memory; otherwise it goes to the backend, so that
 // consumers see messages in put order. Put blocks, honouring ctx, only when
 // there is no room anywhere: the memory buffer is full with no backend
-// (unless FailWhenFull), or the backend blocks.
+// (unless FailWhenFull), or the backend blocks. An error means the
+// message was not stored, unless it wraps [ErrNotDurable]: stored, and
+// delivered, but the backend's Put stopped waiting for it to be durable.
 func (c *Channel) Put(ctx context.Context, body []byte) error {
 	return c.PutWith(ctx, body, PutOptions{})
 }
@@ -102,14 +104,15 @@ func (c *Channel) putKeyed(ctx context.Context, m *Message) error {
 		}
 		return err
 	}
-	if err := c.place(ctx, m); err != nil {
+	err = c.place(ctx, m)
+	if err != nil && !errors.Is(err, ErrNotDurable) {
 		c.keys.undo(m.ID, adm)
 		return err
 	}
 	// place left in m where the message went (putEnvelope the record's
 	// seq, when it knows it).
 	c.keys.commit(adm, m.ID, m.seq, m.src)
-	return nil
+	return err
 }
 
 // place puts m where it goes first: a deferred one in the timer store
@@ -192,10 +195,10 @@ func (c *Channel) putDeferred(ctx context.Context, m *Message) error {
 		bctx, release := c.bound(ctx)
 		seq, err := c.putTimer(bctx, m)
 		release()
-		if err == nil {
+		if err == nil || errors.Is(err, ErrNotDurable) {
 			// m is the Put's own: where it went, for the key state.
 			m.src, m.seq = srcTimers, seq
-			return nil
+			return err
 		}
 		if ctx.Err() != nil || c.isClosed.Load() {
 			c.prod.putFailures.Add(1)
@@ -237,7 +240,7 @@ func (c *Channel) putBackend(ctx context.Context, m *Message) error {
 	if cap(*buf) <= 64<<10 {
 		envelopes.Put(buf)
 	}
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrNotDurable) {
 		c.delivered()
 		if m.due != 0 {
 			c.diskDeferred.unput()
@@ -249,6 +252,9 @@ func (c *Channel) putBackend(ctx context.Context, m *Message) error {
 		return fmt.Errorf("channel: put to backend: %w", err)
 	}
 	c.prod.spills.Add(1)
+	if err != nil {
+		return fmt.Errorf("channel: put to backend: %w", err)
+	}
 	return nil
 }
 
@@ -260,7 +266,7 @@ func (c *Channel) putEnvelope(ctx context.Context, m *Message, env []byte) error
 		return c.backend.Put(ctx, env)
 	}
 	seq, err := c.seqs.PutSeq(ctx, env)
-	if err == nil {
+	if err == nil || errors.Is(err, ErrNotDurable) {
 		m.seq, m.src = seq, srcBackend
 	}
 	return err

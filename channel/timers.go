@@ -39,7 +39,9 @@ import (
 // after a Sync that covers the new record: without it, a power cut could
 // keep the acknowledgement and lose the record.
 type TimerStore interface {
-	// Put stores body and returns its seq. It must not keep body.
+	// Put stores body and returns its seq. It must not keep body. An
+	// error means nothing was stored, unless it wraps [ErrNotDurable]
+	// (stored, seq valid, not yet durable), as a Backend's Put.
 	Put(ctx context.Context, body []byte) (seq uint64, err error)
 	// Get returns the body of record seq, stored and not acknowledged. An
 	// error for a record that can never be read (damaged, or gone) wraps
@@ -464,14 +466,14 @@ func (c *Channel) putTimer(ctx context.Context, m *Message) (uint64, error) {
 	if cap(*buf) <= 64<<10 {
 		envelopes.Put(buf)
 	}
-	if err != nil {
+	if err != nil && !errors.Is(err, ErrNotDurable) {
 		return 0, err
 	}
 	c.mu.Lock()
 	t.add(timerEntry{due: m.due, seq: seq})
 	c.mu.Unlock()
 	c.wakeClock()
-	return seq, nil
+	return seq, err
 }
 
 // deferInMemory puts m on the memory heap of deferred messages.

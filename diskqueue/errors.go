@@ -1,6 +1,10 @@
 package diskqueue
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/spillq/spillq/internal/notdurable"
+)
 
 // Errors returned when opening a queue.
 var (
@@ -32,6 +36,17 @@ var (
 	// second case the error also wraps syscall.ENOSPC. Put works again once
 	// consumers have freed space.
 	ErrDiskFull = errors.New("diskqueue: disk full")
+
+	// ErrNotDurable is returned, wrapped with the context's error, by a
+	// Put or PutBatch under SyncEvery 1 whose ctx ended while it waited
+	// for the fsync of records it had already stored. They are in the log:
+	// they survive a crash of the process, consumers will read them, and
+	// the writer fsyncs them in its next round, but a power cut before
+	// that may lose them. Retrying such a Put stores the record twice.
+	// Any other error from Put means it stored nothing (PutBatch: nothing
+	// past the count it returns); a ctx already ended when Put is called
+	// stores nothing. It is the same value as channel.ErrNotDurable.
+	ErrNotDurable = notdurable.Err
 )
 
 // Errors returned by any method.

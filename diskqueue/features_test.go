@@ -5,12 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -1214,5 +1216,72 @@ func TestRecordsOverTheOpenersLimit(t *testing.T) {
 			}
 		}
 		q.Close()
+	}
+}
+
+// gatedSyncFS holds every fsync of a file while hold is set, until
+// release is closed.
+type gatedSyncFS struct {
+	fileSystem
+	hold    *atomic.Bool
+	release chan struct{}
+}
+
+func (g gatedSyncFS) OpenFile(name string, flag int, perm fs.FileMode) (file, error) {
+	f, err := g.fileSystem.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return gatedFile{f, g}, nil
+}
+
+type gatedFile struct {
+	file
+	g gatedSyncFS
+}
+
+func (f gatedFile) Sync() error {
+	if f.g.hold.Load() {
+		<-f.g.release
+	}
+	return f.file.Sync()
+}
+
+// TestPutCtxAndDurability: under SyncEvery 1, a Put whose ctx has ended
+// stores nothing, and one whose ctx ends while it waits for its fsync
+// says the record is stored (ErrNotDurable), which a reader then gets:
+// before, both returned the context's error alone, and a caller could
+// not tell a record that will be delivered from one that will not.
+func TestPutCtxAndDurability(t *testing.T) {
+	dir := t.TempDir()
+	g := gatedSyncFS{fileSystem: osFS{}, hold: new(atomic.Bool), release: make(chan struct{})}
+	q := mustOpen(t, dir, Options{SyncEvery: 1, fsForTesting: g})
+	defer q.Close()
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := q.Put(ended, []byte("never")); !errors.Is(err, context.Canceled) || errors.Is(err, ErrNotDurable) {
+		t.Fatalf("Put with an ended ctx: %v, want context.Canceled alone", err)
+	}
+	if n, err := q.PutBatch(ended, [][]byte{[]byte("never")}); n != 0 || !errors.Is(err, context.Canceled) {
+		t.Fatalf("PutBatch with an ended ctx: %d, %v", n, err)
+	}
+	if d := q.Depth(); d != 0 {
+		t.Fatalf("Depth %d after Puts refused", d)
+	}
+	g.hold.Store(true)
+	short, cancel2 := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel2()
+	err := q.Put(short, []byte("stored"))
+	if !errors.Is(err, ErrNotDurable) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Put whose fsync outlasted ctx: %v, want ErrNotDurable and DeadlineExceeded", err)
+	}
+	g.hold.Store(false)
+	close(g.release)
+	rec, err := q.Read(context.Background())
+	if err != nil || string(rec.Body) != "stored" {
+		t.Fatalf("Read: %q, %v", rec.Body, err)
+	}
+	if err := q.Sync(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -246,7 +246,8 @@ func newLog(dir string, o Options) *Log {
 //
 // Put blocks only while waiting for its fsync or (with BlockWhenFull) while
 // the disk is full; ctx bounds the wait. If ctx ends while Put waits for an
-// fsync the record is stored but may not be durable yet.
+// fsync the record is stored but may not be durable yet: the error wraps
+// [ErrNotDurable]. Under SyncEvery 1 a ctx already ended stores nothing.
 func (l *Log) Put(ctx context.Context, body []byte) error {
 	_, err := l.PutSeq(ctx, body)
 	return err
@@ -254,8 +255,8 @@ func (l *Log) Put(ctx context.Context, body []byte) error {
 
 // PutSeq is [Log.Put] that also returns the record's seq, for callers that
 // keep an index of their own (a channel's key policy). The seq is valid
-// whenever the record was stored, which includes an error saying ctx ended
-// while Put waited for its fsync; otherwise it is 0.
+// whenever the record was stored, which includes an error wrapping
+// [ErrNotDurable]; otherwise it is 0.
 func (l *Log) PutSeq(ctx context.Context, body []byte) (uint64, error) {
 	if err := l.checkBody(body); err != nil {
 		return 0, err
@@ -288,7 +289,8 @@ func (l *Log) PutSeq(ctx context.Context, body []byte) (uint64, error) {
 // their count with [ErrDiskFull] (with BlockWhenFull it waits, as Put
 // does, and goes on once there is room). When it returns, the records it
 // counts are as durable as a Put's would be; if ctx ends while it waits
-// for their fsync they are stored but may not be durable yet.
+// for their fsync they are stored but may not be durable yet, and the
+// error wraps [ErrNotDurable].
 //
 // The lock is held while the whole batch is copied in, so other producers
 // wait that long: batches of a few hundred kilobytes keep that short.
@@ -343,6 +345,13 @@ func compress(body []byte) ([]byte, byte) {
 // BlockWhenFull, and then waits once, as the sync policy says, for the
 // last of them. It returns how many it stored and the first error.
 func (l *Log) putRecords(ctx context.Context, flags []byte, stored [][]byte) (n int, last uint64, err error) {
+	if l.syncAlways && !l.opts.NoSync {
+		// A ctx that has ended stores nothing: stored, the records would
+		// come back with ErrNotDurable, their Put neither done nor undone.
+		if err := ctx.Err(); err != nil {
+			return 0, 0, fmt.Errorf("diskqueue: put: %w", err)
+		}
+	}
 	waited := false
 	rolled := false // waited once for a roll of the consumed active segment
 	for {
@@ -426,7 +435,11 @@ func (l *Log) putRecords(ctx context.Context, flags []byte, stored [][]byte) (n 
 		return n, last, err
 	}
 	if serr := l.waitSynced(ctx, last+1, 0, false); serr != nil {
-		serr = fmt.Errorf("diskqueue: put: %w", serr)
+		if cerr := ctx.Err(); cerr != nil && errors.Is(serr, cerr) {
+			serr = fmt.Errorf("diskqueue: put: %w (%w)", ErrNotDurable, serr)
+		} else {
+			serr = fmt.Errorf("diskqueue: put: %w", serr)
+		}
 		if err == nil {
 			return n, last, serr
 		}

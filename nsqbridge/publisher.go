@@ -271,6 +271,12 @@ func (discard) Write(b []byte) (int, error) { return len(b), nil }
 // would refuse is not stored: Publish returns [ErrEmptyMessage] or
 // [ErrMessageTooLarge] (and [ErrInvalidTopic] if Options.Topic is empty).
 // Publish does not keep body.
+//
+// With Disk.SyncEvery 1, a ctx that has ended stores nothing, and one that
+// ends while Publish waits for the fsync returns an error wrapping
+// diskqueue.ErrNotDurable: the message is stored and will be forwarded
+// (publishing it again sends it twice), but a power cut before the next
+// fsync may lose it. Any other error means it was not stored.
 func (p *Publisher) Publish(ctx context.Context, body []byte) error {
 	return p.put(ctx, p.opts.Topic, 0, body)
 }
@@ -316,6 +322,10 @@ func (p *Publisher) put(ctx context.Context, topic string, delay time.Duration, 
 	if cap(rec) <= 64<<10 {
 		*buf = rec[:0]
 		bufPool.Put(buf)
+	}
+	if errors.Is(err, diskqueue.ErrNotDurable) {
+		p.published.Add(1) // stored: it will be forwarded
+		return fmt.Errorf("nsqbridge: publish: %w", err)
 	}
 	if err != nil {
 		if errors.Is(err, diskqueue.ErrClosed) {

@@ -115,6 +115,14 @@ func TestPublishChecks(t *testing.T) {
 	if err := p.Publish(ctx, make([]byte, 100)); err != nil {
 		t.Fatalf("a message at the limit: %v", err)
 	}
+	// A ctx already ended stores nothing (SyncEvery 1): the error is the
+	// whole truth. It used to store the message and return the ctx's
+	// error from the wait for its fsync, and forward it all the same.
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := p.Publish(ended, []byte("x")); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Publish with an ended ctx: %v", err)
+	}
 	if st := p.Stats(); st.Invalid != 6 || st.Published != 1 || st.Pending != 1 {
 		t.Fatalf("stats %+v", st)
 	}
