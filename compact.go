@@ -45,7 +45,7 @@ type compactor struct {
 	// its cursor had not handed out (nextRead says which those are):
 	// Channel.Compacted. Both nil for a topic, whose channels learn it
 	// from the topic's key state.
-	compacted func(key []byte, id channel.ID)
+	compacted func(seq uint64, key []byte, id channel.ID, deferred bool)
 	nextRead  func() uint64
 
 	mu sync.Mutex // one compaction at a time; guards sawKeys
@@ -157,9 +157,10 @@ func (c *compactor) stats() CompactStats {
 
 // removedVersion is a pending KeyReplace version a compaction removed.
 type removedVersion struct {
-	key []byte
-	id  channel.ID
-	seq uint64
+	key      []byte
+	id       channel.ID
+	seq      uint64
+	deferred bool
 }
 
 // compact rewrites the sealed segments without the records no consumer
@@ -242,7 +243,7 @@ func (c *compactor) compactLocked(ctx context.Context, st *CompactStats) error {
 				return !acked // only history: pending work stays
 			}
 			if !acked && c.compacted != nil {
-				gone = append(gone, removedVersion{key: append([]byte(nil), key...), id: mid, seq: rec.Seq})
+				gone = append(gone, removedVersion{key: append([]byte(nil), key...), id: mid, seq: rec.Seq, deferred: channel.RecordDeferred(rec.Body)})
 			}
 			return false
 		}
@@ -265,7 +266,7 @@ func (c *compactor) compactLocked(ctx context.Context, st *CompactStats) error {
 			from := c.nextRead()
 			for _, v := range gone {
 				if v.seq >= from {
-					c.compacted(v.key, v.id)
+					c.compacted(v.seq, v.key, v.id, v.deferred)
 				}
 			}
 		}

@@ -319,6 +319,12 @@ func TestCompactReplacePending(t *testing.T) {
 	if cs := q.Stats(); cs.Superseded != keys*(versions-1) || cs.KeysPending != 0 {
 		t.Fatalf("drained: %d superseded, %d keys pending; want %d and 0", cs.Superseded, cs.KeysPending, keys*(versions-1))
 	}
+	// The versions removed unread leave the backlog too: they stayed in
+	// DiskDepth (and Depth) for good, and with a memory buffer every Put
+	// then went past it to the disk.
+	if cs := q.Stats(); q.Depth() != 0 || cs.DiskDepth != 0 || cs.BackendDepth != 0 {
+		t.Fatalf("drained: Depth %d, DiskDepth %d, BackendDepth %d; want 0", q.Depth(), cs.DiskDepth, cs.BackendDepth)
+	}
 	if cs := q.CompactStats(); cs.Runs != 1 || cs.Removed != st.Removed || cs.LogBytesAfter >= cs.LogBytesBefore {
 		t.Fatalf("CompactStats %+v after one compaction of %+v", cs, st)
 	}

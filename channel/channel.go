@@ -1025,17 +1025,29 @@ func storeMax[V int64 | uint64, A atomicNumber[V]](v A, x V) {
 }
 
 // Compacted tells the channel that a compaction of its backend removed
-// the record of message id with key before the channel read it, so it
+// record seq, of message id with key, before the channel read it, so it
 // will never be delivered: under KeyReplace a version a newer one
-// superseded, now counted in Stats.Superseded and no longer pending. A
-// compaction calls it once the removal is in place, for each removed
-// record from the backend's read position on (spillq's Queue.Compact
-// does); a removed record the channel had read already is still its own
-// to drop as superseded when it takes it. It does nothing under the other
-// policies, whose pending messages a compaction never removes.
-func (c *Channel) Compacted(key []byte, id ID) {
-	if c.keys != nil {
-		c.keys.compacted(key, id)
+// superseded, now counted in Stats.Superseded and no longer pending, and
+// no longer in the backlog (Stats.DiskDepth, or Stats.Deferred if deferred
+// says the record carried a due time; see [RecordDeferred]). A compaction
+// calls it once the removal is in place, for each removed record from the
+// backend's read position on (spillq's Queue.Compact does); a removed
+// record the channel had read already is still its own to drop as
+// superseded when it takes it. It does nothing under the other policies,
+// whose pending messages a compaction never removes.
+func (c *Channel) Compacted(seq uint64, key []byte, id ID, deferred bool) {
+	if c.keys == nil || c.opts.Keys != KeyReplace {
+		return
+	}
+	c.keys.compacted(key, id)
+	// Counted off as the pump counts off a record it reads: one never
+	// read kept diskPending above zero for good, and with it every Put
+	// went past the memory buffer to the backend.
+	if c.backend != nil {
+		if deferred {
+			c.diskDeferred.removed(seq)
+		}
+		c.delivered()
 	}
 }
 

@@ -56,6 +56,16 @@ func (d *diskDeferred) read(seq uint64, deferred bool) {
 	d.mu.Unlock()
 }
 
+// removed tells of a deferred record a compaction removed before the pump
+// read it: counted off as read would, but the pump has not passed it.
+func (d *diskDeferred) removed(seq uint64) {
+	d.mu.Lock()
+	if seq >= d.end || seq < d.scanned {
+		decrementToZero(&d.n)
+	}
+	d.mu.Unlock()
+}
+
 // found tells of a deferred record the scan has read, and reports whether
 // the scan should go on.
 func (d *diskDeferred) found(seq uint64) bool {

@@ -188,6 +188,11 @@ func RecordKey(record []byte) (key []byte, id ID, ok bool) {
 	return m.Key, m.ID, true
 }
 
+// RecordDeferred reports whether a record a Channel wrote to its Backend
+// carries a due time (a message put or requeued with a delay), without
+// decoding the rest: what [Channel.Compacted] is told.
+func RecordDeferred(record []byte) bool { return envelopeHasDue(record) }
+
 // decodeEnvelopeInto is decodeEnvelope into m, which must be the zero
 // Message. It stores field by field: assigning a whole Message literal
 // goes through a temporary and a typed copy, which while the collector
