@@ -490,6 +490,12 @@ func TestReplay(t *testing.T) {
 	if _, err := c.Replay(ctx, 0, 1); !errors.Is(err, channel.ErrNoReplay) {
 		t.Fatalf("Replay without a replaying backend: %v", err)
 	}
+	// After Close: ErrClosed, as from every method, not the ErrNotFound
+	// of the log's files gone with it.
+	q.Close()
+	if _, err := q.Replay(ctx, 3, 7); !errors.Is(err, channel.ErrClosed) {
+		t.Fatalf("Replay after Close: %v, want ErrClosed", err)
+	}
 }
 
 func TestMain(m *testing.M) {

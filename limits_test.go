@@ -44,6 +44,16 @@ func TestMaxRecordBytesIsTheBodyLimit(t *testing.T) {
 				if want := fmt.Sprintf("body of %d bytes, limit %d", tc.body+1, tc.body); !strings.Contains(err.Error(), want) {
 					t.Fatalf("error %q does not say %q", err, want)
 				}
+				// A key counts toward the same limit: the error says what
+				// the two take (it said "body of 1 bytes, limit -26" for a
+				// key longer than the limit).
+				if tc.limit > 0 {
+					key := bytes.Repeat([]byte("k"), tc.body+10)
+					err := q.PutWith(ctx, []byte("b"), channel.PutOptions{Key: key})
+					if want := fmt.Sprintf("body of 1 bytes and key of %d take %d bytes of the %d", len(key), len(key)+3, tc.body); !errors.Is(err, channel.ErrTooLarge) || !strings.Contains(err.Error(), want) {
+						t.Fatalf("Put with a key over the limit: %v, want ErrTooLarge saying %q", err, want)
+					}
+				}
 				if err := q.Close(); err != nil {
 					t.Fatalf("Close: %v", err)
 				}

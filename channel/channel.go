@@ -1186,6 +1186,9 @@ func (c *Channel) LatencySumSeconds() float64 {
 // lasts only until its segment is deleted, at a moment of the log's
 // choosing, so a replay then finds some or none of them.
 func (c *Channel) Replay(ctx context.Context, from, to uint64) (int, error) {
+	if c.isClosed.Load() {
+		return 0, ErrClosed
+	}
 	r, ok := c.backend.(Replayer)
 	if !ok {
 		return 0, ErrNoReplay
@@ -1195,6 +1198,10 @@ func (c *Channel) Replay(ctx context.Context, from, to uint64) (int, error) {
 	r.Replay(from, to)(func(body []byte, rerr error) bool {
 		if rerr != nil {
 			err = fmt.Errorf("channel: replay: %w", rerr)
+			if c.isClosed.Load() {
+				// The backend's files went with Close, under the read.
+				err = errors.Join(ErrClosed, err)
+			}
 			return false
 		}
 		m, derr := decodeEnvelope(body)

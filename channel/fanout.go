@@ -249,7 +249,7 @@ func (f *Fanout) put(ctx context.Context, bodies [][]byte, po PutOptions) (int, 
 		po.Key = nil
 	}
 	for _, b := range bodies {
-		if err := checkBody(b, f.minBody, f.maxBody-keyOverhead(po.Key)); err != nil {
+		if err := checkBody(b, po.Key, f.minBody, f.maxBody); err != nil {
 			return 0, err
 		}
 	}
@@ -424,7 +424,7 @@ type FanoutStats struct {
 	Puts        int64 // messages accepted
 	ToMemory    int64 // of those, handed to the channels' memory buffers
 	ToLog       int64 // of those, written to the log
-	PutFailures int64 // messages refused by the log or the key policy (not in Puts)
+	PutFailures int64 // messages the log or the key policy refused (not in Puts); a body or key refused for its size before an ID is taken is in neither
 	Channels    int   // channels joined
 	// KeysPending is the keys the topic's key policy holds: with a
 	// message some channel has not finished (KeyUnique; an entry goes at

@@ -65,7 +65,7 @@ func (c *Channel) PutWith(ctx context.Context, body []byte, po PutOptions) error
 	if len(po.Key) == 0 {
 		po.Key = nil
 	}
-	if err := checkBody(body, c.minBody, c.maxBody-keyOverhead(po.Key)); err != nil {
+	if err := checkBody(body, po.Key, c.minBody, c.maxBody); err != nil {
 		return err
 	}
 	// KeySerial acts at delivery only: its Put is any other.
@@ -324,9 +324,13 @@ func bodyLimits(b any) (minBody, maxBody int, err error) {
 	return minBody, maxBody, nil
 }
 
-// checkBody refuses a body outside [minBody, maxBody].
-func checkBody(body []byte, minBody, maxBody int) error {
-	if len(body) > maxBody {
+// checkBody refuses a body outside [minBody, maxBody], maxBody counting
+// the key too (its length and 2).
+func checkBody(body, key []byte, minBody, maxBody int) error {
+	if k := keyOverhead(key); len(body)+k > maxBody {
+		if k > 0 {
+			return fmt.Errorf("%w: body of %d bytes and key of %d take %d bytes of the %d a message may (a key takes 2 bytes more than its length)", ErrTooLarge, len(body), len(key), len(body)+k, maxBody)
+		}
 		return fmt.Errorf("%w: body of %d bytes, limit %d", ErrTooLarge, len(body), maxBody)
 	}
 	if len(body) < minBody {
