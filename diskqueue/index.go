@@ -234,7 +234,7 @@ func (l *Log) rebuildIndexes(seg *segment, log file, compacted bool) error {
 		if !isDamage(sc.Err()) {
 			return fmt.Errorf("diskqueue: open: rebuild index of %s: %w", seg.path(logSuffix), sc.Err())
 		}
-		off, seq, ok := resync(&sc.win, sc.off, size, sc.seq, end, maxBody)
+		off, seq, ok := resync(&sc.win, sc.off, size, sc.seq, end, resyncMaxBody(l.opts.MaxRecordBytes))
 		if !ok {
 			b.damaged(sc.off, end-sc.seq)
 			break

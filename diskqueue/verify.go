@@ -224,7 +224,7 @@ func (l *Log) verifySegment(seg *segment, rep *Report) {
 			break
 		}
 		p := Problem{File: logName, Offset: sc.Offset(), Seq: sc.seq, Err: sc.Err()}
-		off, seq, ok := resync(&sc.win, sc.Offset(), size, sc.seq, end, maxReadBody)
+		off, seq, ok := resync(&sc.win, sc.Offset(), size, sc.seq, end, resyncMaxBody(l.opts.MaxRecordBytes))
 		if errors.Is(p.Err, ErrCorrupt) || errors.Is(p.Err, errShortFrame) {
 			p.End = size // nothing after the damage checks out
 			if ok {
