@@ -377,6 +377,7 @@ func (d diskBackend) PutSeq(ctx context.Context, body []byte) (uint64, error) {
 func (d diskBackend) NextSeq() uint64 { return d.q.NextSeq() }
 func (d diskBackend) Floor() uint64   { return d.q.Floor() }
 func (d diskBackend) Depth() int64    { return d.q.Depth() }
+func (d diskBackend) Passed() int64   { return d.q.Passed() } // a channel.PassCounter
 func (d diskBackend) Empty() error    { return d.q.Empty() }
 func (d diskBackend) Close() error    { return d.q.Close() }
 

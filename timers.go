@@ -113,10 +113,17 @@ func (t *diskTimers) put(ctx context.Context, body []byte) (uint64, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	seq := t.next
-	if err := t.q.Put(ctx, body); err != nil {
-		// Put may fail after storing the record (its context ended while
-		// it waited for an fsync). The caller keeps the message elsewhere,
-		// so such a record is acknowledged, not to come back twice.
+	err := t.q.Put(ctx, body)
+	if errors.Is(err, diskqueue.ErrNotDurable) {
+		// Stored (a store opened with SyncEvery 1: its ctx ended while it
+		// waited for the fsync): the channel keeps it as stored.
+		t.next = seq + 1
+		return seq, err
+	}
+	if err != nil {
+		// Put may fail after storing the record otherwise (a failed
+		// fsync). The caller keeps the message elsewhere, so such a
+		// record is acknowledged, not to come back twice.
 		if w := t.q.Stats().WriteSeq; w > seq {
 			t.next = w
 			for s := seq; s < w; s++ {

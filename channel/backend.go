@@ -113,6 +113,16 @@ type BacklogScanner interface {
 	ScanBacklog() (end uint64, records func(yield func(seq uint64, body []byte, err error) bool))
 }
 
+// PassCounter is implemented by a Backend whose Read passes over records
+// it stored but will never hand out (spillq's disk log: damaged ones, and
+// those a compaction removed before they were read). Passed is how many
+// since the backend opened. The channel counts each stored record in its
+// backlog (Stats.DiskDepth) until it reads it, and takes these off as its
+// reads pass them.
+type PassCounter interface {
+	Passed() int64
+}
+
 // Replayer is implemented by backends that keep acknowledged records for
 // replay, such as spillq's disk queue with retention.
 type Replayer interface {

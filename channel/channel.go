@@ -64,6 +64,10 @@ type Channel struct {
 	// state (KeyUnique, KeyReplace, KeyDedup) and names records by it; nil
 	// otherwise.
 	seqs SeqBackend
+	// passes is the backend as a PassCounter, if it is one; the pump alone
+	// reads it, and passesSeen is its count when the pump last looked.
+	passes     PassCounter
+	passesSeen int64
 	// unsent is what the pump had read and not handed over when the
 	// channel closed; Close gives it back to an Unreader source once the
 	// pump has returned.
@@ -235,6 +239,9 @@ func newChannel(opts Options, src Source, fan *Fanout) (*Channel, error) {
 			// The Put-time policies name records; KeySerial keeps nothing.
 			c.seqs, _ = o.Backend.(SeqBackend)
 		}
+	}
+	if pc, ok := o.Backend.(PassCounter); ok {
+		c.passes, c.passesSeen = pc, pc.Passed()
 	}
 	c.closeCtx, c.cancel = context.WithCancel(context.Background())
 	c.started = time.Now()
@@ -1027,9 +1034,10 @@ func storeMax[V int64 | uint64, A atomicNumber[V]](v A, x V) {
 // Compacted tells the channel that a compaction of its backend removed
 // record seq, of message id with key, before the channel read it, so it
 // will never be delivered: under KeyReplace a version a newer one
-// superseded, now counted in Stats.Superseded and no longer pending, and
-// no longer in the backlog (Stats.DiskDepth, or Stats.Deferred if deferred
-// says the record carried a due time; see [RecordDeferred]). A compaction
+// superseded, now counted in Stats.Superseded and no longer pending; if
+// deferred says the record carried a due time ([RecordDeferred]), no
+// longer in Stats.Deferred. (It leaves Stats.DiskDepth as the backend's
+// reads pass over it: see [PassCounter].) A compaction
 // calls it once the removal is in place, for each removed record from the
 // backend's read position on (spillq's Queue.Compact does); a removed
 // record the channel had read already is still its own to drop as
@@ -1040,14 +1048,11 @@ func (c *Channel) Compacted(seq uint64, key []byte, id ID, deferred bool) {
 		return
 	}
 	c.keys.compacted(key, id)
-	// Counted off as the pump counts off a record it reads: one never
-	// read kept diskPending above zero for good, and with it every Put
-	// went past the memory buffer to the backend.
-	if c.backend != nil {
-		if deferred {
-			c.diskDeferred.removed(seq)
-		}
-		c.delivered()
+	// Its place in the backlog (diskPending) the pump gives up as its
+	// reads pass it (PassCounter), here or after a restart; a deferred
+	// one is counted off the deferred now, as the pump would on reading it.
+	if c.backend != nil && deferred {
+		c.diskDeferred.removed(seq)
 	}
 }
 
@@ -1412,8 +1417,11 @@ drain:
 				_, err := c.timers.store.Put(ctx, env)
 				return err
 			})
-			stored = err == nil
-			if err != nil && c.backend == nil {
+			// ErrNotDurable: stored, its fsync not waited for (the
+			// store's Close makes it durable); a second copy would
+			// deliver it twice.
+			stored = err == nil || errors.Is(err, ErrNotDurable)
+			if !stored && c.backend == nil {
 				notStored(m, err)
 				continue
 			}
@@ -1425,7 +1433,7 @@ drain:
 			// A copy: putEnvelope notes the new record in it, and m's seq
 			// is the old record, acknowledged below.
 			cp := *m
-			if err := store(func(ctx context.Context) error { return c.putEnvelope(ctx, &cp, env) }); err != nil {
+			if err := store(func(ctx context.Context) error { return c.putEnvelope(ctx, &cp, env) }); err != nil && !errors.Is(err, ErrNotDurable) {
 				notStored(m, err)
 				continue
 			}

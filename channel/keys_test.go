@@ -217,3 +217,29 @@ func TestPutStoredNotDurable(t *testing.T) {
 		t.Fatalf("Depth %d after both were finished", d)
 	}
 }
+
+// TestCloseStoresNotDurable: Close stores again the message in flight; a
+// backend Put that stored it with ErrNotDurable is a stored message, so
+// its old record is acknowledged, not left beside the new one (which a
+// restart delivered twice; a review found it).
+func TestCloseStoresNotDurable(t *testing.T) {
+	ctx := context.Background()
+	b := notDurableBackend{newMemBackend()}
+	c, err := channel.New(channel.Options{Backend: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Put(ctx, []byte("held")); !errors.Is(err, channel.ErrNotDurable) {
+		t.Fatal(err)
+	}
+	_ = receive(t, c) // in flight at Close
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b.mu.Lock()
+	live := len(b.records) - len(b.acked)
+	b.mu.Unlock()
+	if live != 1 {
+		t.Fatalf("%d live records after Close stored the message in flight, want 1", live)
+	}
+}

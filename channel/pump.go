@@ -44,6 +44,7 @@ func (c *Channel) pump() {
 				return
 			}
 		}
+		c.countPasses()
 		// Every record of the batch was read before this load: an Empty
 		// from here on discards them all, as it discards what waits in
 		// ahead. One that began before it and after the read discarded
@@ -82,6 +83,20 @@ func (c *Channel) pump() {
 		if !ok {
 			return
 		}
+	}
+}
+
+// countPasses takes off diskPending the records the backend's reads
+// passed over since the last look (see PassCounter): they were counted
+// when stored, or at New, and will never be read. Called by the pump
+// after each read, before what it read is handed on.
+func (c *Channel) countPasses() {
+	if c.passes == nil {
+		return
+	}
+	n := c.passes.Passed()
+	for ; c.passesSeen < n; c.passesSeen++ {
+		c.delivered()
 	}
 }
 

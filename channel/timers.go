@@ -336,7 +336,9 @@ func (c *Channel) startRefillLocked() {
 // the goroutines Close waits for.
 func (c *Channel) deferToTimers(ctx context.Context, m *Message, due int64) error {
 	m.due = due
-	if _, err := c.putTimer(ctx, m); err != nil {
+	// ErrNotDurable: stored, and in the timer set (putTimer), only not
+	// fsynced yet: kept in memory as well, it came twice.
+	if _, err := c.putTimer(ctx, m); err != nil && !errors.Is(err, ErrNotDurable) {
 		c.log.Warn("channel: cannot store a deferred message in the timer store; it waits in memory", "id", m.ID.String(), "err", err)
 		c.deferInMemory(m)
 		return err

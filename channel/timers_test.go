@@ -490,3 +490,59 @@ func TestSerialInPlaceRequeuesBounded(t *testing.T) {
 		t.Errorf("3 requeued with a delay, MaxDeferredInMemory 2: %d in the timer store and %d records kept in the backend, want 1 and 2", sd, bd)
 	}
 }
+
+// notDurableTimers is a memTimers whose Put stores the record and says it
+// is not durable yet, as a disk timer store under SyncEvery 1 does when
+// the Put's ctx ends during its fsync.
+type notDurableTimers struct{ *memTimers }
+
+func (s notDurableTimers) Put(ctx context.Context, body []byte) (uint64, error) {
+	seq, err := s.memTimers.Put(ctx, body)
+	if err != nil {
+		return seq, err
+	}
+	return seq, fmt.Errorf("test timers: %w (%w)", channel.ErrNotDurable, context.Canceled)
+}
+
+// live counts the records stored and not acknowledged.
+func (s *memTimers) live() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.records) - len(s.acked)
+}
+
+// TestTimerStoreNotDurable: a timer store's Put that stored its record
+// but returned ErrNotDurable is a record stored. A Requeue with a delay
+// kept the message in memory as well (delivered twice), and Close stored
+// a deferred message held in memory in the backend too (two live copies
+// after a restart), as for a Put that failed (a review found both).
+func TestTimerStoreNotDurable(t *testing.T) {
+	ctx := context.Background()
+	timers := notDurableTimers{newMemTimers()}
+	c, err := channel.New(channel.Options{Backend: newMemBackend(), Timers: timers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Put(ctx, []byte("m")); err != nil {
+		t.Fatal(err)
+	}
+	m := receive(t, c)
+	if err := m.Requeue(30 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	m = receive(t, c)
+	if err := m.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if m, err := c.Receive(short); err == nil {
+		t.Fatalf("%q delivered again after it was finished", m.Body)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := timers.live(); n != 0 {
+		t.Fatalf("%d timer records left after the message was finished", n)
+	}
+}

@@ -389,6 +389,11 @@ func TestCompactUnacknowledgedAndReopen(t *testing.T) {
 	if read != kept || c.Depth() != 0 {
 		t.Fatalf("read %d records, Depth %d; want %d and 0", read, c.Depth(), kept)
 	}
+	// Each removed record was in Depth until the reader passed it: Passed
+	// says how many, for a consumer that counted them in its backlog.
+	if p := c.Passed(); p != int64(n-kept) {
+		t.Fatalf("Passed %d, want the %d records removed unread", p, n-kept)
+	}
 }
 
 // SeekTime over a compacted segment finds the first record kept at or

@@ -59,6 +59,10 @@ type Cursor struct {
 	// files are released.
 	closed bool
 
+	// skipped counts the records the reader passed over without handing
+	// them out, unacknowledged until then (Passed).
+	skipped atomic.Int64
+
 	// ahead is a segment the reader is about to enter (the one after the
 	// segment it entered last, or the one it starts in) whose files or
 	// whose bitmap may not be open yet; set under readMu, taken by the
@@ -1557,16 +1561,17 @@ func (c *Cursor) quarantine(d *damageError) {
 		}
 	}
 	c.logger.Warn("diskqueue: skipped damaged records", attrs...)
-	c.ackPassedLocked(d.first, d.next, "diskqueue: cannot acknowledge damaged records; they are skipped again after a restart")
+	c.skipped.Add(int64(c.ackPassedLocked(d.first, d.next, "diskqueue: cannot acknowledge damaged records; they are skipped again after a restart")))
 }
 
 // ackPassedLocked counts as acknowledged, for this cursor, the records
 // [from, to) its reader passed without handing them out: damaged ones, or
 // ones compaction removed. What it cannot acknowledge it logs once, with
-// why. The caller holds c.readMu.
-func (c *Cursor) ackPassedLocked(from, to uint64, why string) {
+// why. It returns how many it acknowledged that were not already. The
+// caller holds c.readMu.
+func (c *Cursor) ackPassedLocked(from, to uint64, why string) int {
 	var seg *segment
-	var failed int
+	var failed, n int
 	var firstErr error
 	var firstSeq uint64
 	for s := max(from, c.ackFloor.Load()); s < to; s++ {
@@ -1581,19 +1586,23 @@ func (c *Cursor) ackPassedLocked(from, to uint64, why string) {
 			// Open counts bits only below readEnd.
 			err = a.raiseReadEnd(s+1, seg.base)
 		}
+		var was bool
 		if err == nil {
-			_, err = c.markAckedLocked(c.state(seg), s)
+			was, err = c.markAckedLocked(c.state(seg), s)
 		}
 		if err != nil {
 			if failed == 0 {
 				firstErr, firstSeq = err, s
 			}
 			failed++
+		} else if !was {
+			n++
 		}
 	}
 	if failed > 0 {
 		c.logger.Warn(why, "first_seq", firstSeq, "records", failed, "err", firstErr)
 	}
+	return n
 }
 
 // passRemovedLocked counts as acknowledged the records of gaps that
@@ -1605,9 +1614,17 @@ func (c *Cursor) ackPassedLocked(from, to uint64, why string) {
 // c.readMu.
 func (c *Cursor) passRemovedLocked(gaps []seqRange) {
 	for _, g := range gaps {
-		c.ackPassedLocked(g.from, g.to, "diskqueue: cannot acknowledge records compaction removed; they stay in the cursor's depth until a restart passes them")
+		c.skipped.Add(int64(c.ackPassedLocked(g.from, g.to, "diskqueue: cannot acknowledge records compaction removed; they stay in the cursor's depth until a restart passes them")))
 	}
 }
+
+// Passed returns how many records the cursor's reader has passed over
+// since Open without handing them out, each counted as acknowledged then
+// (not in Acks): damaged records it skipped, and records [Log.Compact]
+// removed before it read them that were not acknowledged yet. Each was in
+// [Cursor.Depth] until passed. A consumer that counts the records it
+// expects to read (a channel's backlog) takes these off.
+func (c *Cursor) Passed() int64 { return c.skipped.Load() }
 
 // Ack acknowledges a record returned by [Cursor.Read]. Acknowledgements
 // may come in any order. When Ack returns nil the acknowledgement is

@@ -78,6 +78,10 @@ func (q *Queue) Ack(seq uint64) error { return q.c.Ack(seq) }
 // including those handed out by Read and still in flight.
 func (q *Queue) Depth() int64 { return q.c.Depth() }
 
+// Passed is [Cursor.Passed] of the queue's cursor: the records Read passed
+// over (damaged, or removed by compaction) without handing them out.
+func (q *Queue) Passed() int64 { return q.c.Passed() }
+
 // Unacknowledged is [Log.Scan] of the records with from <= seq < to not
 // yet acknowledged; see [Cursor.Unacknowledged].
 func (q *Queue) Unacknowledged(from, to uint64) iter.Seq2[Record, error] {
