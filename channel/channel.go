@@ -64,10 +64,11 @@ type Channel struct {
 	// state (KeyUnique, KeyReplace, KeyDedup) and names records by it; nil
 	// otherwise.
 	seqs SeqBackend
-	// passes is the backend as a PassCounter, if it is one; the pump alone
-	// reads it, and passesSeen is its count when the pump last looked.
+	// passes is the backend as a PassCounter, if it is one, and
+	// passesSeen its count already taken off diskPending (by the pump, or
+	// set past by Empty, which counts everything off).
 	passes     PassCounter
-	passesSeen int64
+	passesSeen atomic.Int64
 	// unsent is what the pump had read and not handed over when the
 	// channel closed; Close gives it back to an Unreader source once the
 	// pump has returned.
@@ -241,7 +242,8 @@ func newChannel(opts Options, src Source, fan *Fanout) (*Channel, error) {
 		}
 	}
 	if pc, ok := o.Backend.(PassCounter); ok {
-		c.passes, c.passesSeen = pc, pc.Passed()
+		c.passes = pc
+		c.passesSeen.Store(pc.Passed())
 	}
 	c.closeCtx, c.cancel = context.WithCancel(context.Background())
 	c.started = time.Now()
@@ -973,6 +975,10 @@ func (c *Channel) Empty() error {
 			return fmt.Errorf("channel: empty backend: %w", err)
 		}
 		c.diskPending.Store(0)
+		if c.passes != nil {
+			// What the reads passed before now was counted off with the rest.
+			c.passesSeen.Store(c.passes.Passed())
+		}
 		c.diskDeferred.empty()
 		if c.fan != nil {
 			storeMax(&c.readThrough, c.fan.log.NextSeq())
