@@ -440,7 +440,7 @@ func (c *Cursor) load(have bool) error {
 	case !have:
 		readSeq = first
 		if end > first {
-			c.logger.Warn("diskqueue: no valid cursor; delivering every record on disk again", "from_seq", first)
+			c.logger.Warn("diskqueue: no valid cursor; delivering again every record on disk that the acknowledgement files do not mark acknowledged", "from_seq", first)
 		}
 	case readSeq < first:
 		// Its records were deleted after being acknowledged.

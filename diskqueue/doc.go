@@ -89,8 +89,8 @@
 // reported as damage. Spare segment files made ahead of need are removed.
 // Each cursor's acknowledgements are counted from its stored read position
 // up to where the last run had read, no further. A damaged cursor file
-// makes Open deliver every record on disk again to that cursor rather than
-// start empty. A directory lock (flock) stops a second Open, in this
+// makes Open deliver again to that cursor every record on disk that its
+// acknowledgement files do not mark acknowledged, rather than start empty. A directory lock (flock) stops a second Open, in this
 // process or another.
 //
 // # Concurrency

@@ -1370,3 +1370,44 @@ func TestResyncOverDamageReadsLittle(t *testing.T) {
 		t.Fatalf("Verify read %d bytes of a %d-byte log", r, len(b))
 	}
 }
+
+// TestLookupsAfterClose: ReadAt, Scan, SeekTime, Position and
+// Unacknowledged after Close return ErrClosed. They returned ErrNotFound
+// ("segment 0 was deleted"), as if the records had been consumed (a user
+// trial found it).
+func TestLookupsAfterClose(t *testing.T) {
+	for _, readOnly := range []bool{false, true} {
+		dir := t.TempDir()
+		q := mustOpen(t, dir, Options{})
+		if err := q.Put(context.Background(), []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		if readOnly {
+			q.Close()
+			var err error
+			if q, err = OpenReadOnly(dir, Options{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		q.Close()
+		if _, err := q.ReadAt(0); !errors.Is(err, ErrClosed) {
+			t.Errorf("readOnly %v: ReadAt after Close: %v", readOnly, err)
+		}
+		if _, err := q.SeekTime(time.Time{}); !errors.Is(err, ErrClosed) {
+			t.Errorf("readOnly %v: SeekTime after Close: %v", readOnly, err)
+		}
+		if _, err := q.Position(0); !errors.Is(err, ErrClosed) {
+			t.Errorf("readOnly %v: Position after Close: %v", readOnly, err)
+		}
+		for _, err := range q.Scan(0, 1) {
+			if !errors.Is(err, ErrClosed) {
+				t.Errorf("readOnly %v: Scan after Close: %v", readOnly, err)
+			}
+		}
+		for _, err := range q.Unacknowledged(0, 1) {
+			if !errors.Is(err, ErrClosed) {
+				t.Errorf("readOnly %v: Unacknowledged after Close: %v", readOnly, err)
+			}
+		}
+	}
+}

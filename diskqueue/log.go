@@ -860,6 +860,9 @@ func (l *Log) stats(c *Cursor) Stats {
 // offset, with one read of the sequence index. seq may be the next to be
 // put (WriteSeq). It returns [ErrNotFound] for a seq not in the log.
 func (l *Log) Position(seq uint64) (Position, error) {
+	if l.isClosed.Load() {
+		return Position{}, ErrClosed
+	}
 	return l.position(seq)
 }
 

@@ -24,7 +24,8 @@ type Queue struct {
 // recovers from whatever state a crash left it in (see FORMAT.md). Only one
 // Queue may have a directory open at a time; a second Open returns
 // [ErrLocked]. A directory whose cursor file is missing or damaged has
-// every record on disk delivered again, unless it has named cursors: that
+// every record on disk that its acknowledgement files do not mark
+// acknowledged delivered again, unless it has named cursors: that
 // is a [Log]'s directory ([OpenLog]), refused with [ErrInvalidOptions].
 func Open(dir string, opts Options) (*Queue, error) {
 	return withOwnCursor(OpenLog(dir, opts))

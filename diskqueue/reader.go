@@ -563,6 +563,11 @@ func (l *Log) copyBad(seg *segment, from, to int64, name string) error {
 // compaction of the record's segment returns the record, or ErrCompacted if
 // the compaction removed it.
 func (l *Log) ReadAt(seq uint64) (Record, error) {
+	if l.isClosed.Load() {
+		// Close released the files: a lookup would find every segment
+		// gone and say ErrNotFound, as if its records had been consumed.
+		return Record{}, ErrClosed
+	}
 	seg, err := l.segmentFor(seq)
 	if err != nil {
 		return Record{}, err
@@ -694,6 +699,10 @@ func (l *Log) readAtSlow(seg *segment, f *segFiles, seq uint64, limit int64, cau
 // the new, and skips only records the compaction removed.
 func (l *Log) Scan(from, to uint64) iter.Seq2[Record, error] {
 	return func(yield func(Record, error) bool) {
+		if l.isClosed.Load() {
+			yield(Record{}, ErrClosed) // as ReadAt
+			return
+		}
 		if _, err := l.segmentFor(from); err != nil && errors.Is(err, ErrNotFound) && from < l.firstSeq() {
 			yield(Record{}, err)
 			return

@@ -37,6 +37,9 @@ const unknownTime = math.MinInt64
 // a record put less than about a millisecond after t may carry a time
 // before t, and is then not found from t.
 func (l *Log) SeekTime(t time.Time) (uint64, error) {
+	if l.isClosed.Load() {
+		return 0, ErrClosed // as ReadAt
+	}
 	target := t.UnixNano()
 	l.segMu.RLock()
 	segs := l.segs

@@ -23,17 +23,23 @@ import (
 // go-diskqueue's Interface.
 const minSegmentBytes = 1 << 10
 
-// NewCompat opens a queue with exactly the signature and behaviour of
-// github.com/nsqio/go-diskqueue's New, so code written for nsqd's disk queue
-// switches with one line. The queue lives in dataPath/name.spillq/, so many
+// NewCompat opens a queue with the signature and the behaviour of
+// github.com/nsqio/go-diskqueue's New (but for the differences below), so
+// code written for nsqd's disk queue switches with one line. The queue lives in dataPath/name.spillq/, so many
 // queues can share one data path as they do in nsqd.
 //
-// Reading from ReadChan acknowledges the record, as in go-diskqueue. Unlike
-// go-diskqueue, records are checksummed, a damaged record costs only itself
-// rather than the rest of its file, and with syncEvery 1 Put returns only
-// once the record is fsynced. syncEvery <= 0 means every record, as it does
-// in go-diskqueue; syncTimeout <= 0 means the default of 2 seconds;
-// maxMsgSize <= 0 means the default of 1 MiB.
+// Reading from ReadChan acknowledges the record, as in go-diskqueue, in
+// the kernel at once: a crash of the process loses the record in hand
+// (taken from ReadChan, not yet processed) and delivers none taken before
+// again, where go-diskqueue delivers again everything read since its last
+// metadata sync. Unlike go-diskqueue, records are checksummed, a damaged
+// record costs only itself rather than the rest of its file, and with
+// syncEvery 1 Put returns only once the record is fsynced. syncEvery <= 0
+// means every record (go-diskqueue's 0 does too; its negative values
+// fsync only on syncTimeout); syncTimeout <= 0 means the default of 2
+// seconds; maxMsgSize <= 0 means the default of 1 MiB. Delete removes the
+// queue's files (go-diskqueue's only closes the queue, leaving them; nsqd
+// calls Empty first, so for nsqd the two end the same).
 //
 // A backlog that go-diskqueue left under the same name and path
 // (name.diskqueue.meta.dat and its data files) is imported on open: its
