@@ -41,16 +41,7 @@ func TestCloseWithFrozenNSQD(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	closed := make(chan error, 1)
-	go func() { closed <- p.Close() }()
-	select {
-	case err := <-closed:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("Close still waits for a frozen nsqd a minute later")
-	}
+	closeWithinAMinute(t, p, "a frozen nsqd")
 	if st := p.Stats(); st.Forwarded != 1 || st.Pending != n-1 {
 		t.Fatalf("after Close: %+v, want 1 forwarded and %d pending", st, n-1)
 	}
@@ -88,16 +79,7 @@ func TestCloseWhileConnectingToFrozenNSQD(t *testing.T) {
 	}
 	// The node connects at Open; give it time to be inside go-nsq's wait.
 	time.Sleep(200 * time.Millisecond)
-	closed := make(chan error, 1)
-	go func() { closed <- p.Close() }()
-	select {
-	case err := <-closed:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("Close still waits for a connect to a frozen nsqd a minute later")
-	}
+	closeWithinAMinute(t, p, "a connect to a frozen nsqd")
 	if st := p.Stats(); st.Forwarded != 0 || st.Pending != 1 {
 		t.Fatalf("after Close: %+v, want 1 pending", st)
 	}
@@ -108,5 +90,21 @@ func TestCloseWhileConnectingToFrozenNSQD(t *testing.T) {
 	c := newConsumer(t, nsqbridge.ConsumerOptions{NSQD: []string{nsqd.TCP}})
 	if got := work(t, c, 1); len(got) != 1 {
 		t.Fatalf("received %d distinct of 1", len(got))
+	}
+}
+
+// closeWithinAMinute closes p, failing the test if Close has not returned
+// a minute later (waiting for what).
+func closeWithinAMinute(t *testing.T, p *nsqbridge.Publisher, what string) {
+	t.Helper()
+	closed := make(chan error, 1)
+	go func() { closed <- p.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("Close still waits for %s a minute later", what)
 	}
 }
