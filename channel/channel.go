@@ -65,10 +65,13 @@ type Channel struct {
 	// otherwise.
 	seqs SeqBackend
 	// passes is the backend as a PassCounter, if it is one, and
-	// passesSeen its count already taken off diskPending (by the pump, or
-	// set past by Empty, which counts everything off).
+	// passesSeen (under passMu) its count already taken off diskPending:
+	// by the pump, or set past by Empty, which counts everything off. One
+	// lock over both, so that no count the pump took before an Empty comes
+	// off the records put after it.
 	passes     PassCounter
-	passesSeen atomic.Int64
+	passMu     sync.Mutex
+	passesSeen int64
 	// unsent is what the pump had read and not handed over when the
 	// channel closed; Close gives it back to an Unreader source once the
 	// pump has returned.
@@ -242,8 +245,7 @@ func newChannel(opts Options, src Source, fan *Fanout) (*Channel, error) {
 		}
 	}
 	if pc, ok := o.Backend.(PassCounter); ok {
-		c.passes = pc
-		c.passesSeen.Store(pc.Passed())
+		c.passes, c.passesSeen = pc, pc.Passed()
 	}
 	c.closeCtx, c.cancel = context.WithCancel(context.Background())
 	c.started = time.Now()
@@ -974,10 +976,14 @@ func (c *Channel) Empty() error {
 			c.emptiedBelow.Store(emptied)
 			return fmt.Errorf("channel: empty backend: %w", err)
 		}
-		c.diskPending.Store(0)
 		if c.passes != nil {
-			// What the reads passed before now was counted off with the rest.
-			c.passesSeen.Store(c.passes.Passed())
+			// What the reads passed before now is counted off with the rest.
+			c.passMu.Lock()
+			c.diskPending.Store(0)
+			c.passesSeen = c.passes.Passed()
+			c.passMu.Unlock()
+		} else {
+			c.diskPending.Store(0)
 		}
 		c.diskDeferred.empty()
 		if c.fan != nil {

@@ -94,12 +94,10 @@ func (c *Channel) countPasses() {
 	if c.passes == nil {
 		return
 	}
-	seen, n := c.passesSeen.Load(), c.passes.Passed()
-	// Not if Empty moved passesSeen on meanwhile: it counted these off.
-	if n <= seen || !c.passesSeen.CompareAndSwap(seen, n) {
-		return
-	}
-	for range n - seen {
+	c.passMu.Lock()
+	defer c.passMu.Unlock()
+	n := c.passes.Passed()
+	for ; c.passesSeen < n; c.passesSeen++ {
 		c.delivered()
 	}
 }

@@ -1411,3 +1411,70 @@ func TestLookupsAfterClose(t *testing.T) {
 		}
 	}
 }
+
+// TestResyncFindsALargeRecordAfterDamage: a log written with
+// MaxRecordBytes 4 MiB and opened with the default limit (a tool), a
+// record's length field damaged and the segment's index gone: the rebuild
+// resyncs past the damage, and the 2 MiB record after it must be found,
+// not taken into the damage (and so lost when the rebuilt index is
+// written), and Verify must report only the damaged record. resync's
+// bound, taken from the options of the open, passed over it (a review
+// found it).
+func TestResyncFindsALargeRecordAfterDamage(t *testing.T) {
+	ctx := context.Background()
+	for _, rebuild := range []bool{true, false} {
+		dir := t.TempDir()
+		q := mustOpen(t, dir, Options{MaxRecordBytes: 4 << 20, MaxSegmentBytes: 3 << 20})
+		big := bytes.Repeat([]byte("B"), 2<<20)
+		for _, b := range [][]byte{[]byte("first"), []byte("second-damaged"), big, []byte("fourth"), bytes.Repeat([]byte("R"), 2<<20), []byte("last")} {
+			if err := q.Put(ctx, b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := q.Close(); err != nil {
+			t.Fatal(err)
+		}
+		logs, _ := filepath.Glob(filepath.Join(dir, "*"+logSuffix))
+		if len(logs) < 2 {
+			t.Fatalf("want 2 segments or more, have %v", logs)
+		}
+		b, err := os.ReadFile(logs[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := bytes.Index(b, []byte("second-damaged")) - recordHeaderSize
+		if binary.BigEndian.Uint64(b[h+9:h+17]) != 1 {
+			t.Fatal("record 1's header not found")
+		}
+		binary.BigEndian.PutUint32(b[h:h+4], 0xfffffff0) // its length
+		if err := os.WriteFile(logs[0], b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if !rebuild {
+			rep, err := Verify(dir)
+			if err != nil || len(rep.Problems) != 1 || rep.Problems[0].End > int64(h)+100 {
+				t.Fatalf("Verify: %v, %+v; want one problem, record 1 alone", err, rep.Problems)
+			}
+			continue
+		}
+		if err := os.Remove(logs[0][:len(logs[0])-len(logSuffix)] + indexSuffix); err != nil {
+			t.Fatal(err)
+		}
+		q = mustOpen(t, dir, Options{})
+		var got []uint64
+		done, cancel := context.WithCancel(ctx)
+		cancel()
+		for {
+			rec, err := q.Read(done)
+			if err != nil {
+				break
+			}
+			got = append(got, rec.Seq)
+			q.Ack(rec.Seq)
+		}
+		q.Close()
+		if fmt.Sprint(got) != "[0 2 3 4 5]" {
+			t.Fatalf("read %v, want [0 2 3 4 5]: the 2 MiB record 2 lost", got)
+		}
+	}
+}

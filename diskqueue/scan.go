@@ -112,24 +112,27 @@ func (l *Log) readFrameAt(log file, off, limit int64) (recordHeader, []byte, int
 	return w.frameAt(off, limit, maxReadBody)
 }
 
-// resyncMaxBody is the longest body resync takes a frame at an offset it
-// tries to announce: the limit the log is opened with (or the default),
-// and room for an envelope a layer above wraps its bodies in. Readers
-// take any length (maxReadBody), but resync tries every byte offset in
-// damaged data, where lengths are random: with no bound each try read and
-// checksummed up to the rest of the segment, and Verify of a segment with
-// one damaged 8 KiB record took 11 s. A record longer than this right
-// after damage is passed over with it; the index, where there is one,
-// still finds it (resumeAfter).
+// resyncMaxBody is the longest body resync checksums at an offset on the
+// strength of its seq alone: the limit the log is opened with (or the
+// default), and room for an envelope a layer above wraps its bodies in.
+// Readers take any length (maxReadBody), but resync tries every byte
+// offset in damaged data, where lengths are random: with no bound each
+// try read and checksummed up to the rest of the segment, and Verify of a
+// segment with one damaged 8 KiB record took 11 s. A longer frame is tried
+// only where it ends as a frame does (resync).
 func resyncMaxBody(configured int) int {
 	return max(configured, DefaultMaxRecordBytes) + 4<<10
 }
 
 // resync looks for the next frame that checks out after damage at off,
 // trying every byte offset, for a seq in (after, before). A cheap test of
-// the seq field comes before the checksum, so this costs little more than a
-// read of the bytes. It is used only where no index can say where the next
-// record starts.
+// the seq field comes before the checksum, so this costs little more than
+// a read of the bytes. A frame announcing a body over maxBody (one written
+// under a larger limit than the log is opened with) is read only if it
+// ends where the written bytes do or where a header with a later seq
+// starts: a test of a few bytes that random data rarely passes, where
+// reading the frame would cost up to the rest of the segment. It is used
+// only where no index can say where the next record starts.
 func resync(w *window, off, limit int64, after, before uint64, maxBody int) (int64, uint64, bool) {
 	for p := off + 1; p+recordHeaderSize <= limit; p++ {
 		head, err := w.bytesAt(p, recordHeaderSize, limit)
@@ -140,11 +143,37 @@ func resync(w *window, off, limit int64, after, before uint64, maxBody int) (int
 		if seq <= after || seq >= before || head[8]&^knownFlags != 0 {
 			continue
 		}
-		if h, _, _, err := w.frameAt(p, limit, maxBody); err == nil && h.seq == seq {
+		bound := maxBody
+		if l := int64(int32(binary.BigEndian.Uint32(head[0:4]))); l-frameFixedAfterLength > int64(maxBody) {
+			if !endsAsAFrame(w, p+lengthSize+l, limit, seq, before) {
+				continue
+			}
+			bound = maxReadBody
+		}
+		if h, _, _, err := w.frameAt(p, limit, bound); err == nil && h.seq == seq {
 			return p, seq, true
 		}
 	}
 	return 0, 0, false
+}
+
+// endsAsAFrame reports whether a frame of seq ending at end would end as
+// one does: at the written end (limit), or where a header of a later seq
+// below before starts.
+func endsAsAFrame(w *window, end, limit int64, seq, before uint64) bool {
+	if end == limit {
+		return true
+	}
+	if end > limit || end+recordHeaderSize > limit {
+		return false
+	}
+	// 25 bytes on their own: through the window, each try read a chunk.
+	var next [recordHeaderSize]byte
+	if n, _ := w.r.ReadAt(next[:], end); n < len(next) {
+		return false
+	}
+	s := binary.BigEndian.Uint64(next[9:17])
+	return s > seq && s < before
 }
 
 // scanner decodes consecutive frames from an io.ReaderAt, in the shape of
