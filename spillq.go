@@ -319,7 +319,7 @@ func (q *Queue) Disk() *diskqueue.Queue { return q.disk }
 func (q *Queue) Timers() *diskqueue.Queue { return q.timers }
 
 // DiskBackend adapts a disk queue as a [channel.Backend] (and
-// [channel.Replayer] and [channel.BacklogScanner]). The channel takes
+// [channel.Replayer], [channel.BacklogScanner] and [channel.PassCounter]). The channel takes
 // ownership of it; q must not have been read from. Pair it with
 // [DiskTimers] over a second disk queue for deferred messages that hold no
 // record in q (as [Open] does); without, a restart reads q's backlog in
