@@ -79,7 +79,8 @@ func NewCollector(name string, ch *channel.Channel, dq *diskqueue.Queue) *Collec
 	for _, d := range diskMetrics {
 		c.dqMetrics = append(c.dqMetrics, d.metric(labels))
 	}
-	c.latency = prometheus.NewDesc("spillq_channel_latency_seconds", "End-to-end latency from Put to Finish; under a backlog one finish in 8 is timed and stands for the others.", nil, labels)
+	// The empty "channel" label of the other channel series (it had none).
+	c.latency = prometheus.NewDesc("spillq_channel_latency_seconds", "End-to-end latency from Put to Finish; under a backlog one finish in 8 is timed and stands for the others.", []string{"channel"}, labels)
 	c.fsyncLatency = fsyncLatencyDesc(labels)
 	return c
 }
@@ -269,7 +270,7 @@ func (c *Collector) Collect(out chan<- prometheus.Metric) {
 	if c.ch != nil {
 		c.collectChannel(out, c.ch.Stats(), "")
 		upper, counts := c.ch.LatencyBuckets()
-		out <- constHistogram(c.latency, upper, counts, c.ch.LatencySumSeconds())
+		out <- constHistogram(c.latency, upper, counts, c.ch.LatencySumSeconds(), "")
 	}
 	if c.dq != nil {
 		c.collectDisk(out, c.dq.Stats(), c.dq.Log)
@@ -328,7 +329,7 @@ var bounds = func() []time.Duration {
 // layout of bounds. A bucket [lower, upper) goes under the first bound at or
 // above upper: every duration in it is below that bound. Durations past the
 // last bound are counted in +Inf (the total) only.
-func constHistogram(desc *prometheus.Desc, upper []time.Duration, counts []uint64, sum float64) prometheus.Metric {
+func constHistogram(desc *prometheus.Desc, upper []time.Duration, counts []uint64, sum float64, labelValues ...string) prometheus.Metric {
 	perBound := make([]uint64, len(bounds))
 	var total uint64
 	for i, u := range upper {
@@ -343,5 +344,5 @@ func constHistogram(desc *prometheus.Desc, upper []time.Duration, counts []uint6
 		cumulative += perBound[j]
 		buckets[b.Seconds()] = cumulative
 	}
-	return prometheus.MustNewConstHistogram(desc, total, sum, buckets)
+	return prometheus.MustNewConstHistogram(desc, total, sum, buckets, labelValues...)
 }

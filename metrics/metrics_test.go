@@ -128,7 +128,7 @@ func TestScrape(t *testing.T) {
 		`spillq_channel_in_flight{channel="",queue="jobs"} 0`,
 		`spillq_channel_ready{channel="",queue="jobs"} 1`,
 		`spillq_disk_segments{queue="jobs"} 1`,
-		`spillq_channel_latency_seconds_count{queue="jobs"} 12`,
+		`spillq_channel_latency_seconds_count{channel="",queue="jobs"} 12`, // the empty channel label of every channel series
 		`spillq_disk_fsync_duration_seconds_bucket{queue="jobs",le="+Inf"}`,
 	} {
 		if !strings.Contains(string(body), want) {

@@ -365,6 +365,12 @@ func (c *Consumer) Close() error {
 			held = append(held, a)
 		}
 		c.mu.Unlock()
+		// RDY 0 on every connection before the requeues: nsqd sends a
+		// requeued message to any client ready for one, and this one,
+		// still ready, got one back, which then sat in flight at nsqd
+		// until its timeout. What nsqd sent before it read the RDY 0,
+		// handle gives back, stopCh being closed.
+		c.c.ChangeMaxInFlight(0)
 		for _, a := range held {
 			a.answer(func() { a.m.RequeueWithoutBackoff(0) }, false)
 		}

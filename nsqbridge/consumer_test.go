@@ -131,3 +131,46 @@ func TestConsumerTimeout(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// TestConsumerCloseRequeuesEveryHeld: Close gives back every message
+// received and not answered. It sent the requeues while its connection
+// still had RDY, so nsqd sent one of them straight back to the closing
+// consumer, where it stayed in flight until its timeout (a user trial
+// found it: depth 2, in flight 1, after holding 3). Close now sets RDY 0
+// first.
+func TestConsumerCloseRequeuesEveryHeld(t *testing.T) {
+	t.Parallel()
+	nsqd := startNSQD(t)
+	p := openPublisher(t, t.TempDir(), nsqd)
+	defer p.Close()
+	const n = 3
+	for i := range n {
+		if err := p.Publish(context.Background(), msg(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	syncPublisher(t, p)
+	c := newConsumer(t, nsqbridge.ConsumerOptions{NSQD: []string{nsqd.TCP}, MsgTimeout: time.Minute})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for range n {
+		if _, err := c.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // the RDY count back up after the deliveries
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st := nsqd.stats("jobs")
+		if len(st.Channels) == 1 && st.Channels[0].InFlight == 0 && st.Channels[0].Depth == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("10 s after Close: %+v; want all %d back in the channel, none in flight", st.Channels, n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
