@@ -78,7 +78,10 @@ type Consumer struct {
 	// not wait for them; held counts them by message ID; owed is the timed
 	// out deliveries whose REQ waits for a later delivery of the same
 	// message to be answered (see nsqAcker.answer).
+	// closing is set by Close as it takes the outstanding ones to
+	// requeue: a delivery tracked after that is requeued at once.
 	mu          sync.Mutex
+	closing     bool
 	outstanding map[*nsqAcker]struct{}
 	held        map[nsq.MessageID]int
 	owed        map[nsq.MessageID][]*nsqAcker
@@ -149,8 +152,9 @@ func (c *Consumer) handle(m *nsq.Message) error {
 	d := delivery{m: m, arrived: now.UnixNano(), deadline: now.Add(c.opts.MsgTimeout).UnixNano()}
 	if c.opts.MaxAttempts > 0 && m.Attempts > c.opts.MaxAttempts {
 		// It timed out on its last attempt and nsqd sent it again.
-		a := c.track(d)
-		a.answer(func() { c.deadLetter(a, c.message(a)) }, false)
+		if a := c.track(d); a != nil {
+			a.answer(func() { c.deadLetter(a, c.message(a)) }, false)
+		}
 		return nil
 	}
 	select {
@@ -190,6 +194,9 @@ func (c *Consumer) Receive(ctx context.Context) (*channel.Message, error) {
 		select {
 		case d := <-c.msgs:
 			a := c.track(d)
+			if a == nil {
+				return nil, ErrClosed
+			}
 			if a.expired() {
 				continue
 			}
@@ -203,11 +210,19 @@ func (c *Consumer) Receive(ctx context.Context) (*channel.Message, error) {
 	}
 }
 
-// track starts the bookkeeping of a delivery.
+// track starts the bookkeeping of a delivery, or, once Close has taken
+// the outstanding ones, requeues it and returns nil: a Receive that took
+// it from msgs as Close began returned it to the caller, held by nobody
+// Close would requeue, in flight at nsqd until its timeout.
 func (c *Consumer) track(d delivery) *nsqAcker {
 	a := &nsqAcker{c: c, m: d.m, arrived: d.arrived}
 	a.deadline.Store(d.deadline)
 	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
+		d.m.RequeueWithoutBackoff(0)
+		return nil
+	}
 	c.outstanding[a] = struct{}{}
 	c.held[d.m.ID]++
 	c.mu.Unlock()
@@ -358,19 +373,20 @@ func (c *Consumer) Stats() ConsumerStats {
 // finishing them afterwards returns channel.ErrNotInFlight.
 func (c *Consumer) Close() error {
 	c.once.Do(func() {
+		// RDY 0 on every connection before any requeue (here, in track,
+		// in handle): nsqd sends a requeued message to any client ready
+		// for one, and this one, still ready, got one back, which then sat
+		// in flight at nsqd until its timeout. What nsqd sent before it
+		// read the RDY 0, handle gives back, stopCh being closed.
+		c.c.ChangeMaxInFlight(0)
 		close(c.stopCh)
 		c.mu.Lock()
+		c.closing = true
 		held := make([]*nsqAcker, 0, len(c.outstanding))
 		for a := range c.outstanding {
 			held = append(held, a)
 		}
 		c.mu.Unlock()
-		// RDY 0 on every connection before the requeues: nsqd sends a
-		// requeued message to any client ready for one, and this one,
-		// still ready, got one back, which then sat in flight at nsqd
-		// until its timeout. What nsqd sent before it read the RDY 0,
-		// handle gives back, stopCh being closed.
-		c.c.ChangeMaxInFlight(0)
 		for _, a := range held {
 			a.answer(func() { a.m.RequeueWithoutBackoff(0) }, false)
 		}
