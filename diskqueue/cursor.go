@@ -1561,15 +1561,15 @@ func (c *Cursor) quarantine(d *damageError) {
 		}
 	}
 	c.logger.Warn("diskqueue: skipped damaged records", attrs...)
-	c.skipped.Add(int64(c.ackPassedLocked(d.first, d.next, "diskqueue: cannot acknowledge damaged records; they are skipped again after a restart")))
+	c.ackPassedLocked(d.first, d.next, "diskqueue: cannot acknowledge damaged records; they are skipped again after a restart")
 }
 
 // ackPassedLocked counts as acknowledged, for this cursor, the records
 // [from, to) its reader passed without handing them out: damaged ones, or
 // ones compaction removed. What it cannot acknowledge it logs once, with
-// why. It returns how many it acknowledged that were not already. The
-// caller holds c.readMu.
-func (c *Cursor) ackPassedLocked(from, to uint64, why string) int {
+// why. Those it acknowledged that were not already it counts in Passed.
+// The caller holds c.readMu.
+func (c *Cursor) ackPassedLocked(from, to uint64, why string) {
 	var seg *segment
 	var failed, n int
 	var firstErr error
@@ -1599,10 +1599,10 @@ func (c *Cursor) ackPassedLocked(from, to uint64, why string) int {
 			n++
 		}
 	}
+	c.skipped.Add(int64(n))
 	if failed > 0 {
 		c.logger.Warn(why, "first_seq", firstSeq, "records", failed, "err", firstErr)
 	}
-	return n
 }
 
 // passRemovedLocked counts as acknowledged the records of gaps that
@@ -1614,7 +1614,7 @@ func (c *Cursor) ackPassedLocked(from, to uint64, why string) int {
 // c.readMu.
 func (c *Cursor) passRemovedLocked(gaps []seqRange) {
 	for _, g := range gaps {
-		c.skipped.Add(int64(c.ackPassedLocked(g.from, g.to, "diskqueue: cannot acknowledge records compaction removed; they stay in the cursor's depth until a restart passes them")))
+		c.ackPassedLocked(g.from, g.to, "diskqueue: cannot acknowledge records compaction removed; they stay in the cursor's depth until a restart passes them")
 	}
 }
 

@@ -87,7 +87,6 @@ func (osFS) SyncDir(dir string) error {
 
 func (osFS) Lock(name string) (io.Closer, error) { return lockFile(name) }
 
-// readFile reads a whole file through the file-system seam.
 // readHead returns the first n bytes of the file name, or as many as it
 // has: what Open and Verify look at of a file's header alone.
 func readHead(fsys fileSystem, name string, n int) ([]byte, error) {
@@ -104,6 +103,7 @@ func readHead(fsys fileSystem, name string, n int) ([]byte, error) {
 	return b[:k], nil
 }
 
+// readFile reads a whole file through the file-system seam.
 func readFile(fsys fileSystem, name string) ([]byte, error) {
 	f, err := fsys.OpenFile(name, os.O_RDONLY, 0)
 	if err != nil {
