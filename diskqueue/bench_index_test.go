@@ -151,7 +151,7 @@ func buildSparseIndex(b *testing.B, q *Queue) *sparseIndex {
 		if err != nil {
 			b.Fatal(err)
 		}
-		sc := newScanner(f.log, fileHeaderSize, seg.base, seg.sizeNow(), DefaultMaxRecordBytes)
+		sc := newScanner(f.log, fileHeaderSize, seg.base, seg.sizeNow())
 		last := int64(-1 << 40)
 		for sc.Next() {
 			off, h, _ := sc.Record()

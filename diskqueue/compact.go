@@ -301,8 +301,7 @@ func (l *Log) rewriteSegment(ctx context.Context, seg *segment, old *segFiles, k
 		}
 	}
 
-	maxBody := maxReadBody
-	sc := newScanner(old.log, fileHeaderSize, seg.base, limit, maxBody)
+	sc := newScanner(old.log, fileHeaderSize, seg.base, limit)
 	sc.win.chunk = compactBufferBytes
 	if old.compacted {
 		sc.allowGaps(end)

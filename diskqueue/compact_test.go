@@ -138,7 +138,7 @@ func TestCompactFormat(t *testing.T) {
 	if int64(len(indexBytes)) != compactedIndexBytes(count) || !indexChecksumOK(indexBytes) {
 		t.Fatalf("compacted index is %d bytes (checksum ok: %v), want %d: one entry per seq and the checksum", len(indexBytes), indexChecksumOK(indexBytes), compactedIndexBytes(count))
 	}
-	sc := newScanner(bytes.NewReader(logBytes), fileHeaderSize, target.Base, int64(len(logBytes)), DefaultMaxRecordBytes)
+	sc := newScanner(bytes.NewReader(logBytes), fileHeaderSize, target.Base, int64(len(logBytes)))
 	sc.allowGaps(target.End)
 	offsets := map[uint64]int64{}
 	for sc.Next() {

@@ -48,7 +48,7 @@ func FuzzRecover(f *testing.F) {
 	f.Add(appendRecord(nil, 0, 9, 3, []byte("wrong seq")))
 	f.Fuzz(func(t *testing.T, tail []byte) {
 		data := append(append([]byte(nil), prefix...), tail...)
-		sc := newScanner(bytes.NewReader(data), 0, 0, int64(len(data)), 1<<16)
+		sc := newScanner(bytes.NewReader(data), 0, 0, int64(len(data)))
 		n := 0
 		for sc.Next() {
 			off, h, size := sc.Record()

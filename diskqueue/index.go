@@ -211,11 +211,10 @@ func (b *indexBuilder) finish(size int64, base, end uint64) {
 // maximum within the segment (SeekTime takes the maximum across segments
 // itself).
 func (l *Log) rebuildIndexes(seg *segment, log file, compacted bool) error {
-	maxBody := maxReadBody
 	end, size := seg.endNow(), seg.sizeNow()
 	b := indexBuilder{lastTimeSeq: maxSeq}
 	newScan := func(off int64, seq uint64) *scanner {
-		sc := newScanner(log, off, seq, size, maxBody)
+		sc := newScanner(log, off, seq, size)
 		if compacted {
 			sc.allowGaps(end)
 		}

@@ -318,13 +318,12 @@ func (r *reader) nextMapped() (seq uint64, ts int64, body []byte, ok bool) {
 	if off < 0 || off >= int64(len(m)) {
 		return 0, 0, nil, false
 	}
-	maxBody := maxReadBody
 	defer endGuard(debug.SetPanicOnFault(true), &ok)
-	h, stored, n, err := decodeRecord(m[off:max(off, min(r.known, int64(len(m))))], maxBody)
+	h, stored, n, err := decodeRecord(m[off:max(off, min(r.known, int64(len(m))))], maxReadBody)
 	if err == errShortFrame {
 		// Past what was readable when we last looked: look again.
 		r.known = r.seg.limit(r.files)
-		h, stored, n, err = decodeRecord(m[off:max(off, min(r.known, int64(len(m))))], maxBody)
+		h, stored, n, err = decodeRecord(m[off:max(off, min(r.known, int64(len(m))))], maxReadBody)
 	}
 	if err != nil || h.seq != r.seq {
 		return 0, 0, nil, false
@@ -368,13 +367,12 @@ func (r *reader) removedInIndex(from, to uint64, off int64) bool {
 func (r *reader) seekLog() {
 	r.l.logger.Warn("diskqueue: a compacted segment's index disagrees with its log; walking the log (Verify reports the entry)", "segment", r.seg.base, "seq", r.seq)
 	limit := r.seg.limit(r.files)
-	maxBody := maxReadBody
 	off := int64(fileHeaderSize)
 	for off < limit {
 		var h recordHeader
 		var n int
 		var err error
-		if !guarded(func() { h, _, n, err = r.win.frameAt(off, limit, maxBody) }) {
+		if !guarded(func() { h, _, n, err = r.win.frameAt(off, limit, maxReadBody) }) {
 			r.win.m = nil // a fault: pread from here on, which tells a cut from a failure
 			continue
 		}

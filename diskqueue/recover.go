@@ -607,7 +607,6 @@ func (l *Log) segmentHeaderOK(f file, magic [4]byte, base uint64) (ok, compacted
 // was never promised to survive a crash. A bad record with valid records
 // after it is damage, not a torn write: it stays, and readers skip it.
 func (l *Log) recoverTail(seg *segment, size int64) (*tail, error) {
-	maxBody := maxReadBody
 	log := seg.files.Load().log // opened by openSegment
 	if l.readOnly {
 		return nil, l.scanTail(seg, log, size)
@@ -641,7 +640,7 @@ func (l *Log) recoverTail(seg *segment, size int64) (*tail, error) {
 		return nil, fmt.Errorf("diskqueue: open: %w", err)
 	}
 	seg.setFiles(log, index)
-	t, err := l.recoverTailFiles(w, seg, log, size, maxBody)
+	t, err := l.recoverTailFiles(w, seg, log, size)
 	if err != nil {
 		closeAll()
 		return nil, err
@@ -650,7 +649,7 @@ func (l *Log) recoverTail(seg *segment, size int64) (*tail, error) {
 }
 
 // recoverTailFiles is recoverTail once the files are open.
-func (l *Log) recoverTailFiles(w *tail, seg *segment, log file, size int64, maxBody int) (*tail, error) {
+func (l *Log) recoverTailFiles(w *tail, seg *segment, log file, size int64) (*tail, error) {
 	wIndex, wLog, wTime := w.index.f, w.log.f, w.timeIdx.f
 	// Index entries, and the last one that points at its record.
 	indexSize := fileSize(wIndex)
@@ -716,7 +715,7 @@ func (l *Log) recoverTailFiles(w *tail, seg *segment, log file, size int64, maxB
 		b.lastTimeOff = startOff
 	}
 	keepIndex := int64(startSeq - seg.base) // index entries before startSeq are kept
-	sc := newScanner(log, startOff, startSeq, size, maxBody)
+	sc := newScanner(log, startOff, startSeq, size)
 	goodEnd := startOff
 	for {
 		for sc.Next() {
@@ -740,7 +739,7 @@ func (l *Log) recoverTailFiles(w *tail, seg *segment, log file, size int64, maxB
 		}
 		l.logger.Warn("diskqueue: damaged records in the last segment; keeping them for readers to skip", "segment", seg.base, "offset", sc.Offset(), "first_seq", sc.seq, "records", seq-sc.seq)
 		b.damaged(sc.Offset(), seq-sc.seq)
-		sc = newScanner(log, off, seq, size, maxBody)
+		sc = newScanner(log, off, seq, size)
 	}
 	end := sc.seq
 	if goodEnd < size {
@@ -800,7 +799,6 @@ func (l *Log) recoverTailFiles(w *tail, seg *segment, log file, size int64, maxB
 // segment's good records end without changing any file, and marks how far
 // the index can be trusted (ReadAt scans the log past that).
 func (l *Log) scanTail(seg *segment, log file, size int64) error {
-	maxBody := maxReadBody
 	idx, err := l.fs.OpenFile(seg.path(indexSuffix), os.O_RDONLY, 0)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("diskqueue: open: %w", err)
@@ -849,7 +847,7 @@ func (l *Log) scanTail(seg *segment, log file, size int64) error {
 		}
 		tidx.Close()
 	}
-	sc := newScanner(log, startOff, startSeq, size, maxBody)
+	sc := newScanner(log, startOff, startSeq, size)
 	for sc.Next() {
 		_, h, _ := sc.Record()
 		maxTime = max(maxTime, h.ts)

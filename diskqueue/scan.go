@@ -181,11 +181,10 @@ func endsAsAFrame(w *window, end, limit int64, seq, before uint64) bool {
 // reports the offset up to which everything was good, so recovery (and its
 // fuzz test) can run over any bytes, with or without files.
 type scanner struct {
-	win     window
-	off     int64  // offset of the next frame: the end of the good prefix
-	seq     uint64 // seq the next frame must carry (at least, with gaps)
-	limit   int64
-	maxBody int
+	win   window
+	off   int64  // offset of the next frame: the end of the good prefix
+	seq   uint64 // seq the next frame must carry (at least, with gaps)
+	limit int64
 	// gapsBelow, when not zero, lets frames skip seqs (a compacted log):
 	// the next frame may carry any seq from seq up to gapsBelow.
 	gapsBelow uint64
@@ -196,8 +195,8 @@ type scanner struct {
 	err    error
 }
 
-func newScanner(r io.ReaderAt, off int64, seq uint64, limit int64, maxBody int) *scanner {
-	s := &scanner{off: off, seq: seq, limit: limit, maxBody: maxBody}
+func newScanner(r io.ReaderAt, off int64, seq uint64, limit int64) *scanner {
+	s := &scanner{off: off, seq: seq, limit: limit}
 	s.win.reset(r)
 	return s
 }
@@ -212,7 +211,7 @@ func (s *scanner) Next() bool {
 	if s.err != nil || s.off >= s.limit {
 		return false
 	}
-	h, _, n, err := s.win.frameAt(s.off, s.limit, s.maxBody)
+	h, _, n, err := s.win.frameAt(s.off, s.limit, maxReadBody)
 	if err == nil && h.seq != s.seq && !(h.seq > s.seq && h.seq < s.gapsBelow) {
 		err = fmt.Errorf("%w: record at offset %d has seq %d, want %d", ErrCorrupt, s.off, h.seq, s.seq)
 	}

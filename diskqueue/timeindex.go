@@ -211,7 +211,7 @@ func (l *Log) segMaxTime(seg *segment) int64 {
 		l.logger.Warn("diskqueue: time index is damaged; scanning the segment for its newest timestamp", "segment", seg.base, "err", err)
 		t = unknownTime + 1
 		if f, err := l.acquireFiles(seg); err == nil {
-			sc := newScanner(f.log, fileHeaderSize, seg.base, seg.limit(f), maxReadBody)
+			sc := newScanner(f.log, fileHeaderSize, seg.base, seg.limit(f))
 			if f.compacted {
 				sc.allowGaps(seg.endNow())
 			}

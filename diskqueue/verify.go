@@ -198,7 +198,7 @@ func (l *Log) verifySegment(seg *segment, rep *Report) {
 		}
 	}
 	newScan := func(off int64, seq uint64) *scanner {
-		sc := newScanner(f.log, off, seq, size, maxReadBody)
+		sc := newScanner(f.log, off, seq, size)
 		if f.compacted {
 			sc.allowGaps(end)
 		}
