@@ -976,15 +976,13 @@ func (c *Channel) Empty() error {
 			c.emptiedBelow.Store(emptied)
 			return fmt.Errorf("channel: empty backend: %w", err)
 		}
+		c.passMu.Lock()
+		c.diskPending.Store(0)
 		if c.passes != nil {
 			// What the reads passed before now is counted off with the rest.
-			c.passMu.Lock()
-			c.diskPending.Store(0)
 			c.passesSeen = c.passes.Passed()
-			c.passMu.Unlock()
-		} else {
-			c.diskPending.Store(0)
 		}
+		c.passMu.Unlock()
 		c.diskDeferred.empty()
 		if c.fan != nil {
 			storeMax(&c.readThrough, c.fan.log.NextSeq())
@@ -1423,7 +1421,7 @@ drain:
 			m.due = closing
 		}
 		env := appendEnvelope(nil, m)
-		stored := false
+		inTimers := false
 		if toTimers {
 			err := store(func(ctx context.Context) error {
 				_, err := c.timers.store.Put(ctx, env)
@@ -1432,20 +1430,20 @@ drain:
 			// ErrNotDurable: stored, its fsync not waited for (the
 			// store's Close makes it durable); a second copy would
 			// deliver it twice.
-			stored = err == nil || errors.Is(err, ErrNotDurable)
-			if !stored && c.backend == nil {
+			inTimers = stored(err)
+			if !inTimers && c.backend == nil {
 				notStored(m, err)
 				continue
 			}
-			if stored && m.Key != nil && c.seqs != nil {
+			if inTimers && m.Key != nil && c.seqs != nil {
 				c.keys.stored(m.Key, m.ID, 0, srcTimers)
 			}
 		}
-		if !stored {
+		if !inTimers {
 			// A copy: putEnvelope notes the new record in it, and m's seq
 			// is the old record, acknowledged below.
 			cp := *m
-			if err := store(func(ctx context.Context) error { return c.putEnvelope(ctx, &cp, env) }); err != nil && !errors.Is(err, ErrNotDurable) {
+			if err := store(func(ctx context.Context) error { return c.putEnvelope(ctx, &cp, env) }); !stored(err) {
 				notStored(m, err)
 				continue
 			}

@@ -82,3 +82,8 @@ var (
 	// ErrInvalidOptions is returned by [New] for an out-of-range option.
 	ErrInvalidOptions = errors.New("channel: invalid options")
 )
+
+// stored reports whether the store's Put that returned err stored its
+// record: it succeeded, or stopped waiting only for the fsync
+// (ErrNotDurable), and the message is to be counted stored, as a Put done.
+func stored(err error) bool { return err == nil || errors.Is(err, ErrNotDurable) }

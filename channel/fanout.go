@@ -306,7 +306,7 @@ func (f *Fanout) putKeyed(ctx context.Context, body []byte, po PutOptions) (int,
 	bctx, release := bound(ctx, f.closeCtx)
 	defer release()
 	seq, err := f.putOne(bctx, &m)
-	if err != nil && !errors.Is(err, ErrNotDurable) {
+	if !stored(err) {
 		f.keys.undo(m.ID, adm)
 		f.putFailures.Add(1)
 		return 0, f.putErr(err)
@@ -382,13 +382,14 @@ func (f *Fanout) toLog(ctx context.Context, msgs []Message) (int, error) {
 	bctx, release := bound(ctx, f.closeCtx)
 	defer release()
 	if len(msgs) == 1 {
-		if _, err := f.putOne(bctx, &msgs[0]); err != nil {
-			if errors.Is(err, ErrNotDurable) {
-				return 1, f.putErr(err)
-			}
-			return 0, f.putErr(err)
+		_, err := f.putOne(bctx, &msgs[0])
+		switch {
+		case err == nil:
+			return 1, nil
+		case stored(err):
+			return 1, f.putErr(err)
 		}
-		return 1, nil
+		return 0, f.putErr(err)
 	}
 	envs := make([][]byte, len(msgs))
 	for i := range msgs {
@@ -413,7 +414,7 @@ func (f *Fanout) toLog(ctx context.Context, msgs []Message) (int, error) {
 // canceling of a Put waiting in the log is ErrClosed, unless the Put had
 // stored its message (ErrNotDurable), which callers must be able to tell.
 func (f *Fanout) putErr(err error) error {
-	if f.isClosed.Load() && errors.Is(err, context.Canceled) && !errors.Is(err, ErrNotDurable) {
+	if f.isClosed.Load() && errors.Is(err, context.Canceled) && !stored(err) {
 		return ErrClosed
 	}
 	return fmt.Errorf("channel: put to the topic's log: %w", err)

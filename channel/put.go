@@ -105,7 +105,7 @@ func (c *Channel) putKeyed(ctx context.Context, m *Message) error {
 		return err
 	}
 	err = c.place(ctx, m)
-	if err != nil && !errors.Is(err, ErrNotDurable) {
+	if !stored(err) {
 		c.keys.undo(m.ID, adm)
 		return err
 	}
@@ -195,7 +195,7 @@ func (c *Channel) putDeferred(ctx context.Context, m *Message) error {
 		bctx, release := c.bound(ctx)
 		seq, err := c.putTimer(bctx, m)
 		release()
-		if err == nil || errors.Is(err, ErrNotDurable) {
+		if stored(err) {
 			// m is the Put's own: where it went, for the key state.
 			m.src, m.seq = srcTimers, seq
 			return err
@@ -240,7 +240,7 @@ func (c *Channel) putBackend(ctx context.Context, m *Message) error {
 	if cap(*buf) <= 64<<10 {
 		envelopes.Put(buf)
 	}
-	if err != nil && !errors.Is(err, ErrNotDurable) {
+	if !stored(err) {
 		c.delivered()
 		if m.due != 0 {
 			c.diskDeferred.unput()
@@ -266,7 +266,7 @@ func (c *Channel) putEnvelope(ctx context.Context, m *Message, env []byte) error
 		return c.backend.Put(ctx, env)
 	}
 	seq, err := c.seqs.PutSeq(ctx, env)
-	if err == nil || errors.Is(err, ErrNotDurable) {
+	if stored(err) {
 		m.seq, m.src = seq, srcBackend
 	}
 	return err

@@ -338,7 +338,7 @@ func (c *Channel) deferToTimers(ctx context.Context, m *Message, due int64) erro
 	m.due = due
 	// ErrNotDurable: stored, and in the timer set (putTimer), only not
 	// fsynced yet: kept in memory as well, it came twice.
-	if _, err := c.putTimer(ctx, m); err != nil && !errors.Is(err, ErrNotDurable) {
+	if _, err := c.putTimer(ctx, m); !stored(err) {
 		c.log.Warn("channel: cannot store a deferred message in the timer store; it waits in memory", "id", m.ID.String(), "err", err)
 		c.deferInMemory(m)
 		return err
@@ -359,11 +359,9 @@ const moveSettleWait = 2 * time.Millisecond
 
 // queueMove hands m, just stored in the timer store, to the settler, which
 // acknowledges its old record once the timer store has made the new one
-// durable. Acknowledged at once, the old record's acknowledgement could
-// reach the disk before the new record did (each store syncs on its own
-// tick, and the kernel writes their mapped pages back in any order), and a
-// power cut then lost a message put and fsynced long before. A sync each
-// (Requeue waiting for it) made a retry a hundred times slower.
+// durable (settleMoves says why), one sync for the moves of a few
+// milliseconds: a sync each (Requeue waiting for it) made a retry a
+// hundred times slower.
 func (c *Channel) queueMove(m *Message) {
 	q := &c.moves
 	q.mu.Lock()
@@ -468,7 +466,7 @@ func (c *Channel) putTimer(ctx context.Context, m *Message) (uint64, error) {
 	if cap(*buf) <= 64<<10 {
 		envelopes.Put(buf)
 	}
-	if err != nil && !errors.Is(err, ErrNotDurable) {
+	if !stored(err) {
 		return 0, err
 	}
 	c.mu.Lock()
