@@ -72,6 +72,9 @@ type Channel struct {
 	passes     PassCounter
 	passMu     sync.Mutex
 	passesSeen int64
+	// passesLooked is the count at the pump's last look (the pump's
+	// own): unchanged, there is nothing to take off, and no lock to take.
+	passesLooked int64
 	// unsent is what the pump had read and not handed over when the
 	// channel closed; Close gives it back to an Unreader source once the
 	// pump has returned.
@@ -246,6 +249,7 @@ func newChannel(opts Options, src Source, fan *Fanout) (*Channel, error) {
 	}
 	if pc, ok := o.Backend.(PassCounter); ok {
 		c.passes, c.passesSeen = pc, pc.Passed()
+		c.passesLooked = c.passesSeen
 	}
 	c.closeCtx, c.cancel = context.WithCancel(context.Background())
 	c.started = time.Now()

@@ -94,9 +94,13 @@ func (c *Channel) countPasses() {
 	if c.passes == nil {
 		return
 	}
+	n := c.passes.Passed()
+	if n == c.passesLooked {
+		return // the common case: nothing passed over
+	}
+	c.passesLooked = n
 	c.passMu.Lock()
 	defer c.passMu.Unlock()
-	n := c.passes.Passed()
 	for ; c.passesSeen < n; c.passesSeen++ {
 		c.delivered()
 	}
