@@ -27,7 +27,9 @@ const KeysDir = "keys"
 // keySaveInterval is how often a queue with a key policy stores its state
 // (less often when storing it takes more than a twentieth of that): a
 // crash makes the next Open read the records put since the last store.
-const keySaveInterval = time.Second
+// A variable only so that tests waiting for a store need not wait a
+// second each (export_test.go); a keeper reads it once, as it starts.
+var keySaveInterval = time.Second
 
 // keyStateFile is where the key state lives in dir.
 func keyStateFile(dir string) string { return filepath.Join(dir, KeysDir, "state") }
@@ -329,9 +331,10 @@ type keeper struct {
 
 func (k *keeper) start() {
 	k.stop, k.done = make(chan struct{}), make(chan struct{})
+	every := keySaveInterval
 	go func() {
 		defer close(k.done)
-		t := time.NewTicker(keySaveInterval)
+		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
 			select {

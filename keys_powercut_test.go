@@ -73,6 +73,7 @@ func waitKeySave(t *testing.T, dir string) []byte {
 // of the key state's crash paths found it): the log as it was before the
 // second Put (its last fsync), with the key state stored after it.
 func TestKeyStateAheadOfTheLog(t *testing.T) {
+	spillq.SetKeySaveInterval(t, 20*time.Millisecond)
 	ctx := context.Background()
 	opts := spillq.Options{Keys: channel.KeyUnique}
 	dir := t.TempDir()
@@ -131,6 +132,7 @@ func TestKeyStateAheadOfTheLog(t *testing.T) {
 // tick comes (an hour) and two records are far from SyncEvery's 2500:
 // only the keeper fsyncs the log.
 func TestKeyStateStoredAfterTheLogIsSynced(t *testing.T) {
+	spillq.SetKeySaveInterval(t, 20*time.Millisecond)
 	ctx := context.Background()
 	dir := t.TempDir()
 	q := open(t, dir, spillq.Options{Keys: channel.KeyUnique, Disk: diskqueue.Options{SyncInterval: time.Hour}})
@@ -179,6 +181,7 @@ func TestDedupDelayedKeyAcrossRestart(t *testing.T) {
 // the producer's retry was refused (a review of the key state's
 // orderings). The keeper fsyncs the timer store too.
 func TestKeyStateStoredAfterTheTimerStoreIsSynced(t *testing.T) {
+	spillq.SetKeySaveInterval(t, 20*time.Millisecond)
 	ctx := context.Background()
 	dir := t.TempDir()
 	q := open(t, dir, spillq.Options{Keys: channel.KeyDedup, DedupWindow: time.Hour, Disk: diskqueue.Options{SyncInterval: time.Hour}})

@@ -478,6 +478,7 @@ func TestCompactRetained(t *testing.T) {
 // TestCompactAutomatic: under KeyReplace the queue compacts by itself once
 // its sealed log is dirty enough, and removes the superseded versions.
 func TestCompactAutomatic(t *testing.T) {
+	spillq.SetKeySaveInterval(t, 20*time.Millisecond) // the keeper's look for a compaction to start
 	dir := t.TempDir()
 	opts := spillq.Options{Keys: channel.KeyReplace, Disk: diskqueue.Options{MaxSegmentBytes: 2 << 10}}
 	q := open(t, dir, opts)

@@ -200,7 +200,10 @@ func TestSealedHeaderDamage(t *testing.T) {
 // (run with -race).
 func TestLookupsRaceDeletion(t *testing.T) {
 	dir := t.TempDir()
-	const n = 3000
+	n := 3000 // in segments of 300 bytes, a deletion every few records
+	if testing.Short() {
+		n = 1000
+	}
 	putFixture(t, dir, n)
 	q, err := Open(dir, Options{MaxSegmentBytes: 300})
 	if err != nil {

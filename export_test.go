@@ -1,0 +1,16 @@
+package spillq
+
+import (
+	"testing"
+	"time"
+)
+
+// SetKeySaveInterval makes the queues and topics opened from now on until
+// t ends store their key state, and look for a compaction to start, every
+// d instead of every second: for tests that wait for one of those. Tests
+// of this package do not run in parallel, so a plain variable does.
+func SetKeySaveInterval(t testing.TB, d time.Duration) {
+	old := keySaveInterval
+	keySaveInterval = d
+	t.Cleanup(func() { keySaveInterval = old })
+}
