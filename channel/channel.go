@@ -755,6 +755,12 @@ func (c *Channel) notInFlight(m *Message) error {
 // means at once). A message that has had Options.MaxAttempts deliveries goes
 // to the dead-letter handler instead. Requeued messages are delivered ahead
 // of the memory buffer: the one exception to put order.
+//
+// With a delay and a timer store, the message is stored again there with
+// its due time, and its old record acknowledged once that store has
+// fsynced it (milliseconds, in the background): a crash of the process in
+// between delivers it twice, the old copy after the restart without the
+// delay.
 func (m *Message) Requeue(delay time.Duration) error {
 	if m.acker != nil {
 		return m.acker.Requeue(m, delay)
