@@ -603,9 +603,10 @@ func (l *Log) segmentHeaderOK(f file, magic [4]byte, base uint64) (ok, compacted
 // after its last entry that checks out are scanned; a missing index costs a
 // scan of this one segment, never of the whole log. A torn final record
 // (cut short, zeros, or a bad checksum with nothing valid after it) is cut
-// off: with SyncEvery 1 no Put of it returned, and with any other policy it
-// was never promised to survive a crash. A bad record with valid records
-// after it is damage, not a torn write: it stays, and readers skip it.
+// off: no Put of it returned. A bad record with valid records after it is
+// damage, not a torn write: it stays, and readers skip it; so do bad
+// records that fill the log exactly to its end (wholeFrames), which were
+// written whole.
 func (l *Log) recoverTail(seg *segment, size int64) (*tail, error) {
 	log := seg.files.Load().log // opened by openSegment
 	if l.readOnly {
@@ -743,7 +744,13 @@ func (l *Log) recoverTailFiles(w *tail, seg *segment, log file, size int64) (*ta
 	}
 	end := sc.seq
 	if goodEnd < size {
-		if err := l.cutTail(seg, wLog, goodEnd, size); err != nil {
+		if n := wholeFrames(log, goodEnd, size); n > 0 {
+			// Closed whole, then damaged at rest: not a torn write.
+			l.logger.Warn("diskqueue: damaged records at the end of the last segment, which ends where they do (written whole); keeping them for readers to skip", "segment", seg.base, "offset", goodEnd, "first_seq", end, "records", n)
+			b.damaged(goodEnd, n)
+			end += n
+			goodEnd = size
+		} else if err := l.cutTail(seg, wLog, goodEnd, size); err != nil {
 			return nil, err
 		}
 	}
@@ -852,7 +859,15 @@ func (l *Log) scanTail(seg *segment, log file, size int64) error {
 		_, h, _ := sc.Record()
 		maxTime = max(maxTime, h.ts)
 	}
-	seg.setExtent(sc.Offset(), sc.seq)
+	extent, end := sc.Offset(), sc.seq
+	if extent < size {
+		// Damage written whole (see recoverTailFiles) is in the log, for
+		// Verify to report; a torn write is not.
+		if n := wholeFrames(log, extent, size); n > 0 {
+			extent, end = size, end+n
+		}
+	}
+	seg.setExtent(extent, end)
 	seg.maxTime.Store(maxTime)
 	// Bytes past sc.Offset() that do not check out are a torn write or one
 	// in progress; Verify reports them, and Open would cut them.

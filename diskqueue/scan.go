@@ -105,6 +105,37 @@ func (l *Log) resumeAfter(base uint64, f *segFiles, bad int64, seq uint64, limit
 	return 0, 0, false
 }
 
+// wholeFrames reports how many frames, by their length fields alone, fill
+// log from off to exactly size, its end, or 0 if they do not (at most
+// maxWholeFrames of them). It tells damage from a torn write at the end
+// of the last segment, where a scan found a frame that fails its checks
+// and nothing valid after it: a crash tears a record by leaving it cut
+// short by the file's end (write(2)) or followed by the zeros of
+// preallocated space, while a log sealed at Close ends where its last
+// record does. Records that fill it whole were written whole, and a bad
+// checksum in them is damage (bit rot), not a write no Put returned for.
+func wholeFrames(log file, off, size int64) uint64 {
+	const maxWholeFrames = 64
+	var head [lengthSize]byte
+	for n := uint64(0); n < maxWholeFrames; n++ {
+		if off == size {
+			return n
+		}
+		if _, err := log.ReadAt(head[:], off); err != nil {
+			return 0
+		}
+		m, err := frameLength(head[:], maxReadBody)
+		if err != nil || off+int64(m) > size {
+			return 0
+		}
+		off += int64(m)
+	}
+	if off == size {
+		return maxWholeFrames
+	}
+	return 0
+}
+
 // readFrameAt reads and checks the frame at off on its own.
 func (l *Log) readFrameAt(log file, off, limit int64) (recordHeader, []byte, int, error) {
 	w := window{chunk: 4096}
