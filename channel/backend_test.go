@@ -5,6 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/spillq/spillq/channel"
 )
@@ -165,4 +169,46 @@ func (b notDurableBackend) Put(ctx context.Context, body []byte) error {
 		return err
 	}
 	return fmt.Errorf("test backend: %w (%w)", channel.ErrNotDurable, context.DeadlineExceeded)
+}
+
+// failingReads is a memBackend whose reads fail while fail is set.
+type failingReads struct {
+	*memBackend
+	fail atomic.Bool
+}
+
+func (b *failingReads) Read(ctx context.Context) (uint64, []byte, error) {
+	if b.fail.Load() {
+		return 0, nil, errBackend
+	}
+	return b.memBackend.Read(ctx)
+}
+
+// TestBackendReadErrorsShow: a backend whose reads fail (a file cut short
+// under a disk queue fails every read after it) left Receive waiting with
+// nothing to tell why but a warning logged ten times a second (a user's
+// trial). Stats counts the failures and holds the error while they last.
+func TestBackendReadErrorsShow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &failingReads{memBackend: newMemBackend()}
+		b.fail.Store(true)
+		c := newChannel(t, channel.Options{Backend: b})
+		defer c.Close()
+		if err := c.Put(context.Background(), []byte("m")); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		st := c.Stats()
+		if st.ReadErrors < 5 || !errors.Is(st.ReadErr, errBackend) {
+			t.Fatalf("after a second of failing reads: ReadErrors %d, ReadErr %v; want about 10 and %v", st.ReadErrors, st.ReadErr, errBackend)
+		}
+		b.fail.Store(false)
+		if m := receive(t, c); string(m.Body) != "m" {
+			t.Fatalf("received %q", m.Body)
+		}
+		if st := c.Stats(); st.ReadErr != nil || st.ReadErrors == 0 {
+			t.Fatalf("after a read succeeded: ReadErrors %d, ReadErr %v; want the count kept and no error", st.ReadErrors, st.ReadErr)
+		}
+	})
 }

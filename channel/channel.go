@@ -164,6 +164,10 @@ type consumerCounters struct {
 	// superseded counts, on a topic's channel, the messages the topic's
 	// KeyReplace had superseded when the channel took them.
 	superseded atomic.Int64
+	// readErrors counts the backend reads that failed; readErr is the
+	// last one's error while reads fail, nil once one succeeds (pump).
+	readErrors atomic.Int64
+	readErr    atomic.Pointer[error]
 	// lastTimed (Unix ns) and lastLatency (ns) are the last finish whose
 	// latency was timed; see recordLatency.
 	lastTimed   atomic.Int64
@@ -1129,6 +1133,13 @@ type Stats struct {
 	DeadLetters int64 // handed to the dead-letter handler (attempts or expiry)
 	Expired     int64 // of those, expired before delivery
 	BadRecords  int64 // backend records that were not channel messages
+	// ReadErrors counts the backend's reads that failed (an I/O error, a
+	// file cut short under the queue), each tried again 100 ms later;
+	// ReadErr is the last one's error while they fail, nil once a read
+	// succeeds. While reads fail, nothing of the backend is delivered and
+	// Receive waits on.
+	ReadErrors int64
+	ReadErr    error
 
 	// The key policy's (Options.Keys) figures, zero under KeyNone.
 	// KeysPending is the keys with a message pending (KeyUnique,
@@ -1176,6 +1187,10 @@ func (c *Channel) Stats() Stats {
 	st.Spills, st.Requeues = c.prod.spills.Load(), c.cons.requeues.Load()
 	st.Timeouts, st.Finishes = c.cons.timeouts.Load(), c.cons.finishes.Load()
 	st.DeadLetters, st.Expired, st.BadRecords = c.cons.deadLetters.Load(), c.cons.expired.Load(), c.cons.badRecords.Load()
+	st.ReadErrors = c.cons.readErrors.Load()
+	if e := c.cons.readErr.Load(); e != nil {
+		st.ReadErr = *e
+	}
 	if c.keys != nil {
 		st.KeysPending, st.KeyWaiting = c.keys.stats(c.stamp().UnixNano())
 		st.Duplicates, st.Superseded = c.keys.duplicates.Load(), c.keys.superseded.Load()

@@ -25,6 +25,7 @@ func (c *Channel) pump() {
 	// many, as the disk queue carves the bodies they alias: a message
 	// kept after Finish keeps its block too, as its body keeps its slab.
 	var block []Message
+	var warned time.Time // the last warning of a failed read
 	for {
 		n, err := 1, error(nil)
 		if batched {
@@ -36,13 +37,24 @@ func (c *Channel) pump() {
 			if c.isClosed.Load() || errors.Is(err, ErrClosed) {
 				return
 			}
-			c.log.Warn("channel: backend read failed; retrying", "err", err)
+			c.cons.readErrors.Add(1)
+			prev := c.cons.readErr.Swap(&err)
+			// A sticky error fails every try: one warning when reads
+			// start failing or fail otherwise, then one a minute.
+			if prev == nil || (*prev).Error() != err.Error() || time.Since(warned) >= time.Minute {
+				warned = time.Now()
+				c.log.Warn("channel: backend read failed; retrying every 100 ms (Stats.ReadErr)", "err", err, "failures", c.cons.readErrors.Load())
+			}
 			select {
 			case <-time.After(100 * time.Millisecond):
 				continue
 			case <-c.closeCh:
 				return
 			}
+		}
+		if c.cons.readErr.Load() != nil {
+			c.cons.readErr.Store(nil)
+			c.log.Info("channel: backend reads succeed again", "failures", c.cons.readErrors.Load())
 		}
 		c.countPasses()
 		// Every record of the batch was read before this load: an Empty

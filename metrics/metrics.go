@@ -175,6 +175,7 @@ var channelMetrics = []struct {
 	{def{"spillq_channel_dead_letters_total", "Messages handed to the dead-letter handler.", counter}, func(s channel.Stats) float64 { return float64(s.DeadLetters) }},
 	{def{"spillq_channel_expired_total", "Dead letters that expired before delivery.", counter}, func(s channel.Stats) float64 { return float64(s.Expired) }},
 	{def{"spillq_channel_bad_records_total", "Backend records that were not channel messages.", counter}, func(s channel.Stats) float64 { return float64(s.BadRecords) }},
+	{def{"spillq_channel_read_errors_total", "Backend reads that failed (each tried again 100 ms later); nothing of the backend is delivered while they fail.", counter}, func(s channel.Stats) float64 { return float64(s.ReadErrors) }},
 	{def{"spillq_channel_keys_pending", "Keys with a message pending (KeyUnique, KeyReplace), put within the window (KeyDedup) or being worked on (KeySerial).", gauge}, func(s channel.Stats) float64 { return float64(s.KeysPending) }},
 	{def{"spillq_channel_key_waiting", "Messages waiting behind their key's message (KeySerial).", gauge}, func(s channel.Stats) float64 { return float64(s.KeyWaiting) }},
 	{def{"spillq_channel_duplicates_total", "Puts refused by the key policy (KeyUnique, KeyDedup).", counter}, func(s channel.Stats) float64 { return float64(s.Duplicates) }},
