@@ -37,7 +37,7 @@ func (r Report) OK() bool { return len(r.Problems) == 0 }
 
 // Problem is one thing Verify found wrong.
 type Problem struct {
-	File   string // base name of the file concerned
+	File   string // base name of the file concerned; the directory's for a problem Open logged (Err says which segment)
 	Offset int64  // byte offset in File, or -1
 	Seq    uint64 // the record concerned, if any
 	Err    error
@@ -142,6 +142,10 @@ func (l *Log) verifySegment(seg *segment, rep *Report) {
 		if _, err := f.index.ReadAt(buf, 0); err == nil || err == io.EOF {
 			index = buf
 		}
+	} else if b, err := readFile(l.fs, seg.path(indexSuffix)); err == nil {
+		// The view found it damaged and reads the log alone: the index's
+		// own bytes say how (a header of 0 bytes was reported otherwise).
+		index = b
 	}
 	indexName := segmentName(seg.base, indexSuffix)
 	// A live writer may be writing a new segment's headers this moment,

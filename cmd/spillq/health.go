@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -414,6 +415,11 @@ func cmdRepair(e *env, args []string) error {
 	// The queue stays open, and so locked, while damage is copied aside and
 	// acknowledged, so no service writes meanwhile.
 	defer q.Close()
+	// Open recovers the last segment; the sealed ones' indexes are checked
+	// on first use, so use them all now.
+	if _, err := q.RebuildIndexes(context.Background()); err != nil {
+		return err
+	}
 	known, err := listBad(dir)
 	if err != nil {
 		return err

@@ -165,6 +165,28 @@ func TestRepairFixesATornTail(t *testing.T) {
 	}
 }
 
+// TestRepairRebuildsASealedIndex: repair left a sealed segment's damaged
+// index as it was, reporting a problem it could not fix (a user's trial):
+// Open recovers only the last segment, and the others' indexes are
+// rebuilt on first use, which repair never made.
+func TestRepairRebuildsASealedIndex(t *testing.T) {
+	dir := fixture(t, 200) // segments of 1 KiB: the first is sealed
+	name := filepath.Join(dir, "00000000000000000000.index")
+	b, _ := os.ReadFile(name)
+	b[0] ^= 0xff // the magic
+	os.WriteFile(name, b, 0o644)
+	if out, code := tool(t, "", "verify", dir); code != 1 || !strings.Contains(out, "00000000000000000000.index") {
+		t.Fatalf("verify before repair (%d):\n%s", code, out)
+	}
+	out, code := tool(t, "", "repair", dir)
+	if code != 0 || !strings.Contains(out, "rebuilt the indexes of a sealed segment") || !strings.Contains(out, "repaired: 200 records") {
+		t.Fatalf("repair (%d):\n%s", code, out)
+	}
+	if out, code := tool(t, "", "verify", dir); code != 0 {
+		t.Fatalf("verify after repair (%d):\n%s", code, out)
+	}
+}
+
 func TestPutDrainAndTail(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "q")
 	if out, code := tool(t, "one\ntwo\nthree\n", "put", "-create", "-raw", dir); code != 0 || !strings.Contains(out, "put 3 records") {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -107,10 +108,16 @@ const (
 	maxWriteRecord = maxWriteBody + channel.MaxEnvelopeOverhead
 )
 
+// repairable is what repair needs of an open queue or topic log.
+type repairable interface {
+	io.Closer
+	RebuildIndexes(ctx context.Context) (int, error)
+}
+
 // openRepair opens dir for repair, taking its lock: a queue as openWrite
 // does, a topic's log as itself, with no cursor of its own. Open repairs
 // what it finds and logs each action to logger.
-func openRepair(dir string, logger *slog.Logger) (io.Closer, error) {
+func openRepair(dir string, logger *slog.Logger) (repairable, error) {
 	if !isTopic(dir) {
 		q, err := openWrite(dir, false, logger)
 		if err != nil {
