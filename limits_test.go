@@ -113,6 +113,23 @@ func TestRecordBytesOutOfRange(t *testing.T) {
 	}
 }
 
+// TestBodyLimitBound: the largest Disk.MaxRecordBytes Open takes is the
+// log's limit less the envelope, and one over it is refused with that
+// bound in the error (it named a bound 21 bytes too high, which Open then
+// refused with another message; a user's trial).
+func TestBodyLimitBound(t *testing.T) {
+	limit := diskqueue.MaxRecordBytesLimit - channel.MaxEnvelopeOverhead
+	q, err := spillq.Open(t.TempDir(), spillq.Options{Disk: diskqueue.Options{MaxRecordBytes: limit}})
+	if err != nil {
+		t.Fatalf("Open with Disk.MaxRecordBytes at the bound %d: %v", limit, err)
+	}
+	q.Close()
+	_, err = spillq.Open(t.TempDir(), spillq.Options{Disk: diskqueue.Options{MaxRecordBytes: limit + 1}})
+	if !errors.Is(err, diskqueue.ErrInvalidOptions) || !strings.Contains(err.Error(), fmt.Sprintf("[0, %d]", limit)) {
+		t.Fatalf("Open with Disk.MaxRecordBytes one over the bound: %v, want ErrInvalidOptions naming [0, %d]", err, limit)
+	}
+}
+
 // TestInvalidOptionsSayWhatIsWrong: options no queue can work with are
 // refused at Open and OpenTopic with the sentinel Open's doc names, and
 // the error says only what is wrong with them.

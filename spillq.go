@@ -23,7 +23,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -66,7 +65,8 @@ type Options struct {
 	// Disk.MaxRecordBytes and Disk.MinRecordBytes bound the message body
 	// Put accepts (zero means 1 MiB and no minimum); Open sizes the log's
 	// records to hold such a body in its envelope (up to
-	// [channel.MaxEnvelopeOverhead] bytes more), and Put refuses a body out
+	// [channel.MaxEnvelopeOverhead] bytes more, so Disk.MaxRecordBytes goes
+	// up to that much less than [diskqueue.MaxRecordBytesLimit]), and Put refuses a body out
 	// of range with [channel.ErrTooLarge] or [channel.ErrTooSmall], even
 	// when it would fit in memory.
 	Disk diskqueue.Options
@@ -272,6 +272,10 @@ func notMessages(dir string, l *diskqueue.Log) error {
 	return fmt.Errorf("spillq: %w: %s holds records that are not channel messages (none of the %d from seq %d decodes: %v); a log written with the diskqueue package is opened with diskqueue.Open or diskqueue.OpenLog", diskqueue.ErrInvalidOptions, dir, n, from, bad)
 }
 
+// maxBodyLimit is the largest Disk.MaxRecordBytes: the log's limit less
+// the room a body's envelope takes.
+const maxBodyLimit = diskqueue.MaxRecordBytesLimit - channel.MaxEnvelopeOverhead
+
 // logOptions turns the caller's disk options, whose record limits are on
 // message bodies, into the log's, whose limits are on records: bodies in
 // their envelopes. It returns the body limit too, for error messages.
@@ -285,8 +289,8 @@ func logOptions(o diskqueue.Options, logger *slog.Logger) (diskqueue.Options, in
 	}
 	minBody := o.MinRecordBytes
 	switch {
-	case maxBody < 0 || maxBody > math.MaxInt32-channel.MaxEnvelopeOverhead:
-		return o, 0, fmt.Errorf("spillq: %w: Disk.MaxRecordBytes %d is outside [0, %d)", diskqueue.ErrInvalidOptions, maxBody, math.MaxInt32-channel.MaxEnvelopeOverhead)
+	case maxBody < 0 || maxBody > maxBodyLimit:
+		return o, 0, fmt.Errorf("spillq: %w: Disk.MaxRecordBytes %d is outside [0, %d] (the log's limit, %d, less the message envelope's %d)", diskqueue.ErrInvalidOptions, maxBody, maxBodyLimit, diskqueue.MaxRecordBytesLimit, channel.MaxEnvelopeOverhead)
 	case minBody < 0 || minBody > maxBody:
 		return o, 0, fmt.Errorf("spillq: %w: Disk.MinRecordBytes %d is outside [0, MaxRecordBytes=%d]", diskqueue.ErrInvalidOptions, minBody, maxBody)
 	}

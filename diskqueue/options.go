@@ -17,9 +17,10 @@ type Options struct {
 	MaxSegmentBytes int64
 
 	// MaxRecordBytes is the largest body Put accepts. Zero means 1 MiB
-	// (nsqd's max-msg-size). Range: up to 2 GiB-22 so every frame length fits
-	// in the int32 prefix. It limits Put only: reads take every record
-	// already written, under whatever limit it was written.
+	// (nsqd's max-msg-size). Range: up to [MaxRecordBytesLimit], 2 GiB-22,
+	// so every frame length fits in the int32 prefix. It limits Put only:
+	// reads take every record already written, under whatever limit it was
+	// written.
 	MaxRecordBytes int
 
 	// MinRecordBytes is the smallest body Put accepts. Zero allows empty
@@ -132,6 +133,10 @@ const (
 	DefaultSyncInterval    = 2 * time.Second
 )
 
+// MaxRecordBytesLimit is the largest MaxRecordBytes: a frame's length, in
+// its int32 prefix, counts the body and 21 bytes of header after it.
+const MaxRecordBytesLimit = maxBodyLimit
+
 // minSegmentBytes fits a segment header and one empty record.
 const minSegmentBytes = fileHeaderSize + recordHeaderSize
 
@@ -159,8 +164,8 @@ func (o Options) withDefaults() (Options, error) {
 	switch {
 	case o.MaxSegmentBytes < minSegmentBytes || o.MaxSegmentBytes > math.MaxUint32:
 		return o, fmt.Errorf("%w: MaxSegmentBytes %d is outside [%d, %d]", ErrInvalidOptions, o.MaxSegmentBytes, minSegmentBytes, uint64(math.MaxUint32))
-	case o.MaxRecordBytes < 0 || o.MaxRecordBytes > maxBodyLimit:
-		return o, fmt.Errorf("%w: MaxRecordBytes %d is outside [0, %d]", ErrInvalidOptions, o.MaxRecordBytes, maxBodyLimit)
+	case o.MaxRecordBytes < 0 || o.MaxRecordBytes > MaxRecordBytesLimit:
+		return o, fmt.Errorf("%w: MaxRecordBytes %d is outside [0, %d]", ErrInvalidOptions, o.MaxRecordBytes, MaxRecordBytesLimit)
 	case int64(o.MaxRecordBytes)+recordHeaderSize+fileHeaderSize > math.MaxUint32:
 		return o, fmt.Errorf("%w: MaxRecordBytes %d does not fit a segment", ErrInvalidOptions, o.MaxRecordBytes)
 	case o.MinRecordBytes < 0 || o.MinRecordBytes > o.MaxRecordBytes:
