@@ -19,7 +19,7 @@ import (
 type PutOptions struct {
 	// Delay defers delivery: the message is delivered no earlier than Delay
 	// after Put. The due time is stored with the message, so it survives
-	// Close and a restart.
+	// Close and a restart. Zero or negative means no delay.
 	Delay time.Duration
 	// Expires, if not zero, is when an undelivered message stops being
 	// worth delivering: it goes to the dead-letter handler instead.
