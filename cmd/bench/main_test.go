@@ -38,8 +38,9 @@ func TestReportFromRuns(t *testing.T) {
 	}
 	for _, want := range []string{
 		"cpu: Test CPU",
-		"| Put/size=100/impl=spillq | 160.0 ns ± 6% | 625.0 MB/s ± 6% | 3 |", // median of three, ±(170-150)/2/160
-		"| Lookup/records=1000000/impl=index | 1.56 µs ± 0% |  | 1 |",
+		"| Put/size=100/impl=spillq | 160.0 ns ± 6% | 625.0 MB/s ± 6% | 3 | " + spillqDefault + " |", // median of three, ±(170-150)/2/160
+		"| Put/size=100/impl=godiskqueue | 2.00 µs ± 0% | 50.0 MB/s ± 0% | 1 | " + godqDefault + " |",
+		"| Lookup/records=1000000/impl=index | 1.56 µs ± 0% |  | 1 | — |",
 		"8.81 peak-RSS-MiB",
 	} {
 		if !strings.Contains(string(table), want) {
@@ -50,6 +51,32 @@ func TestReportFromRuns(t *testing.T) {
 		b, err := os.ReadFile(filepath.Join(out, svg))
 		if err != nil || !strings.Contains(string(b), "<svg") {
 			t.Fatalf("%s: %v", svg, err)
+		}
+	}
+}
+
+// TestDurabilityOfEveryTimedSide: every speed the matrix measures of a
+// store (a Put, a drain, a publish) states its promise, and the ones
+// that are not speeds of a store state none.
+func TestDurabilityOfEveryTimedSide(t *testing.T) {
+	for name, want := range map[string]string{
+		"BenchmarkPut/size=100/impl=spillq":                      spillqDefault,
+		"BenchmarkPut/impl=bigqueue":                             bigqueueNoFlush,
+		"BenchmarkChannelPut/regime=memory/impl=spillq":          memoryOnly + " (MemQueueSize 4096, never full)",
+		"BenchmarkChannelPut/regime=spill/impl=spillq":           spillqDefault,
+		"BenchmarkDrain/size=100/impl=godiskqueue":               godqDefault,
+		"BenchmarkSyncEveryRecord/producers=16/impl=spillq":      "disk: fsync per record, group commit; Put returns after it",
+		"BenchmarkSyncEveryRecord/producers=16/impl=godiskqueue": "kernel: fsync per record, after its Put has returned",
+		"BenchmarkMemoryPath/work=0/consumers=1/impl=barechan":   memoryOnly,
+		"BenchmarkSpillPath/size=100/impl=nsqd-loop":             godqDefault,
+		"BenchmarkTopicPut/channels=4":                           spillqDefault + " (each channel's Finish)",
+		"BenchmarkPublish/nodes=1/impl=bridge-accept":            "kernel: in the local queue; forwarded to nsqd later",
+		"BenchmarkLookup/records=10000/impl=kafka":               "",
+		"BenchmarkDrainRSS/records=100000/impl=spillq":           "",
+		"BenchmarkOpen/records=10000":                            "",
+	} {
+		if got := durability(result{name: name}); got != want {
+			t.Errorf("durability(%s) = %q, want %q", name, got, want)
 		}
 	}
 }

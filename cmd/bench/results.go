@@ -88,8 +88,9 @@ func parse(r io.Reader) ([]result, error) {
 func writeTable(path string, results []result, machine string) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# spillq benchmark results\n\nMachine: %s.\n\n", machine)
-	b.WriteString("Each figure is the median of the runs, ± half the range between the fastest and slowest run.\n\n")
-	b.WriteString("| Benchmark | time/op | throughput | runs |\n| --- | --- | --- | --- |\n")
+	b.WriteString("Each figure is the median of the runs, ± half the range between the fastest and slowest run. ")
+	b.WriteString("Durability is what each side promises once its call returns: *memory* (a crash of the process loses it), *kernel* (in the page cache: it survives a crash of the process, not a power cut) or *disk* (fsynced).\n\n")
+	b.WriteString("| Benchmark | time/op | throughput | runs | durability |\n| --- | --- | --- | --- | --- |\n")
 	for _, r := range results {
 		t, ts, ok := r.stat("ns/op")
 		if !ok {
@@ -104,7 +105,11 @@ func writeTable(path string, results []result, machine string) error {
 				thr += fmt.Sprintf(" %.2f %s", v, extra)
 			}
 		}
-		fmt.Fprintf(&b, "| %s | %s ± %.0f%% | %s | %d |\n", strings.TrimPrefix(r.name, "Benchmark"), duration(t), ts*100, thr, len(r.metrics["ns/op"]))
+		d := durability(r)
+		if d == "" {
+			d = "—"
+		}
+		fmt.Fprintf(&b, "| %s | %s ± %.0f%% | %s | %d | %s |\n", strings.TrimPrefix(r.name, "Benchmark"), duration(t), ts*100, thr, len(r.metrics["ns/op"]), d)
 	}
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
