@@ -22,6 +22,15 @@ var palette = map[string]color.Color{
 	"scan":        color.RGBA{R: 0x7f, G: 0x7f, B: 0x7f, A: 0xff},
 }
 
+// legendNote is, for the impls of the Put chart, what each promises once
+// its call returns (durability.go says it in full).
+var legendNote = map[string]string{
+	"spillq":           " (kernel; fsync every 2,500)",
+	"godiskqueue":      " (kernel; fsync every 2,500)",
+	"rawfile":          " (kernel; one fsync at the end)",
+	"rawfile-sync2500": " (kernel; fsync every 2,500)",
+}
+
 // series collects, for benchmarks under prefix, one line per impl of
 // metric against the numeric parameter xKey.
 func series(results []result, prefix, xKey, unit string) map[string]plotter.XYs {
@@ -80,7 +89,7 @@ func chart(path, title, xLabel, yLabel string, lines map[string]plotter.XYs) err
 		l.Color, pts.Color = c, c
 		pts.Shape = draw.CircleGlyph{}
 		p.Add(l, pts)
-		p.Legend.Add(n, l, pts)
+		p.Legend.Add(n+legendNote[n], l, pts)
 	}
 	return p.Save(6*vg.Inch, 4*vg.Inch, path)
 }
