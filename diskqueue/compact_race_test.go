@@ -21,6 +21,7 @@ import (
 // the cursor delivers each record once, in order, and every Ack succeeds;
 // at the end exactly the records the rounds removed are gone.
 func TestCompactRace(t *testing.T) {
+	t.Parallel() // self-contained: its own directories and file systems, no process-wide counts
 	testCompactRace(t, diskqueue.Options{MaxSegmentBytes: 2048, RetainBytes: 1 << 30, NoSync: true})
 }
 
@@ -31,6 +32,7 @@ func TestCompactRace(t *testing.T) {
 // compactions all the time, and a compacted generation reopened must read
 // as the one given back.
 func TestCompactRaceEvicting(t *testing.T) {
+	t.Parallel() // self-contained: its own directories and file systems, no process-wide counts
 	opts := diskqueue.Options{MaxSegmentBytes: 2048, RetainBytes: 1 << 30, NoSync: true}
 	diskqueue.SetOpenSealed(&opts, 2)
 	diskqueue.SetOpenBitmaps(&opts, 1)

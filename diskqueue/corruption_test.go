@@ -110,6 +110,7 @@ var campaignOpts = diskqueue.Options{NoSync: true}
 // records, as a crash mid-write would: Open must serve exactly the records
 // before the cut, and keep accepting writes.
 func TestTruncateEveryOffset(t *testing.T) {
+	t.Parallel() // self-contained: its own directories and file systems, no process-wide counts
 	src := t.TempDir()
 	const n = 6
 	offs := writeFixture(t, src, n, diskqueue.Options{})
@@ -150,6 +151,7 @@ func TestTruncateEveryOffset(t *testing.T) {
 // record served must be the one put, and only records touching the flipped
 // byte may be missing.
 func TestFlipEveryBit(t *testing.T) {
+	t.Parallel() // self-contained: its own directories and file systems, no process-wide counts
 	src := t.TempDir()
 	const n = 5
 	offs := writeFixture(t, src, n, diskqueue.Options{})

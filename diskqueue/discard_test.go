@@ -338,6 +338,7 @@ func TestDropWhenFullRollsActive(t *testing.T) {
 // dropping cursor gets records in order, and each record is either
 // acknowledged by it or counted in its Dropped, never both.
 func TestDropWhenFullConcurrent(t *testing.T) {
+	t.Parallel() // self-contained: its own directories and file systems, no process-wide counts
 	opts := dropOpts
 	opts.BlockWhenFull = true
 	l := openLog(t, t.TempDir(), opts)

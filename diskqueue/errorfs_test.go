@@ -275,6 +275,7 @@ func TestFsyncFailureIsSticky(t *testing.T) {
 // fails: no panic, the error reaches a caller, and every record whose Put
 // and a later Sync both returned nil is there after a clean reopen.
 func TestFaultAtEveryCallSite(t *testing.T) {
+	t.Parallel() // self-contained: its own directories and file systems, no process-wide counts
 	kinds := []opKind{opOpen, opWrite, opSync, opTruncate, opRename, opRemove, opSyncDir, opRead}
 	errs := []error{syscall.EIO, syscall.ENOSPC}
 	fired := map[opKind]int{}

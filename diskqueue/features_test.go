@@ -745,6 +745,7 @@ func TestEmpty(t *testing.T) {
 // rotations with retention, then checks every retained seq reads back
 // what was put and every deleted one says ErrNotFound.
 func TestPropertyRandomOps(t *testing.T) {
+	t.Parallel() // self-contained: its own directories and file systems, no process-wide counts
 	seed := uint64(time.Now().UnixNano())
 	if s, err := strconv.ParseUint(os.Getenv("SPILLQ_SEED"), 10, 64); err == nil {
 		seed = s // to run a failure's seed again

@@ -199,6 +199,7 @@ func TestSealedHeaderDamage(t *testing.T) {
 // Every answer is the record put or ErrNotFound; nothing leaks or panics
 // (run with -race).
 func TestLookupsRaceDeletion(t *testing.T) {
+	t.Parallel() // self-contained: its own directories and file systems, no process-wide counts
 	dir := t.TempDir()
 	n := 3000 // in segments of 300 bytes, a deletion every few records
 	if testing.Short() {

@@ -56,6 +56,7 @@ import (
 // (acknowledgements and the cursor fsynced on the tick). -short checks a
 // sample of about 60 cuts of each.
 func TestPowerCutAtEverySync(t *testing.T) {
+	t.Parallel() // self-contained: its own directories and file systems, no process-wide counts
 	policies := []struct {
 		name string
 		opts Options

@@ -294,6 +294,7 @@ func TestReadAt(t *testing.T) {
 }
 
 func TestConcurrentPutRead(t *testing.T) {
+	t.Parallel() // self-contained: its own directories and file systems, no process-wide counts
 	q := openQueue(t, t.TempDir(), diskqueue.Options{MaxSegmentBytes: 64 << 10})
 	defer q.Close()
 	const producers, each = 8, 2000

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"flag"
 	"io"
 	"net/http"
 	"os"
@@ -26,6 +27,15 @@ var demoBin string
 
 func TestMain(m *testing.M) {
 	demoBin = crashtest.AsMain(asDemo, main)
+	// The parallel tests are each a child process that runs for a set
+	// time, mostly asleep: four at once on two cores, unless -parallel
+	// says otherwise.
+	flag.Parse()
+	parallelSet := false
+	flag.Visit(func(f *flag.Flag) { parallelSet = parallelSet || f.Name == "test.parallel" })
+	if !parallelSet {
+		flag.Set("test.parallel", "4")
+	}
 	os.Exit(m.Run())
 }
 
