@@ -44,8 +44,12 @@ type statReport struct {
 	Oldest     *oldestRecord `json:"oldest_unacknowledged,omitempty"`
 	LagSeconds float64       `json:"lag_seconds"`
 	DiskBytes  int64         `json:"disk_bytes"`
-	Segments   []fileInfo    `json:"segments"`
-	BadFiles   []badFile     `json:"bad_files"`
+	// FreeBytes is the space left on the directory's file system for
+	// appends (-1 if it cannot be told): at none, Put fails with
+	// ErrDiskFull until consumers free a segment.
+	FreeBytes int64      `json:"fs_free_bytes"`
+	Segments  []fileInfo `json:"segments"`
+	BadFiles  []badFile  `json:"bad_files"`
 	// Cursors are the log's named cursors (diskqueue.Log.Cursor), each a
 	// consumer group reading every record at its own pace; the fields
 	// above are the queue's own cursor's.
@@ -164,7 +168,7 @@ func cmdStat(e *env, args []string) error {
 	kind := detectKind(q)
 	r := statReport{Queue: dir, Records: kind.String(), Depth: st.Depth,
 		FirstSeq: st.FirstSeq, ReadSeq: st.ReadSeq, WriteSeq: st.WriteSeq, ReadPos: position(st.ReadPos), WritePos: position(st.WritePos),
-		DiskBytes: st.DiskBytes, Segments: []fileInfo{}, BadFiles: []badFile{}}
+		DiskBytes: st.DiskBytes, FreeBytes: freeBytes(dir), Segments: []fileInfo{}, BadFiles: []badFile{}}
 	now := time.Now()
 	if st.Depth > 0 {
 		// The record at the read cursor may be damaged: the lag is that of
@@ -240,7 +244,11 @@ func cmdStat(e *env, args []string) error {
 	} else {
 		fmt.Fprintf(out, "on disk    no records\n")
 	}
-	fmt.Fprintf(out, "disk       %d bytes in %d segment(s)\n", st.DiskBytes, len(r.Segments))
+	fmt.Fprintf(out, "disk       %d bytes in %d segment(s)", st.DiskBytes, len(r.Segments))
+	if r.FreeBytes >= 0 {
+		fmt.Fprintf(out, "; %d bytes free on its file system", r.FreeBytes)
+	}
+	fmt.Fprintln(out)
 	for _, l := range r.Segments {
 		fmt.Fprintf(out, "  %s  %d bytes\n", l.Name, l.Bytes)
 	}

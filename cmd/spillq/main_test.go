@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -538,9 +539,13 @@ func TestStatAndVerifyJSON(t *testing.T) {
 			Name string `json:"name"`
 		} `json:"segments"`
 		BadFiles []any `json:"bad_files"`
+		Free     int64 `json:"fs_free_bytes"`
 	}
 	if err := json.Unmarshal([]byte(stdout), &st); code != 0 || err != nil {
 		t.Fatalf("stat -format json (%d, %v):\n%s", code, err, stdout)
+	}
+	if runtime.GOOS != "windows" && st.Free <= 0 {
+		t.Errorf("stat -format json: fs_free_bytes %d, want the file system's free space", st.Free)
 	}
 	// The lag is the age of seq 0, measured between before and after.
 	if st.Depth != 10 || st.Oldest.Seq != 0 || !st.Oldest.Time.Equal(first.Time) ||
