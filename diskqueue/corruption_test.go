@@ -462,3 +462,47 @@ func TestRebuildIndexes(t *testing.T) {
 		t.Fatalf("Verify after the rebuild: %v %+v", err, rep.Problems)
 	}
 }
+
+// TestTornRecordAtThePreallocatedEnd: a mapped log left by a SIGKILL has
+// its preallocated size, and the record being copied may end exactly
+// there (here the segment's last, at MaxSegmentBytes): torn between the
+// body and its checksum, its frame fills the file by its length field as
+// a record written whole does. Open must cut it as a torn write, not keep
+// it as damage: its seq goes to the next Put, and nothing is counted
+// corrupt after a plain crash (a review found the rule keeping it).
+func TestTornRecordAtThePreallocatedEnd(t *testing.T) {
+	dir := t.TempDir()
+	const n = 73 // 16 + 73 x (25 + 87) = 8192
+	opts := diskqueue.Options{MaxSegmentBytes: 8192}
+	q := openQueue(t, dir, opts)
+	body := make([]byte, 87)
+	for range n {
+		if err := q.Put(context.Background(), body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The bytes a kill between the last record's body and its checksum
+	// leaves in the 8192-byte mapped file.
+	name := segFile(dir, 0, "log")
+	b, err := os.ReadFile(name)
+	if err != nil || len(b) != 8192 {
+		t.Fatalf("the log is %d bytes (%v), want 8192", len(b), err)
+	}
+	crc := 8192 - 112 + 4 // the last frame's CRC, after its length
+	copy(b[crc:crc+4], []byte{0, 0, 0, 0})
+	if err := os.WriteFile(name, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	q = openQueue(t, dir, opts)
+	defer q.Close()
+	if next := q.NextSeq(); next != n-1 {
+		t.Fatalf("after Open the log ends at seq %d, want %d: the torn record was kept", next, n-1)
+	}
+	drain(t, q)
+	if got := q.Stats().CorruptRecords; got != 0 {
+		t.Errorf("CorruptRecords = %d after a torn write, want 0", got)
+	}
+}

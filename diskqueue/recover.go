@@ -744,9 +744,7 @@ func (l *Log) recoverTailFiles(w *tail, seg *segment, log file, size int64) (*ta
 	}
 	end := sc.seq
 	if goodEnd < size {
-		// A mapped log left by a crash has its preallocated size, a
-		// multiple of allocUnit, and a torn record may end exactly there.
-		if n := wholeFrames(log, goodEnd, size); n > 0 && size%allocUnit != 0 {
+		if n := wholeFrames(log, goodEnd, size); n > 0 {
 			// Closed whole, then damaged at rest: not a torn write.
 			l.logger.Warn("diskqueue: damaged records at the end of the last segment, which ends where they do (written whole); keeping them for readers to skip", "segment", seg.base, "offset", goodEnd, "first_seq", end, "records", n)
 			b.damaged(goodEnd, n)
@@ -865,7 +863,7 @@ func (l *Log) scanTail(seg *segment, log file, size int64) error {
 	if extent < size {
 		// Damage written whole (see recoverTailFiles) is in the log, for
 		// Verify to report; a torn write is not.
-		if n := wholeFrames(log, extent, size); n > 0 && size%allocUnit != 0 {
+		if n := wholeFrames(log, extent, size); n > 0 {
 			extent, end = size, end+n
 		}
 	}

@@ -106,15 +106,22 @@ func (l *Log) resumeAfter(base uint64, f *segFiles, bad int64, seq uint64, limit
 }
 
 // wholeFrames reports how many frames, by their length fields alone, fill
-// log from off to exactly size, its end, or 0 if they do not (at most
-// maxWholeFrames of them). It tells damage from a torn write at the end
-// of the last segment, where a scan found a frame that fails its checks
-// and nothing valid after it: a crash tears a record by leaving it cut
-// short by the file's end (write(2)) or followed by the zeros of
-// preallocated space, while a log sealed at Close ends where its last
-// record does. Records that fill it whole were written whole, and a bad
+// log from off to exactly size, its end, in a log cut to its records, or
+// 0 if they do not (at most maxWholeFrames of them). It tells damage from
+// a torn write at the end of the last segment, where a scan found a frame
+// that fails its checks and nothing valid after it. A crash leaves a torn
+// record cut short by the file's end (write(2)), or, in a mapped log,
+// whose size is then its preallocated one, a multiple of allocUnit,
+// anywhere up to that end, even ending exactly at it. A log sealed at
+// Close is cut to where its last record ends: records that fill one
+// whose size is not a multiple of allocUnit were written whole, and a bad
 // checksum in them is damage (bit rot), not a write no Put returned for.
+// A sealed log whose size happens to be a multiple has its tail cut as a
+// torn write's would be.
 func wholeFrames(log file, off, size int64) uint64 {
+	if size%allocUnit == 0 {
+		return 0
+	}
 	const maxWholeFrames = 64
 	var head [lengthSize]byte
 	for n := uint64(0); n < maxWholeFrames; n++ {
