@@ -279,39 +279,47 @@ func (l *Log) rebuildIndexes(seg *segment, log file, compacted bool) error {
 }
 
 // RebuildIndexes checks the indexes and time index of every sealed
-// segment and rebuilds from its log each that is missing or damaged, as
-// the segment's first use after Open would (Open leaves sealed segments
-// for then, so that it does not grow with the log). It returns how many it
-// rebuilt, also counted in Stats.IndexRebuilds. `spillq repair` calls it;
-// a read-only view rebuilds nothing.
+// segment whose files are not open yet and rebuilds from its log each that
+// is missing or damaged (a bad header, size or shape), as the segment's
+// first use after Open would: Open leaves sealed segments for then, so
+// that it does not grow with the log, and a repair right after Open finds
+// all of them unopened. An entry damaged in place is not found this way
+// (Verify reports it; readers check every record). It returns how many it
+// rebuilt, also counted in Stats.IndexRebuilds, and ErrClosed if the log
+// closes meanwhile. `spillq repair` calls it; a read-only view rebuilds
+// nothing.
 func (l *Log) RebuildIndexes(ctx context.Context) (int, error) {
-	if l.isClosed.Load() {
-		return 0, ErrClosed
-	}
 	if l.readOnly {
 		return 0, ErrReadOnly
 	}
 	before := l.indexRebuilds.Load()
+	rebuilt := func() int { return int(l.indexRebuilds.Load() - before) }
 	l.segMu.RLock()
 	segs := slices.Clone(l.segs)
 	l.segMu.RUnlock()
 	for _, seg := range segs {
+		if l.isClosed.Load() {
+			return rebuilt(), ErrClosed
+		}
 		if err := ctx.Err(); err != nil {
-			return int(l.indexRebuilds.Load() - before), err
+			return rebuilt(), err
 		}
 		if seg.gone.Load() || seg.writing.Load() {
 			continue // a tombstone; the active segment, which Open recovered
 		}
 		f, err := l.acquireFiles(seg)
 		if errors.Is(err, ErrNotFound) {
-			continue // deleted meanwhile, every record acknowledged
+			continue // deleted meanwhile, every record acknowledged, or closed (above)
 		}
 		if err != nil {
-			return int(l.indexRebuilds.Load() - before), fmt.Errorf("diskqueue: rebuild indexes: %w", err)
+			return rebuilt(), fmt.Errorf("diskqueue: rebuild indexes: %w", err)
 		}
 		f.release()
 	}
-	return int(l.indexRebuilds.Load() - before), nil
+	if l.isClosed.Load() {
+		return rebuilt(), ErrClosed
+	}
+	return rebuilt(), nil
 }
 
 // writtenEntries returns how many of the count fixed-size entries after a
