@@ -31,6 +31,7 @@ var durabilityRules = []struct {
 	{"BenchmarkPut", "rawfile-sync2500", "", "kernel: write(2), fsync every 2,500 records"},
 	{"", "bigqueue", "", bigqueueNoFlush},
 	{"BenchmarkChannelPut", "spillq", "memory", memoryOnly + " (MemQueueSize 4096, never full)"},
+	{"BenchmarkChannelPut", "spillq", "spill", "kernel; fsync every 2,500 records or 2 s (the message's envelope in the log; Puts alone, no Ack)"},
 	{"BenchmarkMemoryPath", "", "", memoryOnly},
 	{"BenchmarkSpillPath", "spillq", "", spillqDefault + " (each Finish)"},
 	{"BenchmarkSpillPath", "", "", godqDefault},
