@@ -173,10 +173,8 @@ func TestRepairFixesATornTail(t *testing.T) {
 // rebuilt on first use, which repair never made.
 func TestRepairRebuildsASealedIndex(t *testing.T) {
 	dir := fixture(t, 200) // segments of 1 KiB: the first is sealed
-	name := filepath.Join(dir, "00000000000000000000.index")
-	b, _ := os.ReadFile(name)
-	b[0] ^= 0xff // the magic
-	os.WriteFile(name, b, 0o644)
+	// The first index's magic.
+	flipIn(t, filepath.Join(dir, "00000000000000000000.index"), 0)
 	if out, code := tool(t, "", "verify", dir); code != 1 || !strings.Contains(out, "00000000000000000000.index") {
 		t.Fatalf("verify before repair (%d):\n%s", code, out)
 	}
@@ -486,7 +484,12 @@ func TestRecordKindDetection(t *testing.T) {
 // (fixture(t, …)) seqs 0 to 9 are 33-byte frames from offset 16 on.
 func flip(t *testing.T, dir string, off int) {
 	t.Helper()
-	name := filepath.Join(dir, "00000000000000000000.log")
+	flipIn(t, filepath.Join(dir, "00000000000000000000.log"), off)
+}
+
+// flipIn flips a bit of the byte at off in the file name.
+func flipIn(t *testing.T, name string, off int) {
+	t.Helper()
 	b, err := os.ReadFile(name)
 	if err != nil {
 		t.Fatal(err)
