@@ -267,6 +267,32 @@ func TestBitRotInTheLastRecord(t *testing.T) {
 				t.Fatalf("ReadAt(%d) after the damage = %q, %v; want the next Put's record", n, rec.Body, err)
 			}
 		})
+		t.Run(tc.name+"/reopened", func(t *testing.T) {
+			// The index of a log ending in damage kept for readers points
+			// at it, as a rebuild would: each later Open rebuilt it again.
+			dir := t.TempDir()
+			offs := writeFixture(t, dir, 10, diskqueue.Options{})
+			name := segFile(dir, 0, "log")
+			b, err := os.ReadFile(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, off := range tc.flipped(offs) {
+				b[off] ^= 0x40
+			}
+			if err := os.WriteFile(name, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			openQueue(t, dir, diskqueue.Options{}).Close() // keeps the damage, and its index
+			q := openQueue(t, dir, diskqueue.Options{})
+			defer q.Close()
+			if got := q.Stats().IndexRebuilds; got != 0 {
+				t.Errorf("a second Open rebuilt the index %d time(s), though the first left it right", got)
+			}
+			if next := q.NextSeq(); next != 10 {
+				t.Errorf("NextSeq = %d after the second Open, want 10", next)
+			}
+		})
 	}
 }
 

@@ -1,6 +1,7 @@
 package diskqueue
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -670,6 +671,7 @@ func (l *Log) recoverTailFiles(w *tail, seg *segment, log file, size int64) (*ta
 		return off, err == nil && h.seq == seg.base+uint64(j)
 	}
 	trusted := int64(-1) // entries [0, trusted] are believed
+	entriesSuspect := false
 	if entries > 0 {
 		if _, ok := entry(entries - 1); ok {
 			trusted = entries - 1
@@ -685,7 +687,10 @@ func (l *Log) recoverTailFiles(w *tail, seg *segment, log file, size int64) (*ta
 				}
 			}
 			trusted = lo
-			indexDamaged = true
+			// Damage, unless the entries past it point at records kept
+			// as damage (wholeFrames), as rebuilding them would: checked
+			// once the scan has rebuilt them.
+			entriesSuspect = true
 		}
 	}
 
@@ -757,6 +762,9 @@ func (l *Log) recoverTailFiles(w *tail, seg *segment, log file, size int64) (*ta
 
 	// Rewrite the index tail and the time-index tail.
 	gotEntries := keepIndex + indexEntriesIn(fileHeaderSize+int64(len(b.idx)))
+	if entriesSuspect && (gotEntries != entries || !entriesStored(wIndex, keepIndex, b.idx)) {
+		indexDamaged = true
+	}
 	if indexDamaged || gotEntries != entries {
 		if indexDamaged || gotEntries > entries {
 			l.indexRebuilds.Add(1)
@@ -800,6 +808,16 @@ func (l *Log) recoverTailFiles(w *tail, seg *segment, log file, size int64) (*ta
 	seg.timeIndexBytes.Store(w.timeSize)
 	seg.writing.Store(true)
 	return w, nil
+}
+
+// entriesStored reports whether the index holds exactly idx from entry
+// from on: a tail whose last entries point at records kept as damage
+// reads as damaged to the check of each entry against its record, though
+// it is what a rebuild writes (so it is neither counted nor rewritten).
+func entriesStored(index file, from int64, idx []byte) bool {
+	got := make([]byte, len(idx))
+	n, _ := index.ReadAt(got, indexEntryAt(from))
+	return n == len(idx) && bytes.Equal(got, idx)
 }
 
 // scanTail is recoverTail for a read-only queue: it finds where the last
