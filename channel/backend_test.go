@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -171,17 +172,53 @@ func (b notDurableBackend) Put(ctx context.Context, body []byte) error {
 	return fmt.Errorf("test backend: %w (%w)", channel.ErrNotDurable, context.DeadlineExceeded)
 }
 
-// failingReads is a memBackend whose reads fail while fail is set.
+// failingReads is a memBackend whose reads fail while fail is set; with
+// alternate, every other failure is a different error.
 type failingReads struct {
 	*memBackend
-	fail atomic.Bool
+	fail, alternate atomic.Bool
+	tries           atomic.Int64
 }
+
+var errBackendOther = errors.New("test backend: another failure")
 
 func (b *failingReads) Read(ctx context.Context) (uint64, []byte, error) {
 	if b.fail.Load() {
+		if b.alternate.Load() && b.tries.Add(1)%2 == 0 {
+			return 0, nil, errBackendOther
+		}
 		return 0, nil, errBackend
 	}
 	return b.memBackend.Read(ctx)
+}
+
+// warnCounter counts the records logged at Warn.
+type warnCounter struct{ n atomic.Int64 }
+
+func (w *warnCounter) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (w *warnCounter) Handle(context.Context, slog.Record) error    { w.n.Add(1); return nil }
+func (w *warnCounter) WithAttrs([]slog.Attr) slog.Handler           { return w }
+func (w *warnCounter) WithGroup(string) slog.Handler                { return w }
+
+// TestBackendReadWarningsAlternating: the pump warned of a failed read
+// whenever the error differed from the one before, so two errors that
+// alternate warned at every try, ten times a second.
+func TestBackendReadWarningsAlternating(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &failingReads{memBackend: newMemBackend()}
+		b.fail.Store(true)
+		b.alternate.Store(true)
+		w := &warnCounter{}
+		c := newChannel(t, channel.Options{Backend: b, Logger: slog.New(w)})
+		defer c.Close()
+		time.Sleep(30 * time.Second)
+		synctest.Wait()
+		// The first failure, and one change each 10 s: 3 or 4 in 30 s,
+		// against about 300 tries.
+		if n, tries := w.n.Load(), c.Stats().ReadErrors; n > 4 || tries < 100 {
+			t.Fatalf("30 s of reads failing two ways by turns: %d warnings over %d failures, want at most 4", n, tries)
+		}
+	})
 }
 
 // TestBackendReadErrorsShow: a backend whose reads fail (a file cut short

@@ -93,7 +93,10 @@ type Options struct {
 	FailWhenFull bool
 
 	// Logger receives warnings (dead letters dropped, bad records, backend
-	// errors); nothing is logged on the hot path. Nil discards.
+	// errors); nothing is logged on the hot path. Failing backend reads
+	// warn when they start, once a minute while they last, and when they
+	// fail otherwise, at most every 10 s; an Info says when they succeed
+	// again. Nil discards.
 	Logger *slog.Logger
 }
 

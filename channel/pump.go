@@ -9,6 +9,10 @@ import (
 // pumpBatch is the most records the pump takes from a BatchSource at once.
 const pumpBatch = 32
 
+// readWarnChange is how soon after a warning of a failed backend read
+// the pump warns again because reads fail otherwise.
+const readWarnChange = 10 * time.Second
+
 // pump moves records from the backend to consumers through ahead. Records
 // it holds or has buffered are not acknowledged: if the channel closes
 // first, they simply stay in the backend.
@@ -26,6 +30,7 @@ func (c *Channel) pump() {
 	// kept after Finish keeps its block too, as its body keeps its slab.
 	var block []Message
 	var warned time.Time // the last warning of a failed read
+	var warnedErr string // what it said
 	for {
 		n, err := 1, error(nil)
 		if batched {
@@ -40,9 +45,13 @@ func (c *Channel) pump() {
 			c.cons.readErrors.Add(1)
 			prev := c.cons.readErr.Swap(&err)
 			// A sticky error fails every try: one warning when reads
-			// start failing or fail otherwise, then one a minute.
-			if prev == nil || (*prev).Error() != err.Error() || time.Since(warned) >= time.Minute {
-				warned = time.Now()
+			// start failing, then one a minute, and one when they fail
+			// otherwise than last warned, at most every 10 s: two errors
+			// that alternate (or one naming what changes from try to
+			// try) would otherwise warn at every try.
+			since := time.Since(warned)
+			if prev == nil || since >= time.Minute || err.Error() != warnedErr && since >= readWarnChange {
+				warned, warnedErr = time.Now(), err.Error()
 				c.log.Warn("channel: backend read failed; retrying every 100 ms (Stats.ReadErr)", "err", err, "failures", c.cons.readErrors.Load())
 			}
 			select {
