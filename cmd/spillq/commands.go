@@ -326,7 +326,10 @@ func cmdDrain(e *env, args []string) error {
 // cmdKey lists the records of one message key (channel.PutOptions.Key)
 // that the log still holds, oldest first: the key's history, its newest
 // version last. It reads the whole log, as the key is in each record's
-// envelope and nothing indexes it.
+// envelope and nothing indexes it. The log keeps acknowledged records
+// until their segment goes, so on a queue each record says whether it is
+// acknowledged (on a topic that takes every channel's cursor, which this
+// view of the log does not open).
 func cmdKey(e *env, args []string) error {
 	fs := newFlags("key")
 	p := &printer{w: e.stdout, kind: kindChannel}
@@ -341,6 +344,10 @@ func cmdKey(e *env, args []string) error {
 		return err
 	}
 	defer q.Close()
+	var acked uint64
+	if !isTopic(pos[0]) {
+		p.acked = q.Acknowledged
+	}
 	var found, newest uint64
 	var newestID channel.ID
 	for rec, err := range q.Scan(q.Stats().FirstSeq, math.MaxUint64) {
@@ -358,6 +365,9 @@ func cmdKey(e *env, args []string) error {
 			return err
 		}
 		found++
+		if p.acked != nil && p.acked(rec.Seq) {
+			acked++
+		}
 		if m.ID >= newestID { // by ID: a record stored again at Close can come after a newer one
 			newest, newestID = rec.Seq, m.ID
 		}
@@ -369,6 +379,10 @@ func cmdKey(e *env, args []string) error {
 		fmt.Fprintf(e.stderr, "key %q: no record in the log\n", key)
 		return errProblems
 	}
-	fmt.Fprintf(e.stderr, "key %q: %d record(s) held, the newest at seq %d\n", key, found, newest)
+	var of string
+	if p.acked != nil {
+		of = fmt.Sprintf(" (%d acknowledged, %d pending)", acked, found-acked)
+	}
+	fmt.Fprintf(e.stderr, "key %q: %d record(s) in the log%s, the newest at seq %d\n", key, found, of, newest)
 	return nil
 }

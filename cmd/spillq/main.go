@@ -8,7 +8,7 @@
 //	spillq repair  DIR          cut a torn tail, rebuild indexes, set damage aside, acknowledge it
 //	spillq put     DIR          store each line of stdin as a record
 //	spillq drain   DIR          print records and acknowledge them
-//	spillq key     DIR KEY      the records a message key still has in the log, oldest first
+//	spillq key     DIR KEY      the records a message key still has in the log, oldest first, acknowledged or pending
 //	spillq cursor  create|delete|reset NAME DIR   manage a log's named cursors
 //	spillq channel create|delete|reset NAME DIR   manage a topic's channels
 //	spillq import-nsqd DIR      copy the unread messages of an nsqd or go-diskqueue queue into DIR
@@ -74,7 +74,7 @@ func init() {
 		{"stat", "DIR", "cursors, depth, lag, segments, .bad files", cmdStat},
 		{"dump", "DIR", "records from a seq or a time, as text, hex or JSON lines", cmdDump},
 		{"get", "DIR SEQ", "one record by sequence number", cmdGet},
-		{"key", "DIR KEY", "the records a message key still has in the log, oldest first, the newest last", cmdKey},
+		{"key", "DIR KEY", "the records a message key still has in the log, oldest first, the newest last, each acknowledged or pending (on a queue)", cmdKey},
 		{"verify", "DIR", "check every CRC, index entry and cursor; exit 1 on problems", cmdVerify},
 		{"tail", "DIR", "follow records as they are written", cmdTail},
 		{"repair", "DIR", "cut a torn tail, rebuild indexes, set damage aside, acknowledge it", cmdRepair},

@@ -1027,6 +1027,19 @@ func TestKeyCommand(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// v0 and v2 are superseded: the channel acknowledges them unseen as it
+	// takes them, and hands out b v1, left in flight, and v3, finished.
+	// Close stores b v1 again (attempts=1) and acknowledges its first
+	// record. All stay in the log (RetainBytes).
+	for range 2 {
+		m, err := q.Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(m.Body) == "a v3" {
+			m.Finish()
+		}
+	}
 	if err := q.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -1035,11 +1048,20 @@ func TestKeyCommand(t *testing.T) {
 	if code != 0 || len(lines) != 3 || !strings.Contains(lines[0], `"a v0"`) || !strings.Contains(lines[2], `key="a"`) || !strings.Contains(lines[2], `"a v3"`) {
 		t.Errorf("key a: exit %d\n%s", code, stdout)
 	}
-	if !strings.Contains(stderr, `key "a": 3 record(s) held, the newest at seq 3`) {
+	for _, l := range lines {
+		if !strings.Contains(l, "\tacknowledged\t") {
+			t.Errorf("key a: a record not shown acknowledged: %q", l)
+		}
+	}
+	if !strings.Contains(stderr, `key "a": 3 record(s) in the log (3 acknowledged, 0 pending), the newest at seq 3`) {
 		t.Errorf("key a: stderr %q", stderr)
 	}
+	stdout, stderr, code = tool3(t, "", "key", dir, "b")
+	if code != 0 || !strings.Contains(stdout, "attempts=1 key=\"b\"\tpending\t") || !strings.Contains(stderr, "2 record(s) in the log (1 acknowledged, 1 pending), the newest at seq 4") {
+		t.Errorf("key b: exit %d\n%s\n%s", code, stdout, stderr)
+	}
 	out, code := tool(t, "", "key", dir, "a", "-format", "json")
-	if code != 0 || !strings.Contains(out, `"key":"a"`) {
+	if code != 0 || !strings.Contains(out, `"key":"a"`) || !strings.Contains(out, `"acknowledged":true`) {
 		t.Errorf("key -format json: exit %d\n%s", code, out)
 	}
 	if out, code := tool(t, "", "key", dir, "zzz"); code != 1 || !strings.Contains(out, "no record") {

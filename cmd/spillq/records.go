@@ -143,6 +143,9 @@ type printer struct {
 	w      io.Writer
 	format string
 	kind   recordKind
+	// acked, if set, says whether a record is acknowledged, which text
+	// and json then show.
+	acked func(seq uint64) bool
 	kindFlags
 }
 
@@ -188,6 +191,9 @@ func (p *printer) print(rec diskqueue.Record) (bad, err error) {
 	switch p.format {
 	case "json":
 		out := map[string]any{"seq": rec.Seq, "time": rec.Time.UTC().Format(time.RFC3339Nano)}
+		if p.acked != nil {
+			out["acknowledged"] = p.acked(rec.Seq)
+		}
 		if msg != nil {
 			out["id"], out["attempts"], out["put_time"] = msg.ID.String(), msg.Attempts, msg.Timestamp.UTC().Format(time.RFC3339Nano)
 			if msg.Key != nil {
@@ -221,6 +227,13 @@ func (p *printer) print(rec diskqueue.Record) (bad, err error) {
 				prefix += fmt.Sprintf(" key=%q", msg.Key)
 			}
 			prefix += "\t"
+		}
+		if p.acked != nil {
+			if p.acked(rec.Seq) {
+				prefix += "acknowledged\t"
+			} else {
+				prefix += "pending\t"
+			}
 		}
 		_, err = fmt.Fprintf(p.w, "%s%s\n", prefix, strconv.Quote(string(body)))
 	}
