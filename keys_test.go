@@ -717,3 +717,43 @@ func TestCompactAfterClose(t *testing.T) {
 		})
 	}
 }
+
+// TestKeyPolicyChangedBetweenOpens: a queue reopened under another key
+// policy rebuilds the new policy's state from the records not yet
+// acknowledged, as README says (a user's trial found it undocumented):
+// what the old policy decided stands, what it would still have done does
+// not. Under a former KeyReplace the superseded version not yet reached is
+// delivered, and under KeyUnique its key is pending.
+func TestKeyPolicyChangedBetweenOpens(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	q := open(t, dir, spillq.Options{Keys: channel.KeyReplace})
+	for _, v := range []string{"v1", "v2"} {
+		if err := q.PutWith(ctx, []byte(v), channel.PutOptions{Key: []byte("k")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	q = open(t, dir, spillq.Options{Keys: channel.KeyUnique})
+	defer q.Close()
+	if err := q.PutWith(ctx, []byte("v3"), channel.PutOptions{Key: []byte("k")}); !errors.Is(err, channel.ErrDuplicate) {
+		t.Errorf("Put under KeyUnique of a key two records of which are pending: %v, want ErrDuplicate", err)
+	}
+	var got []string
+	for range 2 {
+		m, err := q.Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, string(m.Body))
+		m.Finish()
+	}
+	if fmt.Sprint(got) != "[v1 v2]" {
+		t.Errorf("delivered %v under KeyUnique after KeyReplace, want [v1 v2]", got)
+	}
+	if err := q.PutWith(ctx, []byte("v4"), channel.PutOptions{Key: []byte("k")}); err != nil {
+		t.Errorf("Put once both were finished: %v", err)
+	}
+}

@@ -84,7 +84,13 @@ type Options struct {
 	// (the keys pending, the newest message of each, the keys put within
 	// the window) survives a restart and a crash: it is stored in dir's
 	// [KeysDir] every second and at Close, and Open reads it back with the
-	// records put since it was stored (FORMAT.md, "Key state").
+	// records put since it was stored (FORMAT.md, "Key state"). Keys may
+	// change between opens: Open then warns and builds the new policy's
+	// state from the records not yet acknowledged (KeyDedup: those put
+	// within the window). What the old policy decided stands (a Put it
+	// refused is gone), what it would still have done does not: a version
+	// a former KeyReplace superseded and the channel had not reached yet is
+	// delivered.
 	Keys         channel.KeyPolicy
 	DedupWindow  time.Duration
 	DuplicatesOK bool

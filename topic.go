@@ -43,7 +43,8 @@ type TopicOptions struct {
 	// KeyDedup (a Put whose key was put within DedupWindow is refused).
 	// KeySerial is a channel's own (ChannelOptions.Keys). The state
 	// survives a restart and a crash as a queue's does (Options.Keys): it
-	// is stored in dir's [KeysDir] every second and at Close.
+	// is stored in dir's [KeysDir] every second and at Close, and a change
+	// of policy between opens is as a queue's.
 	Keys         channel.KeyPolicy
 	DedupWindow  time.Duration
 	DuplicatesOK bool

@@ -1147,7 +1147,10 @@ type Stats struct {
 	// worked on (KeySerial); KeyWaiting the messages waiting behind a
 	// key's message (KeySerial; they count in no other depth); Duplicates
 	// the Puts refused (KeyUnique, KeyDedup); Superseded the messages
-	// replaced by a newer one before delivery (KeyReplace).
+	// replaced by a newer one before delivery (KeyReplace), counted as
+	// the channel takes them, or as a compaction removes one the channel
+	// has not read from the backend (one it has read ahead counts when it
+	// is taken).
 	KeysPending, KeyWaiting int
 	Duplicates, Superseded  int64
 

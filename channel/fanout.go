@@ -431,7 +431,10 @@ type FanoutStats struct {
 	// message some channel has not finished (KeyUnique; an entry goes at
 	// the next KeyState once every channel has finished all before it, or
 	// at the next Put of its key), with a newest version some channel
-	// may still reach (KeyReplace), put within the window (KeyDedup).
+	// may still reach (KeyReplace; an entry goes at the next KeyState
+	// once every channel has finished all before it, so it stays counted
+	// until then, about a second under spillq.OpenTopic), put within the
+	// window (KeyDedup).
 	// Duplicates counts the Puts the policy refused.
 	KeysPending int
 	Duplicates  int64

@@ -28,7 +28,9 @@ const (
 	// with the same key, which is never delivered (it is acknowledged and
 	// counted in Stats.Superseded when the channel reaches it); consumers
 	// see only the newest version. A superseded message already in flight
-	// finishes normally.
+	// is not taken back: its Finish and Touch work as any message's, but
+	// a Requeue or a timeout ends it as superseded (acknowledged, not
+	// delivered again).
 	KeyReplace
 	// KeyDedup drops a Put whose key was put within Options.DedupWindow,
 	// pending or not (idempotent producers): Put returns [ErrDuplicate], or

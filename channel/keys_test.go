@@ -105,6 +105,18 @@ func TestKeyReplace(t *testing.T) {
 	if st := c.Stats(); st.Superseded != 2 {
 		t.Errorf("Superseded = %d, want 2", st.Superseded)
 	}
+	// Superseded in flight and requeued: ended as superseded, not
+	// delivered again (KeyReplace's doc).
+	putKey(t, c, "a", "a4")
+	if err := msgs[1].Requeue(0); err != nil {
+		t.Fatalf("Requeue of a message superseded in flight: %v", err)
+	}
+	if got, _ := ready(t, c); !slices.Equal(got, []string{"a4"}) {
+		t.Errorf("after a3, superseded in flight, was requeued: %v, want [a4]", got)
+	}
+	if st := c.Stats(); st.Superseded != 3 {
+		t.Errorf("Superseded = %d, want 3", st.Superseded)
+	}
 }
 
 func TestKeyDedup(t *testing.T) {
