@@ -35,23 +35,42 @@ var keySaveInterval = time.Second
 func keyStateFile(dir string) string { return filepath.Join(dir, KeysDir, "state") }
 
 // The key state file: a header, the entries, a CRC-32C of all before it.
+// Version 2 added the timer mark; version 1 files are still read.
 const (
-	keyMagic      = "SPKY"
-	keyVersion    = 1
-	keyHeaderSize = 4 + 1 + 1 + 2 + 8 + 4
-	keyEntryFixed = 2 + 8 + 8 + 8
+	keyMagic        = "SPKY"
+	keyVersion      = 2
+	keyHeaderSizeV1 = 4 + 1 + 1 + 2 + 8 + 4
+	keyHeaderSize   = keyHeaderSizeV1 + 8
+	keyEntryFixed   = 2 + 8 + 8 + 8
 )
+
+// keyFile is what the key state file holds: the channel's (or topic's)
+// snapshot, and timerMark, the queue's timer store's next seq when it was
+// taken (or a little before): every keyed message put to the timer store
+// below it is in the entries, unless done, so a KeyDedup restart reads the
+// timer store from there, as it reads the log from the watermark. A
+// topic's channels' timer stores take no keyed Put (a topic's keyed
+// message goes to its log), so a topic's mark is 0.
+type keyFile struct {
+	channel.KeyState
+	timerMark uint64
+}
+
+// noTimerMark is the timer mark of a version 1 file, which had none: a
+// KeyDedup restart reads the timer store's records of the last window.
+const noTimerMark = math.MaxUint64
 
 var keyCRC = crc32.MakeTable(crc32.Castagnoli)
 
 // errBadKeyState reports a key state file that does not decode.
 var errBadKeyState = errors.New("spillq: key state file is damaged")
 
-func encodeKeyState(st channel.KeyState) []byte {
+func encodeKeyState(st keyFile) []byte {
 	b := make([]byte, 0, keyHeaderSize+len(st.Entries)*(keyEntryFixed+16)+4)
 	b = append(b, keyMagic...)
 	b = append(b, keyVersion, byte(st.Policy), 0, 0)
 	b = binary.BigEndian.AppendUint64(b, st.Watermark)
+	b = binary.BigEndian.AppendUint64(b, st.timerMark)
 	b = binary.BigEndian.AppendUint32(b, uint32(len(st.Entries)))
 	for _, e := range st.Entries {
 		b = binary.BigEndian.AppendUint16(b, uint16(len(e.Key)))
@@ -67,22 +86,31 @@ func encodeKeyState(st channel.KeyState) []byte {
 	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, keyCRC))
 }
 
-func decodeKeyState(b []byte) (channel.KeyState, error) {
-	var st channel.KeyState
-	if len(b) < keyHeaderSize+4 || string(b[:4]) != keyMagic {
+func decodeKeyState(b []byte) (keyFile, error) {
+	var st keyFile
+	if len(b) < keyHeaderSizeV1+4 || string(b[:4]) != keyMagic {
 		return st, fmt.Errorf("%w: no header", errBadKeyState)
 	}
 	body, sum := b[:len(b)-4], binary.BigEndian.Uint32(b[len(b)-4:])
 	if crc32.Checksum(body, keyCRC) != sum {
 		return st, fmt.Errorf("%w: checksum mismatch", errBadKeyState)
 	}
-	if b[4] != keyVersion {
+	header := keyHeaderSize
+	switch b[4] {
+	case 1:
+		header, st.timerMark = keyHeaderSizeV1, noTimerMark
+	case keyVersion:
+		if len(body) < keyHeaderSize {
+			return st, fmt.Errorf("%w: no header", errBadKeyState)
+		}
+		st.timerMark = binary.BigEndian.Uint64(b[16:24])
+	default:
 		return st, fmt.Errorf("%w: version %d", errBadKeyState, b[4])
 	}
 	st.Policy = channel.KeyPolicy(b[5])
 	st.Watermark = binary.BigEndian.Uint64(b[8:16])
-	n := binary.BigEndian.Uint32(b[16:20])
-	rest := body[keyHeaderSize:]
+	n := binary.BigEndian.Uint32(b[header-4 : header])
+	rest := body[header:]
 	if uint64(n)*keyEntryFixed > uint64(len(rest)) {
 		return st, fmt.Errorf("%w: %d entries in %d bytes", errBadKeyState, n, len(rest))
 	}
@@ -114,7 +142,7 @@ func decodeKeyState(b []byte) (channel.KeyState, error) {
 // saveKeyState stores st crash-safely: a temporary file, fsynced, renamed
 // over the old one, the directory fsynced. A crash leaves the old state or
 // the new, each good for a restart (the tail after its watermark is read).
-func saveKeyState(dir string, st channel.KeyState) error {
+func saveKeyState(dir string, st keyFile) error {
 	kd := filepath.Join(dir, KeysDir)
 	if err := os.MkdirAll(kd, 0o755); err != nil {
 		return err
@@ -179,16 +207,24 @@ type keyLog interface {
 // once. Open costs the number of keys plus the tail, never a read of the
 // whole log.
 //
-// A restart before the state is stored again reads the log from where this
-// one did, so it holds the log's segments from there on
-// (diskqueue.Log.HoldFrom; the log was opened with HoldAtOpen). window is
+// Under KeyDedup a queue's timer store (timers; nil for a topic, whose
+// keyed messages all go to its log) is read the same way, from the
+// stored timer mark: a key put with a Delay has its record there only.
+//
+// A restart before the state is stored again reads the log (and the timer
+// store) from where this one did, so it holds their segments from there on
+// (diskqueue.Log.HoldFrom; both were opened with HoldAtOpen). window is
 // the DedupWindow option: zero means the default.
-func loadKeyState(dir string, q keyLog, policy channel.KeyPolicy, window time.Duration, logger *slog.Logger) (*channel.KeyState, error) {
+func loadKeyState(dir string, q, timers keyLog, policy channel.KeyPolicy, window time.Duration, logger *slog.Logger) (*channel.KeyState, error) {
 	if window <= 0 {
 		window = channel.DefaultDedupWindow
 	}
+	if policy != channel.KeyDedup {
+		timers = nil
+	}
 	st := &channel.KeyState{Policy: policy}
 	from := q.Floor()
+	timerFrom := uint64(noTimerMark)
 	b, err := os.ReadFile(keyStateFile(dir))
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -213,7 +249,10 @@ func loadKeyState(dir string, q keyLog, policy channel.KeyPolicy, window time.Du
 			logger.Warn("spillq: the key state names records a power cut took from the log; forgetting their keys", "watermark", stored.Watermark, "log_end", next)
 			st.Entries = slices.DeleteFunc(stored.Entries, func(e channel.KeyEntry) bool { return e.Seq >= next })
 			st.Watermark = next
-			if err := saveKeyState(dir, *st); err != nil {
+			if timers != nil && stored.timerMark != noTimerMark {
+				timerFrom = min(stored.timerMark, timers.NextSeq())
+			}
+			if err := saveKeyState(dir, keyFile{KeyState: *st, timerMark: timerFrom}); err != nil {
 				return nil, fmt.Errorf("spillq: store the corrected key state: %w", err)
 			}
 			from = next
@@ -222,6 +261,9 @@ func loadKeyState(dir string, q keyLog, policy channel.KeyPolicy, window time.Du
 			from = max(stored.Watermark, from)
 			if policy == channel.KeyDedup {
 				from = stored.Watermark // acknowledged puts count too
+			}
+			if timers != nil && stored.timerMark != noTimerMark {
+				timerFrom = min(stored.timerMark, timers.NextSeq())
 			}
 		}
 	}
@@ -236,12 +278,27 @@ func loadKeyState(dir string, q keyLog, policy channel.KeyPolicy, window time.Du
 		from = first
 	}
 	now := time.Now()
-	if policy == channel.KeyDedup && len(st.Entries) == 0 {
-		if seq, err := q.SeekTime(now.Add(-window)); err == nil {
-			from = seq
-		} else if errors.Is(err, diskqueue.ErrNotFound) {
-			from = q.NextSeq()
+	// The records of the last window, where no mark says what the state
+	// has seen: a record stored before it holds a key put before it
+	// (another error leaves what the caller had).
+	sinceWindow := func(l keyLog, or uint64) uint64 {
+		seq, err := l.SeekTime(now.Add(-window))
+		switch {
+		case err == nil:
+			return seq
+		case errors.Is(err, diskqueue.ErrNotFound):
+			return l.NextSeq()
 		}
+		return or
+	}
+	if policy == channel.KeyDedup && len(st.Entries) == 0 {
+		from = sinceWindow(q, from)
+	}
+	if timers != nil {
+		if timerFrom == noTimerMark {
+			timerFrom = sinceWindow(timers, 0)
+		}
+		timerFrom = max(timerFrom, timers.Stats().FirstSeq)
 	}
 	// What the snapshot names and was acknowledged since is done.
 	kept := st.Entries[:0]
@@ -260,37 +317,57 @@ func loadKeyState(dir string, q keyLog, policy channel.KeyPolicy, window time.Du
 	}
 	st.Entries = kept
 	var index map[string]int // made at the tail's first keyed record: a clean Close leaves no tail
-	for rec, err := range q.Scan(from, math.MaxUint64) {
-		if errors.Is(err, diskqueue.ErrCorrupt) {
-			continue // never delivered: nothing to remember
-		}
-		if err != nil {
-			return nil, fmt.Errorf("spillq: rebuild key state: %w", err)
-		}
-		m, err := channel.UnmarshalMessage(rec.Body)
-		if err != nil || m.Key == nil {
-			continue
-		}
-		if policy == channel.KeyUnique && q.Acknowledged(rec.Seq) {
-			continue
-		}
-		if index == nil {
-			index = make(map[string]int, len(st.Entries))
-			for i, e := range st.Entries {
-				index[e.Key] = i
+	add := func(l keyLog, from uint64, inLog bool) error {
+		for rec, err := range l.Scan(from, math.MaxUint64) {
+			if errors.Is(err, diskqueue.ErrCorrupt) {
+				continue // never delivered: nothing to remember
 			}
-		}
-		e := channel.KeyEntry{Key: string(m.Key), ID: m.ID, Seq: rec.Seq, At: m.Timestamp}
-		if i, ok := index[e.Key]; ok {
-			// The newer message wins, by ID: a record stored again at
-			// Close can sit after a newer version's.
-			if e.ID > st.Entries[i].ID {
-				st.Entries[i] = e
+			if err != nil {
+				return fmt.Errorf("spillq: rebuild key state: %w", err)
 			}
-			continue
+			m, err := channel.UnmarshalMessage(rec.Body)
+			if err != nil || m.Key == nil {
+				continue
+			}
+			if policy == channel.KeyUnique && q.Acknowledged(rec.Seq) {
+				continue
+			}
+			if policy == channel.KeyDedup && now.Sub(m.Timestamp) >= window {
+				continue
+			}
+			if index == nil {
+				index = make(map[string]int, len(st.Entries))
+				for i, e := range st.Entries {
+					index[e.Key] = i
+				}
+			}
+			// Seq names a log record; a timer store's record is named
+			// by the key's put time alone (KeyDedup needs no more).
+			e := channel.KeyEntry{Key: string(m.Key), ID: m.ID, At: m.Timestamp}
+			if inLog {
+				e.Seq = rec.Seq
+			}
+			if i, ok := index[e.Key]; ok {
+				// The newer message wins, by ID: a record stored again at
+				// Close can sit after a newer version's.
+				if e.ID > st.Entries[i].ID {
+					st.Entries[i] = e
+				}
+				continue
+			}
+			index[e.Key] = len(st.Entries)
+			st.Entries = append(st.Entries, e)
 		}
-		index[e.Key] = len(st.Entries)
-		st.Entries = append(st.Entries, e)
+		return nil
+	}
+	if err := add(q, from, true); err != nil {
+		return nil, err
+	}
+	if timers != nil {
+		if err := add(timers, timerFrom, false); err != nil {
+			return nil, err
+		}
+		timers.HoldFrom(timerFrom)
 	}
 	q.HoldFrom(from)
 	return st, nil
@@ -309,12 +386,15 @@ type keeper struct {
 	// state returns the key state to store, if there is one; changes, the
 	// counters that move when it does, to skip idle rounds. Both nil
 	// without a key state.
-	state   func() (channel.KeyState, bool)
+	state   func() (keyFile, bool)
 	changes func() [3]int64
-	// hold keeps the log's segments from the stored state's watermark on,
-	// which a restart reads (diskqueue.Log.HoldFrom); pressure is the
-	// log's HoldPressure.
-	hold     func(seq uint64)
+	// hold keeps the log's segments from the stored state's watermark on
+	// (and a KeyDedup queue's timer store's from its timer mark), which a
+	// restart reads (diskqueue.Log.HoldFrom); pressure is the log's
+	// HoldPressure. (A timer store at MaxDiskBytes refuses a deferral,
+	// which then stays in memory and the log, until the next store moves
+	// its hold.)
+	hold     func(st keyFile)
 	pressure <-chan struct{}
 	// sync makes the log durable up to its end (diskqueue.Log.Sync), before
 	// a state whose watermark is there is stored.
@@ -383,7 +463,7 @@ func (k *keeper) save(force bool) error {
 		k.logger.Warn("spillq: cannot store the key state; a restart reads more of the log to rebuild it", "err", err)
 		return err
 	}
-	k.hold(st.Watermark)
+	k.hold(st)
 	k.last = now
 	k.next = began.Add(20 * time.Since(began))
 	return nil

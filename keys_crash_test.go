@@ -139,7 +139,21 @@ func TestKillKeysChild(t *testing.T) {
 	if slow {
 		pause = 200 * time.Microsecond
 	}
-	startKeyedProducers(ctx, producers, start, space, pause, q.PutWith)
+	put := q.PutWith
+	if os.Getenv("SPILLQ_KEYS_DELAY") == "1" {
+		// Half deferred, so kept in the timer store rather than the log:
+		// some for an hour, some due in a few milliseconds and finished.
+		put = func(ctx context.Context, body []byte, po channel.PutOptions) error {
+			switch rand.IntN(4) {
+			case 0:
+				po.Delay = time.Hour
+			case 1:
+				po.Delay = time.Duration(1+rand.IntN(50)) * time.Millisecond
+			}
+			return q.PutWith(ctx, body, po)
+		}
+	}
+	startKeyedProducers(ctx, producers, start, space, pause, put)
 	go func() {
 		for {
 			m, err := q.Receive(ctx)
@@ -169,19 +183,26 @@ func TestKillKeysChild(t *testing.T) {
 //     key (older ones are superseded), and each key with a version put and
 //     not finished delivers one; also with small segments compacted all
 //     the time (a compaction removes no version but superseded ones);
-//   - KeyDedup: every key put is a duplicate within the window.
+//   - KeyDedup: every key put is a duplicate within the window; also with
+//     half the Puts deferred, their messages in the timer store (a crash
+//     forgot those put since the last store of the key state: the
+//     rebuild read the log alone).
 func TestKeysSIGKILL(t *testing.T) {
 	cycles := killCycles(t, 2)
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 4))
 	type variant struct {
 		policy  channel.KeyPolicy
 		compact bool // small segments, compacted all the time
+		delay   bool // half the Puts deferred
 	}
-	for _, vt := range []variant{{channel.KeyUnique, false}, {channel.KeyReplace, false}, {channel.KeyReplace, true}, {channel.KeyDedup, false}} {
+	for _, vt := range []variant{{channel.KeyUnique, false, false}, {channel.KeyReplace, false, false}, {channel.KeyReplace, true, false}, {channel.KeyDedup, false, false}, {channel.KeyDedup, false, true}} {
 		policy := vt.policy
 		name := policy.String()
 		if vt.compact {
 			name += "-compact"
+		}
+		if vt.delay {
+			name += "-delay"
 		}
 		t.Run(name, func(t *testing.T) {
 			acked, compactions := 0, 0
@@ -193,7 +214,7 @@ func TestKeysSIGKILL(t *testing.T) {
 					// stores of the key state (one a second), so Open reads
 					// a snapshot and the tail after it; the others mostly
 					// die before the first, and Open rebuilds from the log.
-					Env:       []string{"SPILLQ_KEYS=" + policy.String(), "SPILLQ_KILL_START=0", "SPILLQ_KEYS_SLOW=" + strconv.Itoa(cycle%2), "SPILLQ_KEYS_COMPACT=" + map[bool]string{true: "1"}[vt.compact]},
+					Env:       []string{"SPILLQ_KEYS=" + policy.String(), "SPILLQ_KILL_START=0", "SPILLQ_KEYS_SLOW=" + strconv.Itoa(cycle%2), "SPILLQ_KEYS_COMPACT=" + map[bool]string{true: "1"}[vt.compact], "SPILLQ_KEYS_DELAY=" + map[bool]string{true: "1"}[vt.delay]},
 					KillAfter: 100 + rng.IntN(2000) + cycle%2*(3000+rng.IntN(3000)), KillKind: "put",
 				})
 				if _, err := os.Stat(filepath.Join(dir, spillq.KeysDir, "state")); cycle%2 == 1 && err != nil {

@@ -2,7 +2,9 @@ package spillq
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -44,7 +46,7 @@ func TestDedupStateOlderThanTheLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	// What a crash leaves when the segments after the stored state went.
-	if err := saveKeyState(dir, channel.KeyState{Policy: channel.KeyDedup, Watermark: 0, Entries: []channel.KeyEntry{{Key: "old", ID: 1, Seq: 0, At: time.Now()}}}); err != nil {
+	if err := saveKeyState(dir, keyFile{KeyState: channel.KeyState{Policy: channel.KeyDedup, Watermark: 0, Entries: []channel.KeyEntry{{Key: "old", ID: 1, Seq: 0, At: time.Now()}}}}); err != nil {
 		t.Fatal(err)
 	}
 	q, err = Open(dir, opts)
@@ -57,5 +59,44 @@ func TestDedupStateOlderThanTheLog(t *testing.T) {
 	}
 	if err := q.PutWith(ctx, []byte("k199:1"), channel.PutOptions{Key: []byte("k199")}); err == nil {
 		t.Fatal("Put of a key still in the log: accepted, want ErrDuplicate")
+	}
+}
+
+// TestKeyStateVersion1: a key state stored by an older build (version 1,
+// no timer mark) is read, and under KeyDedup Open then reads the timer
+// store's records of the last window: a key whose message waits there,
+// and which that state does not name, stays a duplicate.
+func TestKeyStateVersion1(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	opts := Options{Keys: channel.KeyDedup, DedupWindow: time.Hour}
+	q, err := Open(dir, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.PutWith(ctx, []byte("d"), channel.PutOptions{Key: []byte("deferred"), Delay: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.PutWith(ctx, []byte("n"), channel.PutOptions{Key: []byte("now")}); err != nil {
+		t.Fatal(err)
+	}
+	next := q.Disk().NextSeq()
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// As an older build stored it: the log's key, none of the timer store's.
+	st := channel.KeyState{Policy: channel.KeyDedup, Watermark: next, Entries: []channel.KeyEntry{{Key: "now", ID: 2, Seq: 0, At: time.Now()}}}
+	if err := os.WriteFile(keyStateFile(dir), keyStateV1(st), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	q, err = Open(dir, opts)
+	if err != nil {
+		t.Fatalf("Open with a version 1 key state: %v", err)
+	}
+	defer q.Close()
+	for _, k := range []string{"now", "deferred"} {
+		if err := q.PutWith(ctx, []byte(k), channel.PutOptions{Key: []byte(k)}); !errors.Is(err, channel.ErrDuplicate) {
+			t.Errorf("Put of key %q after Open with a version 1 state: %v, want ErrDuplicate", k, err)
+		}
 	}
 }

@@ -208,3 +208,42 @@ func TestKeyStateStoredAfterTheTimerStoreIsSynced(t *testing.T) {
 		t.Errorf("the key state naming K (its message in the timer store) was stored with no fsync of the timer store since K's Put (%d fsyncs)", after)
 	}
 }
+
+// TestDedupDelayedKeyAcrossCrash: under KeyDedup a key put with a Delay
+// was forgotten by a crash before the next store of the key state (about
+// a second): its message waits in the timer store, and the rebuild read
+// only the log's tail (a user's trial let a producer's retry in so). The
+// state now stores the timer store's next seq too, and Open reads the
+// timer store's records from there. The crash is a copy of the live
+// directory (what the kernel holds): one key deferred before the last
+// store, one after.
+func TestDedupDelayedKeyAcrossCrash(t *testing.T) {
+	spillq.SetKeySaveInterval(t, 20*time.Millisecond)
+	ctx := context.Background()
+	opts := spillq.Options{Keys: channel.KeyDedup, DedupWindow: time.Hour}
+	dir := t.TempDir()
+	q := open(t, dir, opts)
+	defer q.Close()
+	if err := q.PutWith(ctx, []byte("A"), channel.PutOptions{Key: []byte("A"), Delay: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	waitKeySave(t, dir)
+	if err := q.PutWith(ctx, []byte("B"), channel.PutOptions{Key: []byte("B"), Delay: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	crashed := t.TempDir()
+	copyDir(t, dir, crashed)
+	if _, err := os.Stat(filepath.Join(crashed, spillq.KeysDir, "state")); err != nil {
+		t.Fatal(err)
+	}
+	q2 := open(t, crashed, opts)
+	defer q2.Close()
+	for _, k := range []string{"A", "B"} {
+		if err := q2.PutWith(ctx, []byte(k+" again"), channel.PutOptions{Key: []byte(k)}); !errors.Is(err, channel.ErrDuplicate) {
+			t.Errorf("after a crash, Put of key %s (put a moment before with a Delay, waiting in the timer store): %v, want ErrDuplicate", k, err)
+		}
+	}
+	if d := q2.Stats().Deferred; d != 2 {
+		t.Errorf("after the crash %d messages deferred, want 2", d)
+	}
+}

@@ -173,8 +173,10 @@ func Open(dir string, opts Options) (*Queue, error) {
 	}
 	topts := timerOptions(dopts)
 	// The key state's rebuild reads the records after the state stored
-	// last: none may go before it has (HoldFrom below).
+	// last: none may go before it has (HoldFrom below). Under KeyDedup
+	// it reads the timer store's too.
 	dopts.HoldAtOpen = keepsKeyState(opts.Keys)
+	topts.HoldAtOpen = opts.Keys == channel.KeyDedup
 	dq, err := diskqueue.Open(dir, dopts)
 	if err != nil {
 		return nil, openErr(err, maxBody)
@@ -193,7 +195,7 @@ func Open(dir string, opts Options) (*Queue, error) {
 	logger := orDiscard(dopts.Logger)
 	saveKeys := keepsKeyState(opts.Keys)
 	if saveKeys {
-		if keyState, err = loadKeyState(dir, dq, opts.Keys, opts.DedupWindow, logger); err != nil {
+		if keyState, err = loadKeyState(dir, dq, tq, opts.Keys, opts.DedupWindow, logger); err != nil {
 			tq.Close()
 			dq.Close()
 			return nil, err
@@ -215,7 +217,21 @@ func Open(dir string, opts Options) (*Queue, error) {
 	}
 	if keep != nil {
 		if saveKeys {
-			keep.state, keep.hold, keep.pressure = ch.KeyState, dq.HoldFrom, dq.HoldPressure()
+			keep.state = func() (keyFile, bool) {
+				// The mark first: a deferral stored between the two is
+				// in the snapshot and read again at a restart, which
+				// holds it once.
+				mark := tq.NextSeq()
+				st, ok := ch.KeyState()
+				return keyFile{KeyState: st, timerMark: mark}, ok
+			}
+			keep.hold = func(st keyFile) {
+				dq.HoldFrom(st.Watermark)
+				if topts.HoldAtOpen {
+					tq.HoldFrom(st.timerMark)
+				}
+			}
+			keep.pressure = dq.HoldPressure()
 			// The timer store too: a KeyDedup state names keys whose
 			// message waits there. At Close it is closed, fsynced, before
 			// the last state is stored.

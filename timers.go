@@ -36,8 +36,8 @@ func timerOptions(o diskqueue.Options) diskqueue.Options {
 	// Everything else as the main log, so an option added later is not
 	// dropped here. No BlockWhenFull: a deferral that finds the store
 	// full stays in memory (and in the main log) rather than block a
-	// Requeue. No retention: timers are not replayed. No hold: no key
-	// state is rebuilt from a timer store.
+	// Requeue. No retention: timers are not replayed. No hold unless
+	// Open asks (a KeyDedup state is rebuilt from the timer store too).
 	t := o
 	t.MaxSegmentBytes, t.SyncEvery = seg, sync
 	t.BlockWhenFull, t.RetainBytes, t.RetainAge, t.HoldAtOpen = false, 0, 0, false

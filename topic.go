@@ -179,7 +179,7 @@ func OpenTopic(dir string, opts TopicOptions) (*Topic, error) {
 	logger := orDiscard(dopts.Logger)
 	saveKeys := keepsKeyState(opts.Keys)
 	if saveKeys {
-		if fopts.KeyState, err = loadKeyState(dir, l, opts.Keys, opts.DedupWindow, logger); err != nil {
+		if fopts.KeyState, err = loadKeyState(dir, l, nil, opts.Keys, opts.DedupWindow, logger); err != nil {
 			l.Close()
 			return nil, err
 		}
@@ -203,7 +203,12 @@ func OpenTopic(dir string, opts TopicOptions) (*Topic, error) {
 	if saveKeys || t.comp != nil {
 		t.keep = &keeper{dir: dir, logger: logger, comp: t.comp}
 		if saveKeys {
-			t.keep.state, t.keep.hold, t.keep.pressure, t.keep.sync = fan.KeyState, l.HoldFrom, l.HoldPressure(), l.Sync
+			t.keep.state = func() (keyFile, bool) {
+				st, ok := fan.KeyState()
+				return keyFile{KeyState: st}, ok
+			}
+			t.keep.hold = func(st keyFile) { l.HoldFrom(st.Watermark) }
+			t.keep.pressure, t.keep.sync = l.HoldPressure(), l.Sync
 			t.keep.changes = func() [3]int64 {
 				fs := fan.Stats()
 				var acks int64
