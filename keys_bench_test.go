@@ -2,6 +2,7 @@ package spillq_test
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 // the same run:
 //
 //	go test -run '^$' -bench 'KeyedPut|SerialConsumers' -count 6 .
+//	go test -run '^$' -bench KeyedPutRatio -benchtime 8x .
 
 // BenchmarkKeyedPut: Put of 100-byte messages through spillq.Open
 // (default options: every message to the disk log, nsqd's sync policy),
@@ -34,36 +36,13 @@ import (
 // KeyDedup's window is a millisecond, so the table stays about 1,000 keys,
 // as in a queue whose consumers keep up.
 func BenchmarkKeyedPut(b *testing.B) {
-	body := make([]byte, 100)
-	cases := []struct {
-		name   string
-		policy channel.KeyPolicy
-		keyed  bool
-	}{
-		{"nokey", channel.KeyNone, false},
-		{"none", channel.KeyNone, true},
-		{"unique", channel.KeyUnique, true},
-		{"replace", channel.KeyReplace, true},
-		{"dedup", channel.KeyDedup, true},
-		{"serial", channel.KeySerial, true},
-	}
 	for _, bounded := range []bool{false, true} {
-		for _, c := range cases {
+		for _, c := range keyedCases {
 			table := "growing"
 			if bounded {
 				table = "1000"
 			}
 			b.Run("table="+table+"/policy="+c.name, func(b *testing.B) {
-				opts := spillq.Options{Keys: c.policy}
-				if bounded {
-					opts.DedupWindow = time.Millisecond
-				}
-				q, err := spillq.Open(b.TempDir(), opts)
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer q.Close()
-				ctx := context.Background()
 				// Every key made before the clock starts, b.N fresh ones,
 				// in every case alike, keyed or not: one array of bytes
 				// and one of offsets, which hold no pointers. As b.N
@@ -72,41 +51,132 @@ func BenchmarkKeyedPut(b *testing.B) {
 				// cases only: a producer makes a key and lets it go.
 				keys := newKeyList(b.N)
 				b.ReportAllocs()
-				// The process's CPU time over the timed part, every
-				// goroutine (the log's writer, the channel's reader): a
-				// cost the machine's other load does not inflate as much
-				// as it does the wall time.
-				var cpu time.Duration
 				b.ResetTimer()
-				began := procstat.CPUTime()
-				for i := range b.N {
-					var po channel.PutOptions
-					if c.keyed {
-						po.Key = keys.key(i)
-					}
-					if err := q.PutWith(ctx, body, po); err != nil {
-						b.Fatal(err)
-					}
-					if bounded && (i+1)%1000 == 0 {
-						b.StopTimer()
-						cpu += procstat.CPUTime() - began
-						for range 1000 {
-							m, err := q.Receive(ctx)
-							if err != nil {
-								b.Fatal(err)
-							}
-							m.Finish()
-						}
-						began = procstat.CPUTime()
-						b.StartTimer()
-					}
-				}
-				cpu += procstat.CPUTime() - began
-				// Close (deferred) stores the key state of every pending
-				// key: not a Put's cost.
+				_, cpu := keyedPuts(b, c, bounded, keys, b.N)
 				b.StopTimer()
 				b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 			})
+		}
+	}
+}
+
+// keyedCase is one of BenchmarkKeyedPut's cases: a policy, and whether
+// the messages have keys.
+type keyedCase struct {
+	name   string
+	policy channel.KeyPolicy
+	keyed  bool
+}
+
+var keyedCases = []keyedCase{
+	{"nokey", channel.KeyNone, false},
+	{"none", channel.KeyNone, true},
+	{"unique", channel.KeyUnique, true},
+	{"replace", channel.KeyReplace, true},
+	{"dedup", channel.KeyDedup, true},
+	{"serial", channel.KeySerial, true},
+}
+
+// keyedPuts opens a queue for c and puts n messages with keys[i] (with
+// bounded, finishing them after every 1,000, untimed), and returns the
+// wall and process CPU time of the Puts. Close, which stores the key
+// state of every pending key, is not a Put's cost and is left out.
+func keyedPuts(b *testing.B, c keyedCase, bounded bool, keys keyList, n int) (wall, cpu time.Duration) {
+	b.Helper()
+	b.StopTimer()
+	body := make([]byte, 100)
+	opts := spillq.Options{Keys: c.policy}
+	if bounded {
+		opts.DedupWindow = time.Millisecond
+	}
+	q, err := spillq.Open(b.TempDir(), opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer q.Close()
+	ctx := context.Background()
+	// The process's CPU time over the timed part, every goroutine (the
+	// log's writer, the channel's reader): a cost the machine's other
+	// load does not inflate as much as it does the wall time.
+	b.StartTimer()
+	began, cpuBegan := time.Now(), procstat.CPUTime()
+	for i := range n {
+		var po channel.PutOptions
+		if c.keyed {
+			po.Key = keys.key(i)
+		}
+		if err := q.PutWith(ctx, body, po); err != nil {
+			b.Fatal(err)
+		}
+		if bounded && (i+1)%1000 == 0 {
+			b.StopTimer()
+			wall += time.Since(began)
+			cpu += procstat.CPUTime() - cpuBegan
+			for range 1000 {
+				m, err := q.Receive(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				m.Finish()
+			}
+			began, cpuBegan = time.Now(), procstat.CPUTime()
+			b.StartTimer()
+		}
+	}
+	wall += time.Since(began)
+	cpu += procstat.CPUTime() - cpuBegan
+	b.StopTimer()
+	return wall, cpu
+}
+
+// BenchmarkKeyedPutRatio: BenchmarkKeyedPut's table=1000 cases as ratios
+// to Put without a key, from runs alternated in one process, so that the
+// machine's load as it changes falls on both sides alike: each iteration
+// is one round, 100,000 Puts of every case in turn (the order reversed
+// every other round), and the figures are the medians over the rounds of
+// each case's time over the time without a key (P-x-wall, P-x-cpu for
+// policy P; P-x-none is the wall ratio to a keyed Put under no policy,
+// the policy's own cost). -benchtime 8x runs 8 rounds (after one the
+// framework runs first).
+//
+//	go test -run '^$' -bench KeyedPutRatio -benchtime 8x .
+func BenchmarkKeyedPutRatio(b *testing.B) {
+	const n = 100_000
+	keys := newKeyList(n)
+	var wall, cpu [][]time.Duration // [round][case]
+	for r := range b.N {
+		w, c := make([]time.Duration, len(keyedCases)), make([]time.Duration, len(keyedCases))
+		for j := range keyedCases {
+			i := j
+			if r%2 == 1 {
+				i = len(keyedCases) - 1 - j
+			}
+			w[i], c[i] = keyedPuts(b, keyedCases[i], true, keys, n)
+		}
+		wall, cpu = append(wall, w), append(cpu, c)
+	}
+	median := func(x []float64) float64 {
+		slices.Sort(x)
+		if len(x)%2 == 1 {
+			return x[len(x)/2]
+		}
+		return (x[len(x)/2-1] + x[len(x)/2]) / 2
+	}
+	ratio := func(t [][]time.Duration, i, base int) float64 {
+		x := make([]float64, len(t))
+		for r := range t {
+			x[r] = float64(t[r][i]) / float64(t[r][base])
+		}
+		return median(x)
+	}
+	for i, c := range keyedCases {
+		if i == 0 {
+			continue
+		}
+		b.ReportMetric(ratio(wall, i, 0), c.name+"-x-wall")
+		b.ReportMetric(ratio(cpu, i, 0), c.name+"-x-cpu")
+		if i > 1 {
+			b.ReportMetric(ratio(wall, i, 1), c.name+"-x-none")
 		}
 	}
 }
