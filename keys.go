@@ -46,11 +46,12 @@ const (
 
 // keyFile is what the key state file holds: the channel's (or topic's)
 // snapshot, and timerMark, the queue's timer store's next seq when it was
-// taken (or a little before): every keyed message put to the timer store
-// below it is in the entries, unless done, so a KeyDedup restart reads the
-// timer store from there, as it reads the log from the watermark. A
-// topic's channels' timer stores take no keyed Put (a topic's keyed
-// message goes to its log), so a topic's mark is 0.
+// taken (or a little before): under KeyDedup every keyed message put to
+// the timer store below it is in the entries, unless done, so a restart
+// reads the timer store from there, as it reads the log from the
+// watermark. A topic's channels' timer stores take no keyed Put (a
+// topic's keyed message goes to its log), so a topic stores 0;
+// noTimerMark says there is none.
 type keyFile struct {
 	channel.KeyState
 	timerMark uint64
@@ -387,22 +388,23 @@ type keeper struct {
 	// counters that move when it does, to skip idle rounds. Both nil
 	// without a key state.
 	state   func() (keyFile, bool)
-	changes func() [3]int64
+	changes func() [4]int64
 	// hold keeps the log's segments from the stored state's watermark on
 	// (and a KeyDedup queue's timer store's from its timer mark), which a
-	// restart reads (diskqueue.Log.HoldFrom); pressure is the log's
-	// HoldPressure. (A timer store at MaxDiskBytes refuses a deferral,
-	// which then stays in memory and the log, until the next store moves
-	// its hold.)
-	hold     func(st keyFile)
-	pressure <-chan struct{}
+	// restart reads (diskqueue.Log.HoldFrom); pressure and timerPressure
+	// are their HoldPressure (nil: none). A timer store at MaxDiskBytes
+	// refuses a deferral, which then stays in memory or goes to the log,
+	// until the store its pressure asks for moves the hold.
+	hold          func(st keyFile)
+	pressure      <-chan struct{}
+	timerPressure <-chan struct{}
 	// sync makes the log durable up to its end (diskqueue.Log.Sync), before
 	// a state whose watermark is there is stored.
 	sync func(ctx context.Context) error
 	comp *compactor // nil without compaction
 	stop chan struct{}
 	done chan struct{}
-	last [3]int64
+	last [4]int64
 	// next is when the next store may run: a store of a large state
 	// waits 20 times what the last one took, so storing takes at most
 	// about 5% of the time (and the tail a restart reads grows as much).
@@ -428,6 +430,8 @@ func (k *keeper) start() {
 			case <-k.pressure:
 				// A Put waits (or failed) for room the hold keeps: store
 				// the state, which moves the hold past what it covers.
+				k.save(false)
+			case <-k.timerPressure:
 				k.save(false)
 			case <-k.stop:
 				return

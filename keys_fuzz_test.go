@@ -49,6 +49,9 @@ func FuzzDecodeKeyState(f *testing.F) {
 			if st.timerMark != noTimerMark {
 				t.Fatalf("version 1 file decoded with timer mark %d", st.timerMark)
 			}
+			if v1 := keyStateV1(st.KeyState); !bytes.Equal(v1, b) {
+				t.Fatalf("version 1 re-encoding differs:\n got %x\nwant %x", v1, b)
+			}
 			if st2, err := decodeKeyState(again); err != nil || !reflect.DeepEqual(st2, st) {
 				t.Fatalf("version 1 state re-encoded as version 2 decodes to %+v, %v; want %+v", st2, err, st)
 			}

@@ -247,3 +247,82 @@ func TestDedupDelayedKeyAcrossCrash(t *testing.T) {
 		t.Errorf("after the crash %d messages deferred, want 2", d)
 	}
 }
+
+// TestDedupTimerHoldMovesWithRequeues: the timer store holds its segments
+// from the stored state's timer mark, and the key state was stored only
+// when Puts, finishes or supersessions moved: a consumer that only
+// requeued with a delay (a retry loop through a downstream outage) grew
+// the timer store without bound (a review found 12.6 MB for 3,000 retries
+// of a 4 KiB message, 148 KB without the hold).
+func TestDedupTimerHoldMovesWithRequeues(t *testing.T) {
+	spillq.SetKeySaveInterval(t, 20*time.Millisecond)
+	ctx := context.Background()
+	dir := t.TempDir()
+	q := open(t, dir, spillq.Options{Keys: channel.KeyDedup, DedupWindow: time.Hour, Disk: diskqueue.Options{MaxSegmentBytes: 16 << 10}})
+	defer q.Close()
+	if err := q.PutWith(ctx, make([]byte, 4<<10), channel.PutOptions{Key: []byte("retried")}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 300 {
+		m, err := q.Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Requeue(time.Microsecond); err != nil {
+			t.Fatal(err)
+		}
+		if i%50 == 49 {
+			waitKeySave(t, dir)
+		}
+	}
+	// 300 records of 4 KiB went through the timer store, about 1.2 MB:
+	// the store after the last requeues lets all but the newest segments
+	// go.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st := q.Timers().Stats()
+		if st.DiskBytes < 256<<10 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 300 requeues with a delay and no Put, the timer store holds %d bytes in %d segments, want under 256 KiB", st.DiskBytes, st.Segments)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestDedupKeyOfAMemoryMessageRequeuedToTimers: a keyed message put into
+// the memory buffer is left out of the key state (a crash loses it), and
+// a Requeue with a delay moved it to the timer store without telling the
+// key state: once a store's timer mark had passed its record, a crash
+// forgot the key, though the message came back from the timer store (a
+// review of the timer mark).
+func TestDedupKeyOfAMemoryMessageRequeuedToTimers(t *testing.T) {
+	spillq.SetKeySaveInterval(t, 20*time.Millisecond)
+	ctx := context.Background()
+	opts := spillq.Options{Keys: channel.KeyDedup, DedupWindow: time.Hour, MemQueueSize: 10}
+	dir := t.TempDir()
+	q := open(t, dir, opts)
+	defer q.Close()
+	if err := q.PutWith(ctx, []byte("K"), channel.PutOptions{Key: []byte("K")}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := q.Receive(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Requeue(time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	waitKeySave(t, dir) // its timer mark past K's record
+	crashed := t.TempDir()
+	copyDir(t, dir, crashed)
+	q2 := open(t, crashed, opts)
+	defer q2.Close()
+	if d := q2.Stats().Deferred; d != 1 {
+		t.Fatalf("after the crash %d messages deferred, want 1 (K, from the timer store)", d)
+	}
+	if err := q2.PutWith(ctx, []byte("K again"), channel.PutOptions{Key: []byte("K")}); !errors.Is(err, channel.ErrDuplicate) {
+		t.Errorf("after a crash, Put of key K (its message in the timer store): %v, want ErrDuplicate", err)
+	}
+}

@@ -85,9 +85,12 @@ type Options struct {
 	// the window) survives a restart and a crash: it is stored in dir's
 	// [KeysDir] every second and at Close, and Open reads it back with the
 	// records put since it was stored (FORMAT.md, "Key state"). Keys may
-	// change between opens: Open then warns and builds the new policy's
-	// state from the records not yet acknowledged (KeyDedup: those put
-	// within the window). What the old policy decided stands (a Put it
+	// change between opens: Open builds the new policy's state from the
+	// records not yet acknowledged (KeyDedup: those put within the
+	// window), and warns if the stored state was another policy's (after
+	// a run under KeyNone or KeySerial, which store none, the state the
+	// run before stored is read back and brought up to date, as after a
+	// crash). What the old policy decided stands (a Put it
 	// refused is gone), what it would still have done does not: a version
 	// a former KeyReplace superseded and the channel had not reached yet is
 	// delivered.
@@ -232,6 +235,9 @@ func Open(dir string, opts Options) (*Queue, error) {
 				}
 			}
 			keep.pressure = dq.HoldPressure()
+			if topts.HoldAtOpen {
+				keep.timerPressure = tq.HoldPressure()
+			}
 			// The timer store too: a KeyDedup state names keys whose
 			// message waits there. At Close it is closed, fsynced, before
 			// the last state is stored.
@@ -242,9 +248,12 @@ func Open(dir string, opts Options) (*Queue, error) {
 				}
 				return errors.Join(dq.Sync(ctx), terr)
 			}
-			keep.changes = func() [3]int64 {
+			keep.changes = func() [4]int64 {
 				cs := ch.Stats()
-				return [3]int64{cs.Puts, cs.Finishes + cs.DeadLetters, cs.Superseded}
+				// The timer store's writes too: requeues with a delay
+				// alone move no other counter, and under KeyDedup each
+				// store moves the timer store's hold.
+				return [4]int64{cs.Puts, cs.Finishes + cs.DeadLetters, cs.Superseded, int64(tq.NextSeq())}
 			}
 		}
 		if comp != nil {

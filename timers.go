@@ -101,8 +101,16 @@ func (t *diskTimers) Put(ctx context.Context, body []byte) (uint64, error) {
 		return seq, err
 	}
 	if err := t.q.Sync(ctx); err != nil {
-		// Stored, maybe not durable: the caller keeps the message
-		// elsewhere, so this record goes.
+		if ctx.Err() != nil {
+			// Stored, its fsync under way when ctx ended: as the log's
+			// Put says so, ErrNotDurable. Acknowledged and reported as
+			// failed, it was still read by a KeyDedup restart, whose
+			// state then refused the producer's retry of a message that
+			// was nowhere.
+			return seq, fmt.Errorf("spillq: timer store: %w (%w)", channel.ErrNotDurable, err)
+		}
+		// Stored, maybe not durable (the fsync failed): the caller
+		// keeps the message elsewhere, so this record goes.
 		t.Ack(seq)
 		return 0, err
 	}

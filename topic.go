@@ -209,13 +209,13 @@ func OpenTopic(dir string, opts TopicOptions) (*Topic, error) {
 			}
 			t.keep.hold = func(st keyFile) { l.HoldFrom(st.Watermark) }
 			t.keep.pressure, t.keep.sync = l.HoldPressure(), l.Sync
-			t.keep.changes = func() [3]int64 {
+			t.keep.changes = func() [4]int64 {
 				fs := fan.Stats()
 				var acks int64
 				for _, c := range l.CursorStats() {
 					acks += c.Acks
 				}
-				return [3]int64{fs.Puts, acks, int64(fs.KeysPending)}
+				return [4]int64{fs.Puts, acks, int64(fs.KeysPending), 0}
 			}
 		}
 		t.keep.start()

@@ -338,14 +338,27 @@ func (c *Channel) deferToTimers(ctx context.Context, m *Message, due int64) erro
 	m.due = due
 	// ErrNotDurable: stored, and in the timer set (putTimer), only not
 	// fsynced yet: kept in memory as well, it came twice.
-	if _, err := c.putTimer(ctx, m); !stored(err) {
+	_, err := c.putTimer(ctx, m)
+	if !stored(err) {
 		c.log.Warn("channel: cannot store a deferred message in the timer store; it waits in memory", "id", m.ID.String(), "err", err)
 		c.deferInMemory(m)
 		return err
 	}
-	if c.timers.sync != nil && m.src != srcMemory {
+	if m.Key != nil && c.opts.Keys == KeyDedup && m.src == srcMemory {
+		// Its key state entry knew it in memory only, which a snapshot
+		// leaves out (a crash loses such a message): in the timer store
+		// it survives one, and a restart must know its key (the other
+		// policies keep a keyed message out of the timer store).
+		c.keys.stored(m.Key, m.ID, 0, srcTimers)
+	}
+	switch {
+	case c.timers.sync != nil && m.src != srcMemory:
 		c.queueMove(m)
-	} else {
+	case err != nil && m.src != srcMemory:
+		// ErrNotDurable with no Sync to wait for (a store that fsyncs
+		// each Put, whose ctx ended: Close): the old record stays, so
+		// that a power cut delivers the message twice rather than lose it.
+	default:
 		c.ackRecord(m, "deferred to the timer store")
 	}
 	return nil

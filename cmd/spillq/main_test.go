@@ -1069,6 +1069,26 @@ func TestKeyCommand(t *testing.T) {
 	}
 }
 
+// TestKeyCommandTimers: a deferred message waits in the timer store, which
+// spillq key lists when given it, as README says.
+func TestKeyCommandTimers(t *testing.T) {
+	dir := t.TempDir()
+	q, err := spillq.Open(dir, spillq.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.PutWith(context.Background(), []byte("later"), channel.PutOptions{Key: []byte("d"), Delay: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code := tool3(t, "", "key", filepath.Join(dir, spillq.TimersDir), "d")
+	if code != 0 || !strings.Contains(stdout, `"later"`) || !strings.Contains(stderr, "1 record(s) in the log (0 acknowledged, 1 pending)") {
+		t.Errorf("key d in the timer store: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+}
+
 // TestKeyCommandTopic: spillq key reads a topic's log too, from its first
 // record still on disk.
 func TestKeyCommandTopic(t *testing.T) {
