@@ -76,9 +76,7 @@ func TestKeyPolicyProperty(t *testing.T) {
 						model.seen[k] = true
 					}
 				case op < 7: // receive
-					done, cancel := context.WithCancel(ctx)
-					cancel()
-					m, err := q.Receive(done)
+					m, err := q.TryReceive()
 					if err != nil {
 						continue
 					}

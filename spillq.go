@@ -51,9 +51,13 @@ type Options struct {
 	// to DeadLetter. Zero means unlimited.
 	MaxAttempts uint16
 
-	// DeadLetter receives messages out of attempts or expired. Nil drops
-	// them, logged at Warn to Logger if one is set (nil Logger discards).
-	DeadLetter func(m *channel.Message, reason error)
+	// DeadLetter receives messages out of attempts, failed
+	// (channel.Message.Fail) or expired, with the reason; the message's
+	// record is acknowledged once it returns nil, and kept (tried again a
+	// second later) if it returns an error. See
+	// channel.Options.DeadLetter. Nil drops them, logged at Warn to Logger
+	// if one is set (nil Logger discards).
+	DeadLetter func(m *channel.Message, reason error) error
 
 	// Disk configures the disk log. Its zero value is nsqd's policy:
 	// 100 MiB segments, fsync every 2500 records or 2 seconds; a message

@@ -99,7 +99,7 @@ type ChannelOptions struct {
 	// in [Options], for this channel alone.
 	MsgTimeout          time.Duration
 	MaxAttempts         uint16
-	DeadLetter          func(m *channel.Message, reason error)
+	DeadLetter          func(m *channel.Message, reason error) error
 	MaxDeferredInMemory int
 }
 

@@ -110,6 +110,9 @@ type Channel struct {
 	// message.
 	readyBell broadcast.Broadcast
 	deferred  deferHeap // whole messages: without a timer store, or where it failed
+	// collected is set by Close once it has taken ready and deferred:
+	// nothing added to them after is stored.
+	collected bool
 	// timers is the view of Options.Timers; nil without one.
 	timers       *timerSet
 	unpausedCh   chan struct{} // closed by Unpause
@@ -161,6 +164,9 @@ type producerCounters struct {
 type consumerCounters struct {
 	requeues, timeouts, finishes     atomic.Int64
 	deadLetters, expired, badRecords atomic.Int64
+	// releases counts Release; failed counts Fail; deadLetterErrors
+	// counts the dead-letter handler's refusals (deadLetterFailed).
+	releases, failed, deadLetterErrors atomic.Int64
 	// superseded counts, on a topic's channel, the messages the topic's
 	// KeyReplace had superseded when the channel took them.
 	superseded atomic.Int64
@@ -306,9 +312,36 @@ func newChannel(opts Options, src Source, fan *Fanout) (*Channel, error) {
 //
 // Requeued and timed-out messages are delivered first, then the memory
 // buffer, then the backend, which holds only messages newer than any in
-// memory. With a ctx that is already done, Receive does not wait: it returns
-// a message that is ready, or ctx.Err().
+// memory. With a ctx that is already done, Receive takes nothing and
+// returns ctx.Err(), so a worker loop stops taking work as soon as its
+// ctx ends, backlog or not; [Channel.TryReceive] takes a message without
+// waiting.
 func (c *Channel) Receive(ctx context.Context) (*Message, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return c.receive(ctx)
+}
+
+// TryReceive returns a message that is ready now, without waiting: nil
+// and [ErrNoMessage] when there is none (or the channel is paused).
+func (c *Channel) TryReceive() (*Message, error) {
+	m, err := c.receive(doneCtx)
+	if err == context.Canceled {
+		return nil, ErrNoMessage
+	}
+	return m, err
+}
+
+// doneCtx is a context that is done: take, given it, looks at what is
+// ready and does not wait.
+var doneCtx = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
+
+func (c *Channel) receive(ctx context.Context) (*Message, error) {
 	for {
 		if err := c.waitUnpaused(ctx); err != nil {
 			return nil, err
@@ -572,10 +605,8 @@ func (c *Channel) ReceiveBatch(ctx context.Context, max int) ([]*Message, error)
 		return nil, err
 	}
 	out := []*Message{first}
-	now, cancel := context.WithCancel(ctx)
-	cancel() // take does not wait with a done context
 	for len(out) < max && !c.isPaused() {
-		m, err := c.receiveOne(now)
+		m, err := c.receiveOne(doneCtx)
 		if err != nil {
 			break
 		}
@@ -654,219 +685,6 @@ func (c *Channel) forward() {
 			}
 		}
 	}
-}
-
-// Finish acknowledges a message: it is done and will not be delivered
-// again.
-func (m *Message) Finish() error {
-	if m.acker != nil {
-		return m.acker.Finish(m)
-	}
-	c := m.ch
-	f := c.flightFor(m)
-	f.mu.Lock()
-	landed := f.land(m)
-	f.mu.Unlock()
-	if !landed {
-		return c.notInFlight(m)
-	}
-	return c.finished(m)
-}
-
-func (c *Channel) finished(m *Message) error {
-	n := c.cons.finishes.Add(1)
-	c.recordLatency(m, n)
-	defer c.keyDone(m)
-	if m.src != srcMemory {
-		if err := c.ack(m); err != nil {
-			return fmt.Errorf("channel: acknowledge message %s in the backend: %w", m.ID, err)
-		}
-	}
-	return nil
-}
-
-// dropSuperseded ends m, superseded by a newer message with its key: it
-// will never be delivered. (Counted by whoever decided it.)
-func (c *Channel) dropSuperseded(m *Message) {
-	c.ackRecord(m, "superseded by a newer message with its key")
-	c.keyDone(m)
-}
-
-// keyDone tells the key policy m will not be delivered again; under
-// KeySerial the next message of its key, if one waits, goes to the ready
-// list.
-func (c *Channel) keyDone(m *Message) {
-	if c.keys == nil || m.Key == nil {
-		return
-	}
-	next := c.keys.done(m.Key, m.ID)
-	if next == nil {
-		return
-	}
-	c.mu.Lock()
-	c.addReadyLocked(next)
-	c.mu.Unlock()
-	c.readyBell.Notify()
-}
-
-// timeEvery is how many finishes share one clock read when they come fast.
-const timeEvery = 8
-
-// recordLatency counts m's Put-to-Finish latency; n is this finish's
-// number. A clock read costs ~50 ns on a virtual machine's clock, a fifth
-// of the memory path, so while there is a backlog (m was put before the last
-// timed finish) only one finish in timeEvery is timed, and the others are
-// counted with the latency of the last timed one: the count stays exact
-// and the shape (and the sum) is a 1-in-8 sample of a busy channel. Without
-// a backlog every finish is timed. BenchmarkBacklog/backlog=512 justifies
-// it: timing every finish there costs 13% more per message.
-func (c *Channel) recordLatency(m *Message, n int64) {
-	put := m.Timestamp.UnixNano()
-	if n%timeEvery != 1 && put < c.cons.lastTimed.Load() {
-		c.latency.Record(time.Duration(c.cons.lastLatency.Load()))
-		return
-	}
-	// c.stamp is one clock read; time.Since would take two for a message
-	// read back from disk, whose timestamp has no monotonic reading.
-	now := c.stamp()
-	d := now.Sub(m.Timestamp)
-	c.latency.Record(d)
-	c.cons.lastLatency.Store(int64(d))
-	c.cons.lastTimed.Store(now.UnixNano())
-}
-
-// FinishAll finishes a batch of messages, for consumers that work in
-// batches. It returns the first error; the other messages are finished
-// regardless.
-func (c *Channel) FinishAll(msgs []*Message) error {
-	var first error
-	for _, m := range msgs {
-		if err := m.Finish(); err != nil && first == nil {
-			first = err
-		}
-	}
-	return first
-}
-
-func (c *Channel) notInFlight(m *Message) error {
-	if c.isClosed.Load() {
-		return ErrClosed
-	}
-	return fmt.Errorf("%w: %s", ErrNotInFlight, m.ID)
-}
-
-// Requeue gives a message back for another delivery, after delay (zero
-// means at once). A message that has had Options.MaxAttempts deliveries goes
-// to the dead-letter handler instead. Requeued messages are delivered ahead
-// of the memory buffer: the one exception to put order.
-//
-// With a delay and a timer store, the message is stored again there with
-// its due time, and its old record acknowledged once that store has
-// fsynced it (milliseconds, in the background): a crash of the process in
-// between delivers it twice, the old copy after the restart without the
-// delay.
-func (m *Message) Requeue(delay time.Duration) error {
-	if m.acker != nil {
-		return m.acker.Requeue(m, delay)
-	}
-	c := m.ch
-	// (Not when out of attempts: the dead-letter handler must not run
-	// holding putMu, as it may Put.)
-	toTimers := delay > 0 && c.toTimers(m) && !c.exhausted(m) && !c.keepsSerialPlace(m)
-	if toTimers {
-		// Held until the message lands, so Close, which waits for it,
-		// cannot miss the message while it is on its way to the timer
-		// store. Once Close has begun, the message goes to memory as it
-		// would without a timer store, and Close writes it.
-		c.prod.putMu.RLock()
-		defer c.prod.putMu.RUnlock()
-		toTimers = !c.isClosed.Load()
-	}
-	f := c.flightFor(m)
-	f.mu.Lock()
-	if !f.land(m) {
-		f.mu.Unlock()
-		return c.notInFlight(m)
-	}
-	c.cons.requeues.Add(1)
-	if c.exhausted(m) {
-		f.mu.Unlock()
-		c.deadLetter(m, ErrMaxAttempts)
-		return nil
-	}
-	again := m.redelivery()
-	if toTimers {
-		f.mu.Unlock()
-		// A failure leaves the message deferred in memory: Requeue has
-		// done what it promised.
-		c.deferToTimers(c.closeCtx, again, unixNano(time.Now().Add(delay)))
-		return nil
-	}
-	// Still holding the shard: see flightList for why.
-	c.mu.Lock()
-	if delay > 0 {
-		again.due = unixNano(time.Now().Add(delay))
-		c.deferred.push(again)
-	} else {
-		c.addReadyLocked(again)
-	}
-	c.mu.Unlock()
-	f.mu.Unlock()
-	if delay > 0 {
-		c.wakeClock()
-	} else {
-		c.readyBell.Notify()
-	}
-	return nil
-}
-
-// Touch restarts a message's timeout, for work that takes longer than
-// MsgTimeout.
-func (m *Message) Touch() error {
-	if m.acker != nil {
-		return m.acker.Touch(m)
-	}
-	c := m.ch
-	f := c.flightFor(m)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if m.state != stateInFlight {
-		return c.notInFlight(m)
-	}
-	f.unlink(m)
-	storeMax(&c.now, c.monotonic())
-	m.deadline = c.now.Load() + int64(c.opts.MsgTimeout)
-	f.link(m)
-	return nil
-}
-
-// redelivery copies a message for its next delivery, so the consumer that
-// held it (and may still call Finish on it) has a pointer that is no longer
-// in flight.
-func (m *Message) redelivery() *Message {
-	return &Message{
-		ID: m.ID, Body: m.Body, Key: m.Key, Timestamp: m.Timestamp, Attempts: m.Attempts,
-		ch: m.ch, expires: m.expires, seq: m.seq, src: m.src, gen: m.gen,
-	}
-}
-
-func (c *Channel) exhausted(m *Message) bool {
-	return c.opts.MaxAttempts > 0 && m.Attempts >= c.opts.MaxAttempts
-}
-
-// deadLetter hands m to the dead-letter handler (or logs it), then
-// acknowledges its backend record.
-func (c *Channel) deadLetter(m *Message, reason error) {
-	c.cons.deadLetters.Add(1)
-	if c.opts.DeadLetter != nil {
-		c.opts.DeadLetter(m, reason)
-	} else {
-		c.log.Warn("channel: dropping dead letter (set Options.DeadLetter to keep them)", "id", m.ID.String(), "attempts", m.Attempts, "reason", reason)
-	}
-	if err := c.ack(m); err != nil {
-		c.log.Warn("channel: cannot acknowledge dead letter in the backend", "id", m.ID.String(), "err", err)
-	}
-	c.keyDone(m)
 }
 
 func (c *Channel) wakeClock() {
@@ -1130,9 +948,14 @@ type Stats struct {
 	Requeues    int64 // Requeue calls on messages in flight, also those that dead-lettered them (MaxAttempts)
 	Timeouts    int64 // deliveries that timed out
 	Finishes    int64
-	DeadLetters int64 // handed to the dead-letter handler (attempts or expiry)
+	DeadLetters int64 // taken by the dead-letter handler (attempts, Fail or expiry)
 	Expired     int64 // of those, expired before delivery
-	BadRecords  int64 // backend records that were not channel messages
+	// Failed counts Fail calls (each then counts in DeadLetters once the
+	// handler takes it); Released counts Release calls; DeadLetterErrors
+	// counts the dead-letter handler's errors (each message it refused
+	// kept and tried again).
+	Failed, Released, DeadLetterErrors int64
+	BadRecords                         int64 // backend records that were not channel messages
 	// ReadErrors counts the backend's reads that failed (an I/O error, a
 	// file cut short under the queue), each tried again 100 ms later;
 	// ReadErr is the last one's error while they fail, nil once a read
@@ -1190,6 +1013,7 @@ func (c *Channel) Stats() Stats {
 	st.Spills, st.Requeues = c.prod.spills.Load(), c.cons.requeues.Load()
 	st.Timeouts, st.Finishes = c.cons.timeouts.Load(), c.cons.finishes.Load()
 	st.DeadLetters, st.Expired, st.BadRecords = c.cons.deadLetters.Load(), c.cons.expired.Load(), c.cons.badRecords.Load()
+	st.Failed, st.Released, st.DeadLetterErrors = c.cons.failed.Load(), c.cons.releases.Load(), c.cons.deadLetterErrors.Load()
 	st.ReadErrors = c.cons.readErrors.Load()
 	if e := c.cons.readErr.Load(); e != nil {
 		st.ReadErr = *e
@@ -1270,7 +1094,11 @@ const closeStoreWait = 5 * time.Second
 // memory (buffered, requeued, deferred with their due times, and in flight)
 // to the backend (deferred ones to the timer store, if there is one), then
 // closes the timer store and the backend, so a graceful restart loses
-// nothing and delivers again what was not finished. Without a backend the
+// nothing and delivers again what was not finished. A message in flight is
+// stored with the attempts it had before that delivery, which Close cut
+// short (as [Message.Release] does): a deploy spends no attempt of the
+// work it interrupts (its consumer's Finish, after, returns ErrClosed and
+// the message is delivered again by the next run). Without a backend the
 // messages still in memory are dropped, and Close reports how many. Calls
 // blocked in Put or Receive return ErrClosed; a second Close returns
 // ErrClosed.
@@ -1351,11 +1179,19 @@ drain:
 	c.mu.Lock()
 	held = append(held, c.ready...)
 	held = append(held, c.deferred...)
-	held = append(held, c.dropFlightsLocked()...)
+	for _, m := range c.dropFlightsLocked() {
+		// A delivery Close cuts short is not spent: stored with the
+		// attempts it had before (a copy: its consumer may still read
+		// it).
+		again := m.redelivery()
+		again.unspend()
+		held = append(held, again)
+	}
 	if c.keys != nil {
 		held = append(held, c.keys.parked()...)
 	}
 	c.ready, c.deferred = nil, nil
+	c.collected = true
 	c.readyN.Store(0)
 	c.mu.Unlock()
 	c.unlockFlights()

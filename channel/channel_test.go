@@ -189,8 +189,9 @@ func TestCloseFlushesAndRestartDelivers(t *testing.T) {
 	for i := 0; i < 8; i++ {
 		m := receive(t, c)
 		got[string(m.Body)]++
-		if string(m.Body) == "m0000" && m.Attempts != 2 {
-			t.Fatalf("in-flight message came back with attempts %d, want 2", m.Attempts)
+		// Close cut its first delivery short: not spent.
+		if string(m.Body) == "m0000" && m.Attempts != 1 {
+			t.Fatalf("in-flight message came back with attempts %d, want 1", m.Attempts)
 		}
 		m.Finish()
 	}
@@ -316,11 +317,12 @@ func TestMaxAttemptsDeadLetter(t *testing.T) {
 	var mu sync.Mutex
 	var dead []string
 	var reasons []error
-	c := newChannel(t, channel.Options{MemQueueSize: 10, MaxAttempts: 3, DeadLetter: func(m *channel.Message, reason error) {
+	c := newChannel(t, channel.Options{MemQueueSize: 10, MaxAttempts: 3, DeadLetter: func(m *channel.Message, reason error) error {
 		mu.Lock()
 		defer mu.Unlock()
 		dead = append(dead, string(m.Body))
 		reasons = append(reasons, reason)
+		return nil
 	}})
 	defer c.Close()
 	put(t, c, "poison")
@@ -344,7 +346,7 @@ func TestMaxAttemptsDeadLetter(t *testing.T) {
 func TestExpiry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var dead []error
-		c := newChannel(t, channel.Options{MemQueueSize: 10, DeadLetter: func(m *channel.Message, reason error) { dead = append(dead, reason) }})
+		c := newChannel(t, channel.Options{MemQueueSize: 10, DeadLetter: func(m *channel.Message, reason error) error { dead = append(dead, reason); return nil }})
 		defer c.Close()
 		c.PutWith(context.Background(), []byte("stale"), channel.PutOptions{Expires: time.Now().Add(time.Second)})
 		c.PutWith(context.Background(), []byte("fresh"), channel.PutOptions{Expires: time.Now().Add(time.Hour)})
@@ -519,7 +521,7 @@ func TestMessagesHoldsOffTheTimeout(t *testing.T) {
 		// (20 ms was met under -race beside the other packages' tests on
 		// 2 cores) times the message out all the same.
 		MemQueueSize: 10, MsgTimeout: 100 * time.Millisecond, MaxAttempts: 1,
-		DeadLetter: func(*channel.Message, error) { dead.Add(1) },
+		DeadLetter: func(*channel.Message, error) error { dead.Add(1); return nil },
 	})
 	defer c.Close()
 	put(t, c, "a")

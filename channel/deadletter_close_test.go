@@ -26,11 +26,12 @@ func TestCloseWhileDeadLetterPuts(t *testing.T) {
 			putErr := make(chan error, 1)
 			opts := channel.Options{
 				MemQueueSize: 8,
-				DeadLetter: func(m *channel.Message, reason error) {
+				DeadLetter: func(m *channel.Message, reason error) error {
 					close(entered)
 					<-closing
 					time.Sleep(100 * time.Millisecond) // Close is waiting by now
 					putErr <- c.Put(context.Background(), []byte("again"))
+					return nil
 				},
 			}
 			if path == "timeout" {

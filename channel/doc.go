@@ -22,13 +22,18 @@
 // # Delivery
 //
 // At least once, with acknowledgement, as in nsqd: a consumer takes a
-// message ([Channel.Receive], [Channel.ReceiveBatch] or [Channel.Messages]),
-// then calls [Message.Finish], [Message.Requeue] (optionally with a delay)
-// or [Message.Touch] to extend its timeout. A message not finished within
-// Options.MsgTimeout is delivered again with Attempts one higher; after
-// Options.MaxAttempts deliveries it goes to Options.DeadLetter. A record
-// read from the backend is acknowledged there only when its message is
-// finished (or dead-lettered), so a crash delivers it again.
+// message ([Channel.Receive], [Channel.ReceiveBatch], [Channel.TryReceive]
+// or [Channel.Messages]), then answers it: [Message.Finish] (done),
+// [Message.Requeue] or [Message.Retry] (failed this time: again, optionally
+// after a delay), [Message.Fail] (never: dead-letter it now),
+// [Message.Release] (not done, and not tried: again at once, the attempt
+// not spent), or [Message.Touch] to extend its timeout. A message not
+// finished within Options.MsgTimeout is delivered again with Attempts one
+// higher; after Options.MaxAttempts deliveries it goes to
+// Options.DeadLetter. A record read from the backend is acknowledged there
+// only when its message is finished (or taken by the dead-letter handler),
+// so a crash delivers it again. Close gives back what is in flight as
+// Release does.
 //
 // # Deferral
 //

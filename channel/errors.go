@@ -35,12 +35,23 @@ var (
 	// discarded by [Channel.Empty].
 	ErrNotInFlight = errors.New("channel: message is not in flight")
 
+	// ErrNoMessage is returned by [Channel.TryReceive] when no message is
+	// ready.
+	ErrNoMessage = errors.New("channel: no message ready")
+
 	// ErrExpired is passed to the dead-letter handler for a message whose
 	// Expires time passed before it was delivered.
 	ErrExpired = errors.New("channel: message expired before delivery")
 
+	// ErrFailed is wrapped in the reason the dead-letter handler gets for
+	// a message a consumer gave up on with [Message.Fail], with the
+	// consumer's cause.
+	ErrFailed = errors.New("channel: message failed")
+
 	// ErrMaxAttempts is passed to the dead-letter handler for a message
-	// delivered Options.MaxAttempts times without being finished.
+	// delivered Options.MaxAttempts times without being finished; wrapped,
+	// with the cause of the last attempt's failure, when [Message.Retry]
+	// gave one.
 	ErrMaxAttempts = errors.New("channel: message exceeded its delivery attempts")
 
 	// ErrBadEnvelope reports a record from the backend that is not a

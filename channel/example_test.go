@@ -140,8 +140,9 @@ func Example_requeueWithBackoff() {
 	c, _ := channel.New(channel.Options{
 		MemQueueSize: 10,
 		MaxAttempts:  3,
-		DeadLetter: func(m *channel.Message, reason error) {
+		DeadLetter: func(m *channel.Message, reason error) error {
 			fmt.Printf("dead letter after %d attempts: %v\n", m.Attempts, reason)
+			return nil
 		},
 	})
 	defer c.Close()

@@ -19,12 +19,10 @@ func putKey(t *testing.T, c *channel.Channel, key, body string) error {
 // flight, in order.
 func ready(t *testing.T, c *channel.Channel) ([]string, []*channel.Message) {
 	t.Helper()
-	done, cancel := context.WithCancel(context.Background())
-	cancel()
 	var bodies []string
 	var msgs []*channel.Message
 	for {
-		m, err := c.Receive(done)
+		m, err := c.TryReceive()
 		if err != nil {
 			return bodies, msgs
 		}
@@ -67,7 +65,7 @@ func TestKeyUnique(t *testing.T) {
 		t.Errorf("Stats: %d duplicates, %d keys pending, %d puts; want 2, 2, 4", st.Duplicates, st.KeysPending, st.Puts)
 	}
 	// Out of attempts: dead-lettered, no longer pending.
-	c2 := newChannel(t, channel.Options{MemQueueSize: 10, Keys: channel.KeyUnique, MaxAttempts: 1, DuplicatesOK: true, DeadLetter: func(*channel.Message, error) {}})
+	c2 := newChannel(t, channel.Options{MemQueueSize: 10, Keys: channel.KeyUnique, MaxAttempts: 1, DuplicatesOK: true, DeadLetter: func(*channel.Message, error) error { return nil }})
 	defer c2.Close()
 	putKey(t, c2, "k", "1")
 	if err := putKey(t, c2, "k", "2"); err != nil {

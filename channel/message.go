@@ -289,12 +289,16 @@ type Receiver interface {
 	Receive(ctx context.Context) (*Message, error)
 }
 
-// Acker finishes, requeues and touches messages on behalf of a source other
-// than a Channel (see NewMessage).
+// Acker answers messages on behalf of a source other than a Channel (see
+// NewMessage): each method is what the [Message] method of its name does
+// there (Requeue carries [Message.Retry]'s cause, nil for a plain
+// Requeue).
 type Acker interface {
 	Finish(m *Message) error
-	Requeue(m *Message, delay time.Duration) error
+	Requeue(m *Message, delay time.Duration, cause error) error
 	Touch(m *Message) error
+	Release(m *Message) error
+	Fail(m *Message, cause error) error
 }
 
 // NewMessage returns a message delivered by another source, such as an

@@ -49,19 +49,26 @@ type Options struct {
 	// MaxAttempts is how many deliveries a message gets. A message timed
 	// out or requeued after its last attempt goes to DeadLetter instead,
 	// and so does one whose attempts are used up when its turn comes
-	// again (it was in flight at a Close, which stores it with its
-	// attempts). Zero means unlimited.
+	// again (its record says so). A delivery cut short by
+	// [Message.Release] or by Close is not counted. Zero means unlimited.
 	MaxAttempts uint16
 
-	// DeadLetter receives messages that ran out of attempts or expired
-	// before delivery, with ErrMaxAttempts or ErrExpired. It runs on the
-	// goroutine that found it so (the channel's own, or a caller's of
-	// Receive or Requeue), holding no lock of the channel's, and must not
+	// DeadLetter receives messages that ran out of attempts (reason wraps
+	// ErrMaxAttempts, and the last attempt's error if [Message.Retry] gave
+	// one), that a consumer failed ([Message.Fail]: ErrFailed and its
+	// cause) or that expired before delivery (ErrExpired). The message's
+	// record is acknowledged after DeadLetter returns nil: a crash before
+	// then delivers it again (so a store it writes to may get it twice,
+	// never lose it). If it returns an error the message is kept, its
+	// record unacknowledged, and comes round again a second later (and so
+	// to DeadLetter again, if out of attempts). It runs on the goroutine
+	// that found it so (the channel's own, or a caller's of Receive,
+	// Requeue or Fail), holding no lock of the channel's, and must not
 	// block for long (Close waits for it); it may Put to the channel,
 	// which returns ErrClosed once Close has begun. Nil drops the
 	// message, logging it at Warn to Logger if one is set (the default
 	// Logger discards); Stats counts it either way.
-	DeadLetter func(m *Message, reason error)
+	DeadLetter func(m *Message, reason error) error
 
 	// Keys is the key policy: what the channel does with the keys messages
 	// carry (PutOptions.Key). Zero, KeyNone, carries them and enforces

@@ -37,12 +37,14 @@ type ConsumerOptions struct {
 	// turned off).
 	MaxAttempts uint16
 	// DeadLetter receives messages that ran out of attempts, with
-	// channel.ErrMaxAttempts, as channel.Options.DeadLetter does. The
-	// message is no longer in flight. It runs on a go-nsq goroutine, or in
+	// channel.ErrMaxAttempts, or that a worker failed (Message.Fail), with
+	// channel.ErrFailed, as channel.Options.DeadLetter does; the message
+	// is finished at nsqd once it returns nil, and requeued there for a
+	// second if it returns an error. The message is no longer in flight. It runs on a go-nsq goroutine, or in
 	// the worker's Requeue, and must not block for long, nor call Close
 	// (which waits for go-nsq's goroutines). Nil logs the message at Warn
 	// and drops it; Stats counts it either way.
-	DeadLetter func(m *channel.Message, reason error)
+	DeadLetter func(m *channel.Message, reason error) error
 	// NSQConfig configures the go-nsq consumer; MaxInFlight, MsgTimeout
 	// and MaxAttempts override its fields. Nil means nsq.NewConfig().
 	NSQConfig *nsq.Config
@@ -72,6 +74,7 @@ type Consumer struct {
 	once   sync.Once
 
 	received, finished, requeued, deadLetters, timedOut atomic.Int64
+	deadLetterErrors                                    atomic.Int64
 
 	// mu guards the fields below. outstanding is the deliveries handed
 	// out and not yet answered, which Close requeues so go-nsq's Stop does
@@ -153,7 +156,7 @@ func (c *Consumer) handle(m *nsq.Message) error {
 	if c.opts.MaxAttempts > 0 && m.Attempts > c.opts.MaxAttempts {
 		// It timed out on its last attempt and nsqd sent it again.
 		if a := c.track(d); a != nil {
-			a.answer(func() { c.deadLetter(a, c.message(a)) }, false)
+			a.answer(func() { c.deadLetter(a, c.message(a), channel.ErrMaxAttempts) }, false)
 		}
 		return nil
 	}
@@ -172,15 +175,22 @@ func (c *Consumer) exhausted(attempts uint16) bool {
 }
 
 // deadLetter hands m to the DeadLetter handler and finishes it at nsqd;
-// it runs as the answer of m's acker a.
-func (c *Consumer) deadLetter(a *nsqAcker, m *channel.Message) {
-	c.deadLetters.Add(1)
+// it runs as the answer of m's acker a. A handler that fails leaves the
+// message at nsqd: requeued for a second, it comes round again.
+func (c *Consumer) deadLetter(a *nsqAcker, m *channel.Message, reason error) {
 	if c.opts.DeadLetter != nil {
-		c.opts.DeadLetter(m, channel.ErrMaxAttempts)
+		if err := c.opts.DeadLetter(m, reason); err != nil {
+			c.deadLetterErrors.Add(1)
+			c.log.Warn("nsqbridge: dead-letter handler failed; the message goes back to nsqd for a second",
+				"id", m.ID.String(), "reason", reason, "err", err)
+			a.m.RequeueWithoutBackoff(time.Second)
+			return
+		}
 	} else {
 		c.log.Warn("nsqbridge: dropping dead letter (set ConsumerOptions.DeadLetter to keep them)",
-			"id", m.ID.String(), "attempts", m.Attempts, "reason", channel.ErrMaxAttempts)
+			"id", m.ID.String(), "attempts", m.Attempts, "reason", reason)
 	}
+	c.deadLetters.Add(1)
 	a.m.Finish()
 }
 
@@ -188,8 +198,12 @@ func (c *Consumer) deadLetter(a *nsqAcker, m *channel.Message) {
 // ctx ends or the consumer closes. As with a Channel, the message must be
 // finished or requeued; unfinished it times out and nsqd delivers it again.
 // A message whose timeout ran out before Receive took it is skipped: nsqd
-// delivers it again.
+// delivers it again. With a ctx that is already done it takes nothing and
+// returns ctx.Err(), as a Channel's does.
 func (c *Consumer) Receive(ctx context.Context) (*channel.Message, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	for {
 		select {
 		case d := <-c.msgs:
@@ -305,13 +319,18 @@ func (a *nsqAcker) Finish(*channel.Message) error {
 }
 
 // Requeue sends the message back to nsqd, to be delivered again after
-// delay; after its last attempt it goes to DeadLetter instead.
-func (a *nsqAcker) Requeue(m *channel.Message, delay time.Duration) error {
+// delay; after its last attempt it goes to DeadLetter instead, with
+// channel.ErrMaxAttempts and cause wrapped as a Channel wraps them.
+func (a *nsqAcker) Requeue(m *channel.Message, delay time.Duration, cause error) error {
 	if a.expired() {
 		return channel.ErrNotInFlight
 	}
 	if a.c.exhausted(a.m.Attempts) {
-		if !a.answer(func() { a.c.deadLetter(a, m) }, false) {
+		reason := channel.ErrMaxAttempts
+		if cause != nil {
+			reason = fmt.Errorf("%w (%d): last attempt: %w", channel.ErrMaxAttempts, m.Attempts, cause)
+		}
+		if !a.answer(func() { a.c.deadLetter(a, m, reason) }, false) {
 			return channel.ErrNotInFlight
 		}
 		return nil
@@ -320,6 +339,35 @@ func (a *nsqAcker) Requeue(m *channel.Message, delay time.Duration) error {
 		return channel.ErrNotInFlight
 	}
 	a.c.requeued.Add(1)
+	return nil
+}
+
+// Release sends the message back to nsqd at once. nsqd counts every
+// delivery, so unlike a Channel's Release this one spends the attempt.
+func (a *nsqAcker) Release(m *channel.Message) error {
+	if a.expired() {
+		return channel.ErrNotInFlight
+	}
+	if !a.answer(func() { a.m.RequeueWithoutBackoff(0) }, false) {
+		return channel.ErrNotInFlight
+	}
+	a.c.requeued.Add(1)
+	return nil
+}
+
+// Fail hands the message to DeadLetter now, with channel.ErrFailed and
+// cause, and finishes it at nsqd.
+func (a *nsqAcker) Fail(m *channel.Message, cause error) error {
+	if a.expired() {
+		return channel.ErrNotInFlight
+	}
+	reason := channel.ErrFailed
+	if cause != nil {
+		reason = fmt.Errorf("%w: %w", channel.ErrFailed, cause)
+	}
+	if !a.answer(func() { a.c.deadLetter(a, m, reason) }, false) {
+		return channel.ErrNotInFlight
+	}
 	return nil
 }
 
@@ -335,9 +383,11 @@ func (a *nsqAcker) Touch(*channel.Message) error {
 // ConsumerStats counts what a consumer has done.
 type ConsumerStats struct {
 	Received, Finished, Requeued int64
-	// DeadLetters counts messages handed to DeadLetter (or logged and
-	// dropped) after their last attempt.
-	DeadLetters int64
+	// DeadLetters counts messages DeadLetter took (or logged and
+	// dropped): out of attempts, or failed (Message.Fail).
+	// DeadLetterErrors counts DeadLetter's errors, each message it
+	// refused requeued at nsqd for a second.
+	DeadLetters, DeadLetterErrors int64
 	// TimedOut counts messages whose timeout ran out before they were
 	// answered (or before Receive took them); nsqd delivers them again.
 	TimedOut int64
@@ -351,12 +401,13 @@ type ConsumerStats struct {
 // Stats returns the consumer's counters.
 func (c *Consumer) Stats() ConsumerStats {
 	st := ConsumerStats{
-		Received:    c.received.Load(),
-		Finished:    c.finished.Load(),
-		Requeued:    c.requeued.Load(),
-		DeadLetters: c.deadLetters.Load(),
-		TimedOut:    c.timedOut.Load(),
-		Connections: c.c.Stats().Connections,
+		Received:         c.received.Load(),
+		Finished:         c.finished.Load(),
+		Requeued:         c.requeued.Load(),
+		DeadLetters:      c.deadLetters.Load(),
+		DeadLetterErrors: c.deadLetterErrors.Load(),
+		TimedOut:         c.timedOut.Load(),
+		Connections:      c.c.Stats().Connections,
 	}
 	now := time.Now()
 	c.mu.Lock()

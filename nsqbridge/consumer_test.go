@@ -55,7 +55,7 @@ func TestConsumerMaxAttempts(t *testing.T) {
 	syncPublisher(t, p)
 	dead := make(chan deadMessage, 1)
 	c := newConsumer(t, nsqbridge.ConsumerOptions{NSQD: []string{nsqd.TCP}, MaxAttempts: 2,
-		DeadLetter: func(m *channel.Message, reason error) { dead <- deadMessage{m, reason} }})
+		DeadLetter: func(m *channel.Message, reason error) error { dead <- deadMessage{m, reason}; return nil }})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for attempt := uint16(1); attempt <= 2; attempt++ {
@@ -105,7 +105,7 @@ func TestConsumerTimeout(t *testing.T) {
 	p.Publish(context.Background(), msg(1))
 	dead := make(chan deadMessage, 1)
 	c := newConsumer(t, nsqbridge.ConsumerOptions{NSQD: []string{nsqd.TCP}, MaxAttempts: 1, MsgTimeout: time.Second,
-		DeadLetter: func(m *channel.Message, reason error) { dead <- deadMessage{m, reason} }})
+		DeadLetter: func(m *channel.Message, reason error) error { dead <- deadMessage{m, reason}; return nil }})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	m, err := c.Receive(ctx)

@@ -48,8 +48,9 @@ func ExampleNewConsumer() {
 	c, err := nsqbridge.NewConsumer(nsqbridge.ConsumerOptions{
 		Topic: "orders", Channel: "billing", Lookupd: []string{"nsqlookupd:4161"},
 		MaxAttempts: 5,
-		DeadLetter: func(m *channel.Message, reason error) {
+		DeadLetter: func(m *channel.Message, reason error) error {
 			log.Printf("giving up on %s after %d attempts: %v", m.ID, m.Attempts, reason)
+			return nil
 		},
 	})
 	if err != nil {
