@@ -129,10 +129,16 @@ func (m *Message) Retry(delay time.Duration, cause error) error {
 	if m.acker != nil {
 		return m.acker.Requeue(m, delay, cause)
 	}
-	c := m.ch
+	return m.ch.requeue(m, delay, cause, true)
+}
+
+// requeue lands m and gives it back for another delivery after delay;
+// spend says whether its delivery counts as an attempt (Retry) or not
+// (Release), and only a spent one may dead-letter it.
+func (c *Channel) requeue(m *Message, delay time.Duration, cause error, spend bool) error {
 	// (Not when out of attempts: the dead-letter handler must not run
 	// holding putMu, as it may Put.)
-	toTimers := delay > 0 && c.toTimers(m) && !c.exhausted(m) && !c.keepsSerialPlace(m)
+	toTimers := delay > 0 && c.toTimers(m) && !(spend && c.exhausted(m)) && !c.keepsSerialPlace(m)
 	if toTimers {
 		// Held until the message lands, so Close, which waits for it,
 		// cannot miss the message while it is on its way to the timer
@@ -148,13 +154,20 @@ func (m *Message) Retry(delay time.Duration, cause error) error {
 		f.mu.Unlock()
 		return c.notInFlight(m)
 	}
-	c.cons.requeues.Add(1)
-	if c.exhausted(m) {
-		f.mu.Unlock()
-		c.deadLetter(m, outOfAttempts(m, cause))
-		return nil
+	if spend {
+		c.cons.requeues.Add(1)
+		if c.exhausted(m) {
+			f.mu.Unlock()
+			c.deadLetter(m, outOfAttempts(m, cause))
+			return nil
+		}
+	} else {
+		c.cons.releases.Add(1)
 	}
 	again := m.redelivery()
+	if !spend {
+		again.unspend()
+	}
 	if toTimers {
 		f.mu.Unlock()
 		// A failure leaves the message deferred in memory: Requeue has
@@ -188,31 +201,22 @@ func (c *Channel) requeueLanded(f *flightList, again *Message, delay time.Durati
 }
 
 // Release gives a message back without counting its delivery as an
-// attempt: for a consumer that took it and then has to stop before it
-// could do the work (a worker shutting down, a deploy). It is delivered
-// again at once, ahead of the memory buffer, with the attempts it had
-// before this delivery; a consumer that keeps releasing a message keeps it
-// from ever being dead-lettered, so release only work you did not do.
-// [Channel.Close] does the same with every message still in flight.
+// attempt, for another delivery after delay (zero means at once, ahead of
+// the memory buffer), with the attempts it had before this delivery: for
+// a consumer that took it and then must stop before it could do the work
+// (a worker shutting down, a deploy), or that is told to come back later
+// (a snooze: a rate limit, a resource not ready). A consumer that keeps
+// releasing a message keeps it from ever being dead-lettered, so release
+// only work you did not try. [Channel.Close] does the same, at once, with
+// every message still in flight. A delay is kept as Requeue keeps one.
 //
 // A message from another source ([NewMessage]) is released as its source
 // allows: nsqd counts every delivery, so there it is a Requeue.
-func (m *Message) Release() error {
+func (m *Message) Release(delay time.Duration) error {
 	if m.acker != nil {
-		return m.acker.Release(m)
+		return m.acker.Release(m, delay)
 	}
-	c := m.ch
-	f := c.flightFor(m)
-	f.mu.Lock()
-	if !f.land(m) {
-		f.mu.Unlock()
-		return c.notInFlight(m)
-	}
-	c.cons.releases.Add(1)
-	again := m.redelivery()
-	again.unspend()
-	c.requeueLanded(f, again, 0)
-	return nil
+	return m.ch.requeue(m, delay, nil, false)
 }
 
 // unspend takes back the attempt the message's last delivery counted.

@@ -46,10 +46,10 @@ func TestReleaseSpendsNoAttempt(t *testing.T) {
 		if string(m.Body) != "a" || m.Attempts != 1 {
 			t.Fatalf("got %q attempts %d, want a released message first with attempts 1", m.Body, m.Attempts)
 		}
-		if err := m.Release(); err != nil {
+		if err := m.Release(0); err != nil {
 			t.Fatal(err)
 		}
-		if err := m.Release(); !errors.Is(err, channel.ErrNotInFlight) {
+		if err := m.Release(0); !errors.Is(err, channel.ErrNotInFlight) {
 			t.Fatalf("second Release: %v, want ErrNotInFlight", err)
 		}
 	}
@@ -175,4 +175,25 @@ func TestReceiveWithDoneContextTakesNothing(t *testing.T) {
 	if _, err := c.TryReceive(); !errors.Is(err, channel.ErrClosed) {
 		t.Fatalf("TryReceive after Close: %v, want ErrClosed", err)
 	}
+}
+
+// A snooze: Release with a delay waits it out and spends no attempt.
+func TestReleaseWithDelay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newChannel(t, channel.Options{Backend: newMemBackend(), MaxAttempts: 1})
+		defer c.Close()
+		put(t, c, "later")
+		start := time.Now()
+		if err := await(t, c).Release(time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		m := await(t, c)
+		if waited := time.Since(start); waited < time.Minute {
+			t.Fatalf("delivered again after %v, want a minute", waited)
+		}
+		if m.Attempts != 1 {
+			t.Fatalf("attempts %d after a released delivery, want 1", m.Attempts)
+		}
+		m.Finish()
+	})
 }

@@ -326,6 +326,10 @@ func (c *Channel) Receive(ctx context.Context) (*Message, error) {
 // TryReceive returns a message that is ready now, without waiting: nil
 // and [ErrNoMessage] when there is none (or the channel is paused).
 func (c *Channel) TryReceive() (*Message, error) {
+	if c.isClosed.Load() {
+		// Else a paused channel's wait could report the done ctx first.
+		return nil, ErrClosed
+	}
 	m, err := c.receive(doneCtx)
 	if err == context.Canceled {
 		return nil, ErrNoMessage

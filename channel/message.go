@@ -297,7 +297,7 @@ type Acker interface {
 	Finish(m *Message) error
 	Requeue(m *Message, delay time.Duration, cause error) error
 	Touch(m *Message) error
-	Release(m *Message) error
+	Release(m *Message, delay time.Duration) error
 	Fail(m *Message, cause error) error
 }
 

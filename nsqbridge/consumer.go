@@ -342,13 +342,14 @@ func (a *nsqAcker) Requeue(m *channel.Message, delay time.Duration, cause error)
 	return nil
 }
 
-// Release sends the message back to nsqd at once. nsqd counts every
-// delivery, so unlike a Channel's Release this one spends the attempt.
-func (a *nsqAcker) Release(m *channel.Message) error {
+// Release sends the message back to nsqd, to be delivered again after
+// delay. nsqd counts every delivery, so unlike a Channel's Release this one
+// spends the attempt.
+func (a *nsqAcker) Release(_ *channel.Message, delay time.Duration) error {
 	if a.expired() {
 		return channel.ErrNotInFlight
 	}
-	if !a.answer(func() { a.m.RequeueWithoutBackoff(0) }, false) {
+	if !a.answer(func() { a.m.RequeueWithoutBackoff(delay) }, false) {
 		return channel.ErrNotInFlight
 	}
 	a.c.requeued.Add(1)
