@@ -295,6 +295,12 @@ func (m *Message) redelivery() *Message {
 	}
 }
 
+// LastAttempt reports whether this delivery is the message's last: it has
+// had Options.MaxAttempts deliveries, so a Retry or a timeout sends it to
+// the dead-letter handler. Always false for a message from another source
+// ([NewMessage]) and with unlimited attempts.
+func (m *Message) LastAttempt() bool { return m.acker == nil && m.ch.exhausted(m) }
+
 func (c *Channel) exhausted(m *Message) bool {
 	return c.opts.MaxAttempts > 0 && m.Attempts >= c.opts.MaxAttempts
 }

@@ -833,6 +833,11 @@ func (c *Channel) Empty() error {
 	return nil
 }
 
+// MsgTimeout returns Options.MsgTimeout as New took it (zero made the
+// default): how long a delivery may go untouched. Workers touch a long
+// job's message well within it.
+func (c *Channel) MsgTimeout() time.Duration { return c.opts.MsgTimeout }
+
 // Depth is the number of messages waiting for delivery: Stats' MemoryDepth
 // + DiskDepth + Ready. It leaves out messages in flight and deferred ones,
 // in memory or in the backend (for a moment after New, not all of those

@@ -381,6 +381,11 @@ func (a *nsqAcker) Touch(*channel.Message) error {
 	return nil
 }
 
+// MsgTimeout returns the timeout the consumer asked nsqd for
+// (ConsumerOptions.MsgTimeout, zero made the default): how long a delivery
+// may go untouched.
+func (c *Consumer) MsgTimeout() time.Duration { return c.opts.MsgTimeout }
+
 // ConsumerStats counts what a consumer has done.
 type ConsumerStats struct {
 	Received, Finished, Requeued int64
