@@ -73,21 +73,26 @@ type Consumer struct {
 	stopCh chan struct{}
 	once   sync.Once
 
-	received, finished, requeued, deadLetters, timedOut atomic.Int64
-	deadLetterErrors                                    atomic.Int64
+	received, finished, requeued, deadLetters, deadLetterErrors atomic.Int64
 
-	// mu guards the fields below. outstanding is the deliveries handed
+	// mu guards the fields below, and every change of an outstanding
+	// delivery's deadline (Touch). outstanding is the deliveries handed
 	// out and not yet answered, which Close requeues so go-nsq's Stop does
-	// not wait for them; held counts them by message ID; owed is the timed
-	// out deliveries whose REQ waits for a later delivery of the same
-	// message to be answered (see nsqAcker.answer).
-	// closing is set by Close as it takes the outstanding ones to
-	// requeue: a delivery tracked after that is requeued at once.
+	// not wait for them; Stats counts those past their deadline as timed
+	// out, not in flight, and answer then settles them as timed out, so
+	// none is counted twice or leaves the count. timedOut counts the timed
+	// out deliveries answered. held counts the outstanding deliveries by
+	// message ID; owed is the timed out deliveries whose REQ waits for a
+	// later delivery of the same message to be answered (see
+	// nsqAcker.answer). closing is set by Close as it takes the
+	// outstanding ones to requeue: a delivery tracked after that is
+	// requeued at once.
 	mu          sync.Mutex
 	closing     bool
 	outstanding map[*nsqAcker]struct{}
 	held        map[nsq.MessageID]int
 	owed        map[nsq.MessageID][]*nsqAcker
+	timedOut    int64
 }
 
 // delivery is a message from nsqd, when it arrived and when its timeout
@@ -156,7 +161,7 @@ func (c *Consumer) handle(m *nsq.Message) error {
 	if c.opts.MaxAttempts > 0 && m.Attempts > c.opts.MaxAttempts {
 		// It timed out on its last attempt and nsqd sent it again.
 		if a := c.track(d); a != nil {
-			a.answer(func() { c.deadLetter(a, c.message(a), channel.ErrMaxAttempts) }, false)
+			a.answer(func() { c.deadLetter(a, c.message(a), channel.ErrMaxAttempts) })
 		}
 		return nil
 	}
@@ -253,12 +258,16 @@ type nsqAcker struct {
 	c         *Consumer
 	m         *nsq.Message
 	arrived   int64        // Unix ns
-	deadline  atomic.Int64 // Unix ns: nsqd times the message out then
+	deadline  atomic.Int64 // Unix ns: nsqd times the message out then; written under c.mu
 	responded atomic.Bool
 }
 
-// answer claims the one answer a delivery gets and sends it with send;
-// it reports false if the delivery was answered already.
+// answer claims the one answer a delivery gets and sends it with send; it
+// reports false if the delivery was answered already, or if its timeout
+// has run out (send nil settles it so): then send does not run, and the
+// delivery counts in TimedOut. That is decided under c.mu, where Stats
+// decides which deliveries have timed out, so a delivery Stats counted as
+// timed out is never then answered, nor counted twice.
 //
 // A delivery whose timeout ran out is answered with REQ, sent only
 // because go-nsq waits, at Close, for an answer to every delivery. nsqd
@@ -266,19 +275,23 @@ type nsqAcker struct {
 // later delivery of the same message to this consumer if one is held here:
 // it waits until every such delivery was answered, and then finds nothing
 // to requeue (nsqd replies E_REQ_FAILED, which go-nsq logs).
-func (a *nsqAcker) answer(send func(), expired bool) bool {
+func (a *nsqAcker) answer(send func()) bool {
 	if !a.responded.CompareAndSwap(false, true) {
 		return false
 	}
 	c := a.c
 	id := a.m.ID
 	c.mu.Lock()
+	expired := send == nil || time.Now().UnixNano() >= a.deadline.Load()
 	delete(c.outstanding, a)
 	c.held[id]--
+	if expired {
+		c.timedOut++
+	}
 	if expired && c.held[id] > 0 {
 		c.owed[id] = append(c.owed[id], a)
 		c.mu.Unlock()
-		return true
+		return false
 	}
 	var owed []*nsqAcker
 	if c.held[id] == 0 {
@@ -295,7 +308,7 @@ func (a *nsqAcker) answer(send func(), expired bool) bool {
 	for _, o := range owed {
 		o.m.RequeueWithoutBackoff(0)
 	}
-	return true
+	return !expired
 }
 
 // expired reports whether the delivery's timeout has run out, and if so
@@ -304,14 +317,12 @@ func (a *nsqAcker) expired() bool {
 	if time.Now().UnixNano() < a.deadline.Load() {
 		return false
 	}
-	if a.answer(nil, true) {
-		a.c.timedOut.Add(1)
-	}
+	a.answer(nil)
 	return true
 }
 
 func (a *nsqAcker) Finish(*channel.Message) error {
-	if a.expired() || !a.answer(a.m.Finish, false) {
+	if !a.answer(a.m.Finish) {
 		return channel.ErrNotInFlight
 	}
 	a.c.finished.Add(1)
@@ -322,20 +333,17 @@ func (a *nsqAcker) Finish(*channel.Message) error {
 // delay; after its last attempt it goes to DeadLetter instead, with
 // channel.ErrMaxAttempts and cause wrapped as a Channel wraps them.
 func (a *nsqAcker) Requeue(m *channel.Message, delay time.Duration, cause error) error {
-	if a.expired() {
-		return channel.ErrNotInFlight
-	}
 	if a.c.exhausted(a.m.Attempts) {
 		reason := channel.ErrMaxAttempts
 		if cause != nil {
 			reason = fmt.Errorf("%w (%d): last attempt: %w", channel.ErrMaxAttempts, m.Attempts, cause)
 		}
-		if !a.answer(func() { a.c.deadLetter(a, m, reason) }, false) {
+		if !a.answer(func() { a.c.deadLetter(a, m, reason) }) {
 			return channel.ErrNotInFlight
 		}
 		return nil
 	}
-	if !a.answer(func() { a.m.RequeueWithoutBackoff(delay) }, false) {
+	if !a.answer(func() { a.m.RequeueWithoutBackoff(delay) }) {
 		return channel.ErrNotInFlight
 	}
 	a.c.requeued.Add(1)
@@ -346,10 +354,7 @@ func (a *nsqAcker) Requeue(m *channel.Message, delay time.Duration, cause error)
 // delay. nsqd counts every delivery, so unlike a Channel's Release this one
 // spends the attempt.
 func (a *nsqAcker) Release(_ *channel.Message, delay time.Duration) error {
-	if a.expired() {
-		return channel.ErrNotInFlight
-	}
-	if !a.answer(func() { a.m.RequeueWithoutBackoff(delay) }, false) {
+	if !a.answer(func() { a.m.RequeueWithoutBackoff(delay) }) {
 		return channel.ErrNotInFlight
 	}
 	a.c.requeued.Add(1)
@@ -359,24 +364,31 @@ func (a *nsqAcker) Release(_ *channel.Message, delay time.Duration) error {
 // Fail hands the message to DeadLetter now, with channel.ErrFailed and
 // cause, and finishes it at nsqd.
 func (a *nsqAcker) Fail(m *channel.Message, cause error) error {
-	if a.expired() {
-		return channel.ErrNotInFlight
-	}
 	reason := channel.ErrFailed
 	if cause != nil {
 		reason = fmt.Errorf("%w: %w", channel.ErrFailed, cause)
 	}
-	if !a.answer(func() { a.c.deadLetter(a, m, reason) }, false) {
+	if !a.answer(func() { a.c.deadLetter(a, m, reason) }) {
 		return channel.ErrNotInFlight
 	}
 	return nil
 }
 
 func (a *nsqAcker) Touch(*channel.Message) error {
-	if a.responded.Load() || a.expired() {
+	c := a.c
+	// Under mu, as Stats and answer look: a deadline Stats saw pass is
+	// never moved on.
+	c.mu.Lock()
+	now := time.Now()
+	live := !a.responded.Load() && now.UnixNano() < a.deadline.Load()
+	if live {
+		a.deadline.Store(now.Add(c.opts.MsgTimeout).UnixNano())
+	}
+	c.mu.Unlock()
+	if !live {
+		a.expired() // settles it as timed out if it is not answered
 		return channel.ErrNotInFlight
 	}
-	a.deadline.Store(time.Now().Add(a.c.opts.MsgTimeout).UnixNano())
 	a.m.Touch()
 	return nil
 }
@@ -396,9 +408,13 @@ type ConsumerStats struct {
 	DeadLetters, DeadLetterErrors int64
 	// TimedOut counts messages whose timeout ran out before they were
 	// answered (or before Receive took them); nsqd delivers them again.
+	// A delivery counts here, and no longer in InFlight, from the moment
+	// its timeout runs out, as at nsqd; answering it later (which returns
+	// channel.ErrNotInFlight) does not count it again.
 	TimedOut int64
-	// InFlight is the messages received and not yet answered, and
-	// OldestInFlight how long ago the oldest of them arrived.
+	// InFlight is the messages received, not yet answered and within
+	// their timeout, and OldestInFlight how long ago the oldest of them
+	// arrived.
 	InFlight       int
 	OldestInFlight time.Duration
 	Connections    int // nsqd connections open now
@@ -412,13 +428,19 @@ func (c *Consumer) Stats() ConsumerStats {
 		Requeued:         c.requeued.Load(),
 		DeadLetters:      c.deadLetters.Load(),
 		DeadLetterErrors: c.deadLetterErrors.Load(),
-		TimedOut:         c.timedOut.Load(),
 		Connections:      c.c.Stats().Connections,
 	}
-	now := time.Now()
 	c.mu.Lock()
-	st.InFlight = len(c.outstanding)
+	now := time.Now() // under mu, where answer and Touch read the clock
+	st.TimedOut = c.timedOut
 	for a := range c.outstanding {
+		if now.UnixNano() >= a.deadline.Load() {
+			// nsqd has timed it out; whatever answers it later settles it
+			// as timed out (answer), so it stays counted once.
+			st.TimedOut++
+			continue
+		}
+		st.InFlight++
 		st.OldestInFlight = max(st.OldestInFlight, now.Sub(time.Unix(0, a.arrived)))
 	}
 	c.mu.Unlock()
@@ -445,7 +467,7 @@ func (c *Consumer) Close() error {
 		}
 		c.mu.Unlock()
 		for _, a := range held {
-			a.answer(func() { a.m.RequeueWithoutBackoff(0) }, false)
+			a.answer(func() { a.m.RequeueWithoutBackoff(0) })
 		}
 		c.c.Stop()
 		<-c.c.StopChan

@@ -174,3 +174,62 @@ func TestConsumerCloseRequeuesEveryHeld(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestConsumerStatsAfterTimeout: a delivery left unanswered counts as
+// timed out, and no longer in flight, once its timeout runs out, as at
+// nsqd; answering it later counts it no more. A field report found it in
+// flight a second after nsqd had delivered it again, and counted only
+// when the late answer came.
+func TestConsumerStatsAfterTimeout(t *testing.T) {
+	t.Parallel() // waits a second for a message to time out (nsqd's shortest MsgTimeout)
+	nsqd := startNSQD(t)
+	nsqd.scanChannel("jobs", "workers")
+	p := openPublisher(t, t.TempDir(), nsqd)
+	defer p.Close()
+	p.Publish(context.Background(), msg(1))
+	// The delivery nsqd sends after the timeout goes to DeadLetter, so no
+	// second delivery is in flight here, with a timeout of its own, while
+	// the stats are checked.
+	dead := make(chan deadMessage, 1)
+	c := newConsumer(t, nsqbridge.ConsumerOptions{NSQD: []string{nsqd.TCP}, MaxAttempts: 1, MsgTimeout: time.Second,
+		DeadLetter: func(m *channel.Message, reason error) error { dead <- deadMessage{m, reason}; return nil }})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	m, err := c.Receive(ctx)
+	if err != nil || m.Attempts != 1 {
+		t.Fatalf("first delivery: %v", err)
+	}
+	if st := c.Stats(); st.InFlight+int(st.TimedOut) != 1 {
+		t.Fatalf("stats after Receive: %+v, want the delivery in flight or timed out", st)
+	}
+	st := waitStats(t, c, func(st nsqbridge.ConsumerStats) bool { return st.TimedOut > 0 })
+	if st.TimedOut != 1 || st.InFlight != 0 || st.OldestInFlight != 0 || st.Received != 1 {
+		t.Fatalf("stats once the timeout ran out: %+v, want 1 timed out and none in flight", st)
+	}
+	<-dead // nsqd delivered it again
+	for name, answer := range map[string]func() error{"Finish": m.Finish, "Touch": m.Touch, "Requeue": func() error { return m.Requeue(0) }} {
+		if err := answer(); !errors.Is(err, channel.ErrNotInFlight) {
+			t.Fatalf("%s after the timeout: %v, want ErrNotInFlight", name, err)
+		}
+	}
+	st = c.Stats()
+	if st.TimedOut != 1 || st.InFlight != 0 || st.Finished != 0 || st.Requeued != 0 || st.DeadLetters != 1 {
+		t.Fatalf("stats after the late answers: %+v, want the delivery counted once as timed out", st)
+	}
+}
+
+// waitStats polls c's stats until ok holds, for up to 30 s.
+func waitStats(t *testing.T, c *nsqbridge.Consumer, ok func(nsqbridge.ConsumerStats) bool) nsqbridge.ConsumerStats {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st := c.Stats()
+		if ok(st) {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stats after 30 s: %+v", st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

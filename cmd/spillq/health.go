@@ -31,19 +31,31 @@ func writeJSON(w io.Writer, v any) error {
 
 // statReport is stat's answer; its JSON form is stat -format json.
 type statReport struct {
-	Queue    string   `json:"queue"`
-	Records  string   `json:"records"` // raw, channel or unknown
-	Depth    int64    `json:"depth"`
-	FirstSeq uint64   `json:"first_seq"`
-	ReadSeq  uint64   `json:"read_seq"`
-	WriteSeq uint64   `json:"write_seq"`
-	ReadPos  position `json:"read_pos"`
-	WritePos position `json:"write_pos"`
+	Queue   string `json:"queue"`
+	Records string `json:"records"` // raw, channel or unknown
+	// Depth is the records not acknowledged. On a log with no cursor of
+	// its own (a topic's, or one read through named cursors only) it is
+	// the deepest channel's or cursor's, named by Deepest.
+	Depth int64 `json:"depth"`
+	// RetainedRecords is the records on disk, seqs FirstSeq to WriteSeq-1,
+	// acknowledged or not.
+	RetainedRecords int64    `json:"retained_records"`
+	FirstSeq        uint64   `json:"first_seq"`
+	ReadSeq         uint64   `json:"read_seq"`
+	WriteSeq        uint64   `json:"write_seq"`
+	ReadPos         position `json:"read_pos"`
+	WritePos        position `json:"write_pos"`
 	// Oldest is the oldest unacknowledged record that checks out, nil when
-	// nothing waits; LagSeconds is its age.
+	// nothing waits; LagSeconds is its age. On a log with no cursor of its
+	// own they are the slowest channel's or cursor's, named by Slowest.
 	Oldest     *oldestRecord `json:"oldest_unacknowledged,omitempty"`
 	LagSeconds float64       `json:"lag_seconds"`
-	DiskBytes  int64         `json:"disk_bytes"`
+	// Deepest and Slowest name the channel or cursor whose depth is Depth
+	// and the one whose lag is LagSeconds, on a log with no cursor of its
+	// own; empty when none has anything pending.
+	Deepest   string `json:"deepest,omitempty"`
+	Slowest   string `json:"slowest,omitempty"`
+	DiskBytes int64  `json:"disk_bytes"`
 	// FreeBytes is the space left on the directory's file system for
 	// appends (-1 if it cannot be told): at none, Put fails with
 	// ErrDiskFull until consumers free a segment.
@@ -55,9 +67,12 @@ type statReport struct {
 	// above are the queue's own cursor's.
 	Cursors []cursorReport `json:"cursors,omitempty"`
 	// Topic says the directory is a topic's (spillq.OpenTopic): its named
-	// cursors are its channels, listed in Channels rather than Cursors,
-	// and the fields above count from the oldest record retained.
+	// cursors are its channels, listed in Channels rather than Cursors.
+	// A topic's log has no cursor of its own: ReadSeq and ReadPos are
+	// those of the oldest record retained. Deferred is the messages in
+	// every channel's timer store.
 	Topic    bool            `json:"topic"`
+	Deferred int64           `json:"deferred,omitempty"`
 	Channels []channelReport `json:"channels,omitempty"`
 }
 
@@ -166,7 +181,7 @@ func cmdStat(e *env, args []string) error {
 		}
 	}
 	kind := detectKind(q)
-	r := statReport{Queue: dir, Records: kind.String(), Depth: st.Depth,
+	r := statReport{Queue: dir, Records: kind.String(), Depth: st.Depth, RetainedRecords: int64(st.WriteSeq - st.FirstSeq),
 		FirstSeq: st.FirstSeq, ReadSeq: st.ReadSeq, WriteSeq: st.WriteSeq, ReadPos: position(st.ReadPos), WritePos: position(st.WritePos),
 		DiskBytes: st.DiskBytes, FreeBytes: freeBytes(dir), Segments: []fileInfo{}, BadFiles: []badFile{}}
 	now := time.Now()
@@ -205,24 +220,44 @@ func cmdStat(e *env, args []string) error {
 	if bad, err := listBad(dir); err == nil {
 		r.BadFiles = append(r.BadFiles, bad...)
 	}
+	// With no cursor of its own, the log's own figures would count from
+	// the oldest record retained: its readers' say what waits.
+	_, err = os.Stat(filepath.Join(dir, "cursor"))
+	var readers *readerSummary
+	if err != nil && (r.Topic || len(r.Cursors) > 0) {
+		s := summarizeReaders(&r)
+		s.apply(&r)
+		readers = &s
+	}
 	if format == "json" {
 		return writeJSON(e.stdout, r)
 	}
 	out := e.stdout
-	_, err = os.Stat(filepath.Join(dir, "cursor"))
 	switch {
 	case r.Topic:
 		fmt.Fprintf(out, "topic      %s\n", dir)
-		fmt.Fprintf(out, "note       a topic's directory: one log read by the channels below; depth and lag here count from the oldest record\n")
-	case err != nil && len(r.Cursors) > 0:
-		// A log read only through named cursors: the depth and lag below
-		// count from the oldest record on disk.
+		fmt.Fprintf(out, "note       a topic's directory: one log read by the channels below; depth and lag here are the largest of the channels' below\n")
+	case readers != nil:
 		fmt.Fprintf(out, "queue      %s\n", dir)
-		fmt.Fprintf(out, "note       no cursor of its own (a log read through named cursors, below): depth and lag count from the oldest record\n")
+		fmt.Fprintf(out, "note       no cursor of its own (a log read through named cursors, below): depth and lag here are the largest of the cursors' below\n")
 	default:
 		fmt.Fprintf(out, "queue      %s\n", dir)
 	}
 	fmt.Fprintf(out, "records    %s\n", describeKind(kind))
+	if readers != nil {
+		readers.print(out)
+		fmt.Fprintf(out, "writePos   seq %d  (segment %d offset %d)\n", st.WriteSeq, st.WritePos.Segment, st.WritePos.Offset)
+		readers.printRetained(out, st.FirstSeq, st.WriteSeq)
+	} else {
+		printOwnCursor(out, st, r)
+	}
+	printDisk(out, r)
+	return nil
+}
+
+// printOwnCursor writes stat's lines about a queue's own cursor: what
+// waits and where it reads.
+func printOwnCursor(out io.Writer, st diskqueue.Stats, r statReport) {
 	fmt.Fprintf(out, "depth      %d records not acknowledged\n", st.Depth)
 	switch {
 	case st.Depth == 0:
@@ -244,7 +279,12 @@ func cmdStat(e *env, args []string) error {
 	} else {
 		fmt.Fprintf(out, "on disk    no records\n")
 	}
-	fmt.Fprintf(out, "disk       %d bytes in %d segment(s)", st.DiskBytes, len(r.Segments))
+}
+
+// printDisk writes stat's lines about the files and the named cursors or
+// channels.
+func printDisk(out io.Writer, r statReport) {
+	fmt.Fprintf(out, "disk       %d bytes in %d segment(s)", r.DiskBytes, len(r.Segments))
 	if r.FreeBytes >= 0 {
 		fmt.Fprintf(out, "; %d bytes free on its file system", r.FreeBytes)
 	}
@@ -280,7 +320,6 @@ func cmdStat(e *env, args []string) error {
 `)
 		}
 	}
-	return nil
 }
 
 // line is a named cursor's line in stat's text.

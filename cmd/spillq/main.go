@@ -21,7 +21,10 @@
 //
 // A topic's directory (spillq.OpenTopic; it has a channels/ subdirectory)
 // is one log read by named channels: stat shows each channel's depth, lag
-// and deferred messages, and channel creates, deletes and moves them.
+// and deferred messages, and in its header the deepest channel's depth and
+// the slowest one's lag (the log itself has no cursor, so its records on
+// disk are retained, not pending), and channel creates, deletes and moves
+// them.
 // put, drain and import-nsqd, which work through a queue's own cursor,
 // refuse one. verify and repair check the topic's log; each channel's
 // timer store is a queue of its own, DIR/channels/NAME.

@@ -728,8 +728,13 @@ func TestStatNamedCursors(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, code := tool(t, "", "stat", dir)
-	if code != 0 || !strings.Contains(out, "fast  read seq 7  depth 3") || !strings.Contains(out, "slow  read seq 0  depth 10") || !strings.Contains(out, "no cursor of its own") {
+	if code != 0 || !strings.Contains(out, "fast  read seq 7  depth 3") || !strings.Contains(out, "slow  read seq 0  depth 10") || !strings.Contains(out, "no cursor of its own") ||
+		!strings.Contains(out, "depth      10 records not acknowledged, in cursor slow, the deepest") ||
+		!strings.Contains(out, "in cursor slow (its oldest record not acknowledged: seq 0, stored ") {
 		t.Fatalf("stat (%d):\n%s", code, out)
+	}
+	if h := statJSON(t, dir); h.Depth != 10 || h.Deepest != "slow" || h.Slowest != "slow" || h.Oldest == nil || h.Oldest.Seq != 0 || h.Retained != 10 {
+		t.Fatalf("stat -format json header: %+v", h)
 	}
 	stdout, _, code := tool3(t, "", "stat", "-format", "json", dir)
 	var st struct {
