@@ -21,7 +21,11 @@
 // "channel" label beside "queue", each channel's lag, and the log's disk
 // metrics once.
 //
-// The two latency histograms have a fixed layout, the same at every scrape
+// A [spillq.Worker] has one too, NewWorkerCollector: its handlers in
+// progress, outcomes (finished, retried, dead-lettered, failed, snoozed,
+// released), panics, and a histogram of handler durations.
+//
+// The latency and duration histograms have a fixed layout, the same at every scrape
 // and on every instance, so rate() over their buckets, histogram_quantile
 // and sums across queues and instances work: an upper bound (le) at every
 // power of two microseconds from 1 µs to 2^35 µs (about 9.5 hours), then

@@ -1,0 +1,60 @@
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/spillq/spillq"
+)
+
+// WorkerCollector exports a spillq.Worker's figures as spillq_worker_*,
+// with the name it is given as a constant "queue" label (give a worker the
+// name of the queue it works, and its series sit beside that queue's).
+type WorkerCollector struct {
+	w        *spillq.Worker
+	table    bridgeTable[spillq.WorkerStats]
+	outcomes *prometheus.Desc
+	duration *prometheus.Desc
+}
+
+// NewWorkerCollector returns a collector for w, labelled queue=name.
+func NewWorkerCollector(name string, w *spillq.Worker) *WorkerCollector {
+	labels := prometheus.Labels{"queue": name}
+	return &WorkerCollector{
+		w:     w,
+		table: newBridgeTable(name, workerSpecs),
+		outcomes: prometheus.NewDesc("spillq_worker_outcomes_total",
+			"Handled messages by how they ended: finished, retried, dead_lettered (an error on the last attempt), failed (Permanent), snoozed, released (cut short by a shutdown).",
+			[]string{"outcome"}, labels),
+		duration: prometheus.NewDesc("spillq_worker_handler_duration_seconds", "How long the handler ran, per attempt.", nil, labels),
+	}
+}
+
+var workerSpecs = []bridgeSpec[spillq.WorkerStats]{
+	{"spillq_worker_in_progress", "Handlers running now.", prometheus.GaugeValue, func(s spillq.WorkerStats) float64 { return float64(s.InProgress) }},
+	{"spillq_worker_panics_total", "Handler panics (each also counted in its outcome).", prometheus.CounterValue, func(s spillq.WorkerStats) float64 { return float64(s.Panics) }},
+	{"spillq_worker_answer_errors_total", "Answers the source refused (lease lost, source closed); it delivers those messages again.", prometheus.CounterValue, func(s spillq.WorkerStats) float64 { return float64(s.AnswerErrors) }},
+}
+
+// Describe sends every metric's description.
+func (c *WorkerCollector) Describe(out chan<- *prometheus.Desc) {
+	c.table.describe(out)
+	out <- c.outcomes
+	out <- c.duration
+}
+
+// Collect reads the worker's Stats and sends them.
+func (c *WorkerCollector) Collect(out chan<- prometheus.Metric) {
+	st := c.w.Stats()
+	c.table.collect(out, st)
+	for _, o := range []struct {
+		name string
+		n    int64
+	}{
+		{"finished", st.Finished}, {"retried", st.Retried}, {"dead_lettered", st.DeadLettered},
+		{"failed", st.Failed}, {"snoozed", st.Snoozed}, {"released", st.Released},
+	} {
+		out <- prometheus.MustNewConstMetric(c.outcomes, prometheus.CounterValue, float64(o.n), o.name)
+	}
+	upper, counts := c.w.DurationBuckets()
+	out <- constHistogram(c.duration, upper, counts, c.w.DurationSumSeconds())
+}
