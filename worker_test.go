@@ -3,6 +3,7 @@ package spillq_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -116,7 +117,7 @@ func TestWorkerAnswersByResult(t *testing.T) {
 			"ok": {1}, "flaky": {1, 2, 3}, "always": {1, 2, 3}, "bad": {1}, "panics": {1, 2, 3}, "snooze": {1, 1},
 		}
 		for body, w := range want {
-			if got := attempts[body]; !equal(got, w) {
+			if got := attempts[body]; !slices.Equal(got, w) {
 				t.Errorf("%s: attempts %v, want %v", body, got, w)
 			}
 		}
@@ -141,18 +142,6 @@ func TestWorkerAnswersByResult(t *testing.T) {
 			t.Errorf("stats %+v", st)
 		}
 	})
-}
-
-func equal(a, b []uint16) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestWorkerKeepsALongJobsLease(t *testing.T) {
