@@ -334,3 +334,85 @@ func put(t *testing.T, c *channel.Channel, bodies ...string) {
 		}
 	}
 }
+
+// waitFor polls cond until it holds, failing the test after a minute: a
+// condition to reach, not a time to take.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+	}
+}
+
+// TestWorkerRollingRestarts: a job longer than the drain deadline,
+// MaxAttempts 2, its service restarted gracefully five times mid-job (a
+// rolling deploy) is never dead-lettered, and finishes once the worker is
+// left to run: neither the worker's shutdown nor the queue's Close spends
+// its attempts.
+func TestWorkerRollingRestarts(t *testing.T) {
+	job, drain := 5*time.Second, time.Second
+	if testing.Short() {
+		job, drain = time.Second, 200*time.Millisecond
+	}
+	dir := t.TempDir()
+	var dead deadStore
+	o := spillq.Options{MaxAttempts: 2, DeadLetter: dead.handle}
+	q := open(t, dir, o)
+	if err := q.Put(context.Background(), []byte("long")); err != nil {
+		t.Fatal(err)
+	}
+	q.Close()
+	var mu sync.Mutex
+	var attempts []uint16
+	finished := make(chan struct{}, 1)
+	h := func(ctx context.Context, m *channel.Message) error {
+		mu.Lock()
+		attempts = append(attempts, m.Attempts)
+		mu.Unlock()
+		select {
+		case <-time.After(job):
+			finished <- struct{}{}
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	for restart := 0; ; restart++ {
+		q := open(t, dir, o)
+		w := newWorker(t, q, h, spillq.WorkerOptions{Concurrency: 2, ShutdownTimeout: drain})
+		ctx, cancel := context.WithCancel(context.Background())
+		ran := make(chan error, 1)
+		go func() { ran <- w.Run(ctx) }()
+		if restart == 5 {
+			<-finished
+		} else {
+			waitFor(t, "the job to start", func() bool { return w.Stats().InProgress == 1 })
+		}
+		cancel() // SIGTERM
+		if err := <-ran; err != nil {
+			t.Fatal(err)
+		}
+		if err := q.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if restart == 5 {
+			if st := w.Stats(); st.Finished != 1 {
+				t.Fatalf("last run's stats %+v, want the job finished", st)
+			}
+			break
+		}
+		if st := w.Stats(); st.Released != 1 {
+			t.Fatalf("restart %d: stats %+v, want the job released", restart, st)
+		}
+	}
+	if _, ok := dead.reason("long"); ok {
+		t.Fatal("the long job was dead-lettered by restarts")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(attempts, []uint16{1, 1, 1, 1, 1, 1}) {
+		t.Fatalf("attempts per delivery %v, want 1 every time", attempts)
+	}
+}
