@@ -310,9 +310,9 @@ func (l *Log) recycleActiveLocked() error {
 	if err := p.PunchHole(fileHeaderSize, off-fileHeaderSize); err != nil {
 		return fmt.Errorf("%w: %w", ErrDiskFull, err)
 	}
-	l.crashPoint("punched")
 	t.seg.keptFrom.Store(floor)
 	if !whole {
+		l.crashPoint("punched-prefix")
 		l.logger.Warn("diskqueue: file system full; freed the acknowledged part of the active segment's blocks", "segment", t.seg.base, "bytes", off-fileHeaderSize, "kept_from", floor)
 		// Appends go on behind the hole, not in a new segment: a sealed
 		// segment is freed only whole, so the records still unacknowledged
