@@ -338,8 +338,8 @@ func (l *Log) firstLiveSeq() uint64 {
 	l.segMu.RLock()
 	defer l.segMu.RUnlock()
 	for _, s := range l.segs {
-		if !s.gone.Load() && s.endNow() > s.base {
-			return s.base
+		if !s.gone.Load() && s.endNow() > max(s.base, s.keptFrom.Load()) {
+			return max(s.base, s.keptFrom.Load())
 		}
 	}
 	return l.nextSeq.Load()

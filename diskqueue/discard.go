@@ -251,7 +251,7 @@ func (l *Log) nextToGiveUp() (segs []*segment, i int, held bool) {
 // out, so that it can go.
 func (l *Log) rollConsumed() bool {
 	l.mu.Lock()
-	ok := l.rollConsumedLocked()
+	ok := l.rollConsumedLocked(false)
 	l.mu.Unlock()
 	if ok {
 		l.sealPending()

@@ -48,7 +48,11 @@
 //     segments are set to drop when full ([Cursor.SetDropWhenFull]): those
 //     give up their unacknowledged records of them, counted and logged,
 //     so that one abandoned cursor cannot stop the log. [Cursor.Empty]
-//     discards one cursor's backlog.
+//     discards one cursor's backlog. When the file system is full (not the
+//     budget), the acknowledged records at the front of the active segment
+//     have their blocks freed in place (FORMAT.md, "Punched prefix"), so
+//     consumers that keep up leave room for as much as they acknowledged;
+//     reads of those seqs then find them gone (ErrNotFound).
 //   - Integrity: every record carries a CRC-32C. A record that fails it is
 //     never returned as data: Read skips it, copies its bytes to a .bad file,
 //     logs a warning and counts it in [Stats]; the records around it stay

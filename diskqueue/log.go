@@ -125,6 +125,9 @@ type Log struct {
 	// Gauges and counters for Stats, readable without a lock.
 	diskBytes     atomic.Int64 // bytes written to every segment's files
 	rollRequested atomic.Bool
+	// punchRequested says a Put found the file system full with only a
+	// prefix of the active segment acknowledged (requestRollLocked).
+	punchRequested atomic.Bool
 	// ackedSealing says the writer's last look for segments to delete
 	// found acknowledged ones it could not delete yet, still being sealed
 	// (mayMakeRoomLocked).
@@ -387,7 +390,7 @@ func (l *Log) putRecords(ctx context.Context, flags []byte, stored [][]byte) (n 
 		var wait <-chan struct{}
 		drop, roll := false, false
 		if full {
-			roll = l.requestRollLocked()
+			roll = l.requestRollLocked(!budget)
 			drop = budget && l.mayMakeRoomLocked()
 			wait = l.freed.Wait()
 		}
@@ -497,35 +500,51 @@ func emptyLogBytes(cursors int) int64 {
 
 // requestRollLocked asks the writer to roll the active segment when every
 // record in it is acknowledged: on a full disk (the budget's or the file
-// system's) no consumer will ever free that space otherwise.
+// system's) no consumer will ever free that space otherwise. With fsFull
+// (the file system's, not the budget's) it asks as well when only a prefix
+// of the active segment is acknowledged: the writer frees that prefix's
+// blocks in place (recycleActiveLocked), so that consumers who keep up
+// free room for as much as they acknowledged, though a segment goes whole
+// only once all of it is.
 //
 // It reports whether the roll is coming and will free the active segment's
-// space: it holds records, every one acknowledged, and HoldFrom does not
-// keep it.
-func (l *Log) requestRollLocked() bool {
-	if !l.consumedLocked() {
+// space: it holds records, every one acknowledged (or, with fsFull, a
+// prefix worth freeing), and HoldFrom does not keep it.
+func (l *Log) requestRollLocked(fsFull bool) bool {
+	consumed := l.consumedLocked()
+	if !consumed && !(fsFull && l.punchableLocked() > 0) {
 		return false
+	}
+	if !consumed && !l.punchRequested.Load() {
+		l.punchRequested.Store(true)
 	}
 	if !l.rollRequested.Load() {
 		l.rollRequested.Store(true)
 		l.wake()
 	}
 	t := l.t
-	return t != nil && t.end > t.seg.base && !l.held(t.seg)
+	return t != nil && t.end > t.seg.base && (!consumed || !l.held(t.seg))
 }
 
 // rollConsumedLocked rolls the active segment if every cursor has
 // acknowledged every record in it, so that it can go once sealed; on a file
 // system too full for the next segment it frees the active one's blocks in
-// place first (recycleActiveLocked). It reports whether it rolled. The
+// place first (recycleActiveLocked). With punch (a Put found the file
+// system full) it frees those of the acknowledged prefix when not every
+// record is acknowledged. It reports whether it rolled or freed space. The
 // caller holds l.mu and is the writer goroutine.
-func (l *Log) rollConsumedLocked() bool {
+func (l *Log) rollConsumedLocked(punch bool) bool {
 	t := l.t
-	if t == nil || t.end == t.seg.base || !l.consumedLocked() || l.writeErr != nil {
+	if t == nil || t.end == t.seg.base || l.writeErr != nil {
 		return false
 	}
-	err := l.rotateLocked()
-	if errors.Is(err, ErrDiskFull) {
+	var err error
+	if !l.consumedLocked() {
+		if !punch {
+			return false
+		}
+		err = l.recycleActiveLocked()
+	} else if err = l.rotateLocked(); errors.Is(err, ErrDiskFull) {
 		// No room even for the next segment's first pages: the active
 		// one holds nothing unacknowledged, so it goes first.
 		err = l.recycleActiveLocked()
@@ -841,7 +860,7 @@ func (l *Log) stats(c *Cursor) Stats {
 		}
 		st.Segments++
 		if first {
-			st.FirstSeq, first = s.base, false
+			st.FirstSeq, first = max(s.base, s.keptFrom.Load()), false
 		}
 	}
 	if len(l.segs) > 0 {

@@ -241,7 +241,7 @@ func (r *reader) nextRaw() (seq uint64, ts int64, body []byte, err error) {
 			if !sealed {
 				return 0, 0, nil, errNoData
 			}
-			if end := r.seg.endNow(); r.files.compacted && r.seq < end {
+			if end := r.seg.endNow(); (r.files.compacted || r.seg.punchedBelow(r.seq)) && r.seq < end {
 				if r.jumped && !r.removedInIndex(r.seq, end, r.off) {
 					r.seekLog()
 					continue
@@ -272,6 +272,9 @@ func (r *reader) nextRaw() (seq uint64, ts int64, body []byte, err error) {
 			}
 			if nxt.base > prev {
 				return 0, 0, nil, &damageError{seg: nxt, from: from, to: from, first: prev, next: nxt.base, cause: errors.New("segments missing")}
+			}
+			if nxt.punchedBelow(nxt.base) {
+				r.forget(nxt.base) // locate starts at the first record kept
 			}
 			continue
 		}
@@ -575,6 +578,9 @@ func (l *Log) ReadAt(seq uint64) (Record, error) {
 		return Record{}, err
 	}
 	defer f.release()
+	if seg.punchedBelow(seq) {
+		return Record{}, notKept(seg, seq)
+	}
 	limit, end := seg.bounds()
 	if f.size > 0 {
 		limit = f.size
@@ -704,6 +710,15 @@ func (l *Log) Scan(from, to uint64) iter.Seq2[Record, error] {
 		if _, err := l.segmentFor(from); err != nil && errors.Is(err, ErrNotFound) && from < l.firstSeq() {
 			yield(Record{}, err)
 			return
+		}
+		if seg, err := l.segmentFor(from); err == nil {
+			if f, err := l.acquireFiles(seg); err == nil {
+				f.release()
+				if seg.punchedBelow(from) {
+					yield(Record{}, notKept(seg, from))
+					return
+				}
+			}
 		}
 		r := &reader{l: l, seq: from}
 		defer r.forget(0)

@@ -653,6 +653,13 @@ func (l *Log) recoverTail(seg *segment, size int64) (*tail, error) {
 // recoverTailFiles is recoverTail once the files are open.
 func (l *Log) recoverTailFiles(w *tail, seg *segment, log file, size int64) (*tail, error) {
 	wIndex, wLog, wTime := w.index.f, w.log.f, w.timeIdx.f
+	// A prefix of acknowledged records freed in place (punch.go) reads as
+	// zeros, which the index's entries of them point into.
+	keptOff, keptSeq, punched, _ := l.punchedPrefix(log, seg.base, size)
+	punched = punched && keptOff > 0
+	if punched {
+		seg.keptFrom.Store(keptSeq)
+	}
 	// Index entries, and the last one that points at its record.
 	indexSize := fileSize(wIndex)
 	entries := int64(0)
@@ -676,8 +683,15 @@ func (l *Log) recoverTailFiles(w *tail, seg *segment, log file, size int64) (*ta
 		if _, ok := entry(entries - 1); ok {
 			trusted = entries - 1
 		} else {
-			// Entries are written in order, so the good ones form a prefix.
+			// Entries are written in order, so the good ones form a prefix
+			// (from the first record kept, when some were freed: its entry
+			// was fsynced before they were).
 			lo, hi := int64(-1), entries-1
+			if j := int64(keptSeq - seg.base); punched && j < hi {
+				if _, ok := entry(j); ok {
+					lo = j
+				}
+			}
 			for hi-lo > 1 {
 				mid := (lo + hi) / 2
 				if _, ok := entry(mid); ok {
@@ -719,6 +733,8 @@ func (l *Log) recoverTailFiles(w *tail, seg *segment, log file, size int64) (*ta
 		}
 		startOff, _ = entry(int64(startSeq - seg.base))
 		b.lastTimeOff = startOff
+	} else if punched {
+		startSeq, startOff = keptSeq, keptOff
 	}
 	keepIndex := int64(startSeq - seg.base) // index entries before startSeq are kept
 	sc := newScanner(log, startOff, startSeq, size)
@@ -772,11 +788,11 @@ func (l *Log) recoverTailFiles(w *tail, seg *segment, log file, size int64) (*ta
 		}
 	}
 	idx := b.idx
-	if keepIndex == 0 {
-		idx = append(appendFileHeader(nil, magicIndex, seg.base), idx...)
-	}
 	idxAt := indexEntryAt(keepIndex)
-	if keepIndex == 0 {
+	if keepIndex == 0 || trusted < 0 {
+		// Rebuilt whole; the entries of records freed in place (punched)
+		// are zeros.
+		idx = append(append(appendFileHeader(nil, magicIndex, seg.base), make([]byte, keepIndex*indexEntrySize)...), idx...)
 		idxAt = 0
 	}
 	if err := rewriteTail(wIndex, idxAt, idx); err != nil {
@@ -848,6 +864,13 @@ func (l *Log) scanTail(seg *segment, log file, size int64) error {
 	seg.partialIndex, seg.indexedEnd = true, startSeq+1
 	if startSeq == seg.base && startOff == fileHeaderSize {
 		seg.indexedEnd = seg.base
+		// Acknowledged records freed in place (punch.go) read as zeros.
+		if off, seq, punched, found := l.punchedPrefix(log, seg.base, size); punched && found {
+			seg.keptFrom.Store(seq)
+			startSeq, startOff = seq, off
+		}
+	} else if _, seq, punched, found := l.punchedPrefix(log, seg.base, size); punched && found {
+		seg.keptFrom.Store(seq)
 	}
 	// The newest timestamp: the time index's running maximum up to the
 	// trusted records, then the records scanned after them.

@@ -124,8 +124,9 @@ func (l *Log) housekeep(now time.Time) {
 	l.acksLooked.Store(l.acksSum())
 	if l.rollRequested.Load() {
 		l.rollRequested.Store(false)
+		punch := l.punchRequested.Swap(false)
 		l.mu.Lock()
-		l.rollConsumedLocked()
+		l.rollConsumedLocked(punch)
 		l.mu.Unlock()
 		l.sealPending()
 	}
@@ -263,21 +264,61 @@ func (l *Log) dropSegments(n int) {
 	}
 }
 
-// recycleActiveLocked makes room to roll an active segment every record of
-// which is acknowledged, on a file system too full to create the next
-// segment beside it: it frees the old records' blocks (a hole punched in
-// the log; its size and offsets stay, and the segment is deleted once
-// sealed), then rolls. Retained segments are not punched: retention keeps
-// them for replay; nor are held ones (HoldFrom). The caller holds l.mu and is the writer goroutine.
+// recycleActiveLocked makes room on a file system too full for the next
+// segment: it frees the blocks of the active segment's records that every
+// cursor has acknowledged (a hole punched in the log from its first record
+// on; its size and offsets stay). With every record acknowledged it then
+// rolls, and the segment is deleted once sealed; with a prefix, appends go
+// on in it, and its first record kept is seg.keptFrom. Retained segments
+// are not punched: retention keeps them for replay; nor is what HoldFrom
+// holds. The caller holds l.mu and is the writer goroutine.
+//
+// A crash or power cut after the punch must find no unacknowledged record
+// punched and the first record kept: each cursor's file is stored first,
+// fsynced, at or past the punch (Open starts each cursor there, whatever
+// its bitmaps lost), and the log and index are fsynced, so the record
+// after the hole and its entry are durable.
 func (l *Log) recycleActiveLocked() error {
 	t := l.t
+	floor := l.punchableLocked()
 	p, ok := t.log.f.(puncher)
-	if !ok || l.opts.RetainBytes > 0 || l.opts.RetainAge > 0 || l.held(t.seg) {
+	if !ok || floor == 0 {
 		// HoldFrom's holder (spillq's key state) may still read it.
 		return fmt.Errorf("%w: cannot free the consumed active segment in place", ErrDiskFull)
 	}
-	if err := p.PunchHole(fileHeaderSize, t.size-fileHeaderSize); err != nil {
+	whole := floor == t.end
+	off := t.size
+	if !whole {
+		var err error
+		if off, err = readIndexEntry(t.index.f, int64(floor-t.seg.base)); err != nil || off <= fileHeaderSize || off > t.size {
+			return fmt.Errorf("%w: cannot free the acknowledged part of the active segment: index entry %d of %d: %v", ErrDiskFull, floor-t.seg.base, off, err)
+		}
+	}
+	for _, c := range l.cursors {
+		if err := c.store(); err != nil {
+			return fmt.Errorf("%w: store cursor before freeing acknowledged records: %w", ErrDiskFull, err)
+		}
+	}
+	if !l.opts.NoSync {
+		if err := t.log.sync(t.size); err != nil {
+			return fmt.Errorf("%w: fsync before freeing acknowledged records: %w", ErrDiskFull, err)
+		}
+		if err := t.index.sync(t.indexSize); err != nil {
+			return fmt.Errorf("%w: fsync before freeing acknowledged records: %w", ErrDiskFull, err)
+		}
+	}
+	if err := p.PunchHole(fileHeaderSize, off-fileHeaderSize); err != nil {
 		return fmt.Errorf("%w: %w", ErrDiskFull, err)
+	}
+	t.seg.keptFrom.Store(floor)
+	if !whole {
+		l.crashPoint("punched-prefix")
+		l.logger.Warn("diskqueue: file system full; freed the acknowledged part of the active segment's blocks", "segment", t.seg.base, "bytes", off-fileHeaderSize, "kept_from", floor)
+		// Appends go on behind the hole, not in a new segment: a sealed
+		// segment is freed only whole, so the records still unacknowledged
+		// would keep the acknowledged ones after them on disk too.
+		l.freed.Notify()
+		return nil
 	}
 	// Its records are gone now: nothing may be appended behind the hole,
 	// so until the roll succeeds every Put rolls first (or reports the
@@ -285,6 +326,41 @@ func (l *Log) recycleActiveLocked() error {
 	t.punched = true
 	l.logger.Warn("diskqueue: file system full; freed the consumed active segment's blocks to roll it", "segment", t.seg.base, "bytes", t.size)
 	return l.rotateLocked()
+}
+
+// punchableLocked is the seq below which recycleActiveLocked may free the
+// active segment's records: the oldest some cursor has not acknowledged,
+// not past HoldFrom's; 0 if that frees no whole block beyond what is
+// freed already, or if retention keeps acknowledged records. The caller
+// holds l.mu.
+func (l *Log) punchableLocked() uint64 {
+	t := l.t
+	if t == nil || len(l.cursors) == 0 || l.opts.RetainBytes > 0 || l.opts.RetainAge > 0 {
+		return 0
+	}
+	floor := t.end
+	for _, c := range l.cursors {
+		floor = min(floor, c.ackFloor.Load())
+	}
+	if h := l.heldFrom.Load(); h > 0 {
+		floor = min(floor, h-1)
+	}
+	if floor <= max(t.seg.base, t.seg.keptFrom.Load()) {
+		return 0
+	}
+	if floor == t.end {
+		return floor
+	}
+	// Worth a punch only when it frees a block more than the last.
+	off, err := readIndexEntry(t.index.f, int64(floor-t.seg.base))
+	from := int64(fileHeaderSize)
+	if k := t.seg.keptFrom.Load(); k > t.seg.base && err == nil {
+		from, err = readIndexEntry(t.index.f, int64(k-t.seg.base))
+	}
+	if err != nil || off-from < allocUnit {
+		return 0
+	}
+	return floor
 }
 
 // closeForDeletion closes a segment about to be deleted, and removes what

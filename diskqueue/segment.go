@@ -126,6 +126,13 @@ type segment struct {
 	// stays in the list, as its tombstone stays on disk, so the gap it
 	// leaves is not taken for lost data. Readers skip it.
 	gone atomic.Bool
+	// keptFrom, when above base, is the first seq whose record's bytes
+	// are still in the log: those of the records before it, every one
+	// acknowledged by every cursor, were freed in place (a hole punched
+	// from the first record on) to make room on a full file system
+	// (recycleActiveLocked). Reads find them gone, as in a deleted
+	// segment. Found again at Open (punchedPrefix).
+	keptFrom atomic.Uint64
 
 	// shrunk is how many log bytes compactions in this process removed:
 	// the extent keeps the size the first generation's readers go by, and
@@ -421,6 +428,18 @@ func (l *Log) locate(seq uint64) (*segment, *segFiles, int64, uint64, error) {
 		if err != nil {
 			return nil, nil, 0, 0, err
 		}
+		if k := seg.keptFrom.Load(); seq < k {
+			// Freed in place (punch.go): start at the first record kept,
+			// or past the segment; the reader passes the seqs between.
+			off = func(f *segFiles) (int64, error) {
+				if k >= seg.endNow() {
+					return seg.limit(f), nil
+				}
+				offs, err := l.indexEntries(seg, f, k, 1)
+				off, _ := indexOffset(offs[0], f.compacted)
+				return off, err
+			}
+		}
 		o, err := off(f)
 		if err != nil {
 			f.release()
@@ -504,7 +523,7 @@ func (l *Log) firstSeq() uint64 {
 	if len(l.segs) == 0 {
 		return 0
 	}
-	return l.segs[0].base
+	return max(l.segs[0].base, l.segs[0].keptFrom.Load())
 }
 
 // openSealedLazily takes a segment that was sealed before Open from the
@@ -776,6 +795,14 @@ func (l *Log) openSealed(seg *segment) (*segFiles, error) {
 	}
 	seg.indexBytes.Store(max(indexBytes, 0))
 	seg.timeIndexBytes.Store(max(timeBytes, 0))
+	if !compacted {
+		if _, seq, punched, found := l.punchedPrefix(log, seg.base, seg.sizeNow()); punched {
+			seg.keptFrom.Store(seg.endNow())
+			if found {
+				seg.keptFrom.Store(seq)
+			}
+		}
+	}
 	if !rebuild {
 		return newSegFiles(log, index, 0, compacted), nil
 	}

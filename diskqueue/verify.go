@@ -208,7 +208,16 @@ func (l *Log) verifySegment(seg *segment, rep *Report) {
 		}
 		return sc
 	}
-	sc := newScan(fileHeaderSize, seg.base)
+	start, startSeq := int64(fileHeaderSize), seg.base
+	if off, seq, punched, found := l.punchedPrefix(f.log, seg.base, size); punched && !f.compacted {
+		// Acknowledged records freed in place (punch.go): none of their
+		// bytes are left to check.
+		start, startSeq = size, end
+		if found {
+			start, startSeq = off, seq
+		}
+	}
+	sc := newScan(start, startSeq)
 	for {
 		for next := sc.seq; sc.Next(); next = sc.seq {
 			off, h, _ := sc.Record()
