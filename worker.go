@@ -242,8 +242,6 @@ func (w *Worker) answer(work context.Context, m *channel.Message, result error) 
 	var (
 		out outcome
 		err error
-		sn  *snoozeError
-		pe  *permanentError
 	)
 	switch {
 	case result == nil:
@@ -251,19 +249,30 @@ func (w *Worker) answer(work context.Context, m *channel.Message, result error) 
 	case work.Err() != nil:
 		// Cut short by the shutdown: not the job's failure.
 		out, err = outReleased, m.Release(0)
-	case errors.As(result, &sn):
-		out, err = outSnoozed, m.Release(sn.d)
-	case errors.As(result, &pe):
-		out, err = outFailed, m.Fail(pe.err)
-	case m.LastAttempt():
-		out, err = outDeadLettered, m.Retry(0, result)
 	default:
-		out, err = outRetried, m.Retry(w.opts.Backoff(m.Attempts, result), result)
+		out, err = w.failed(m, result)
 	}
 	w.counts[out].Add(1)
 	if err != nil {
 		w.answerErrs.Add(1)
 		w.log.Warn("spillq: worker cannot answer a message; its source delivers it again", "id", m.ID.String(), "answer", out.String(), "err", err)
+	}
+}
+
+// failed answers a message whose handler returned result. (Apart from
+// answer, so the targets errors.As needs are allocated only here.)
+func (w *Worker) failed(m *channel.Message, result error) (outcome, error) {
+	var sn *snoozeError
+	var pe *permanentError
+	switch {
+	case errors.As(result, &sn):
+		return outSnoozed, m.Release(sn.d)
+	case errors.As(result, &pe):
+		return outFailed, m.Fail(pe.err)
+	case m.LastAttempt():
+		return outDeadLettered, m.Retry(0, result)
+	default:
+		return outRetried, m.Retry(w.opts.Backoff(m.Attempts, result), result)
 	}
 }
 
