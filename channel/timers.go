@@ -5,6 +5,7 @@ import (
 	"container/heap"
 	"context"
 	"errors"
+	"maps"
 	"math"
 	"slices"
 	"sync"
@@ -265,6 +266,12 @@ func (c *Channel) refillTimers() {
 	for {
 		c.mu.Lock()
 		gen := t.gen
+		// Released records are not to be taken again (merge leaves them
+		// out): kept among the earliest here, they took the places of
+		// others, and with max or more released and not finished each
+		// refill kept only those, found nothing new, and started the next
+		// at once, reading the store again and again.
+		out := maps.Clone(t.out)
 		c.mu.Unlock()
 		kept := latestHeap{make(timerHeap, 0, min(t.max, 1024))}
 		excludedMin := int64(math.MaxInt64)
@@ -279,6 +286,9 @@ func (c *Channel) refillTimers() {
 				return false
 			}
 			scanned++
+			if _, ok := out[seq]; ok {
+				return true
+			}
 			e := timerEntry{due: envelopeDue(body), seq: seq}
 			switch {
 			case len(kept.timerHeap) < t.max:
