@@ -114,7 +114,10 @@ type Channel struct {
 	// nothing added to them after is stored.
 	collected bool
 	// timers is the view of Options.Timers; nil without one.
-	timers       *timerSet
+	timers *timerSet
+	// held keeps a topic's channel's receivers to what its timer store
+	// held at New until that is ready (see heldGate).
+	held         heldGate
 	unpausedCh   chan struct{} // closed by Unpause
 	pausedCh     chan struct{} // closed by Pause, for the Messages forwarder
 	messagesOnce sync.Once
@@ -286,6 +289,9 @@ func newChannel(opts Options, src Source, fan *Fanout) (*Channel, error) {
 			// instead: the backlog is not.
 			c.timers = newTimerSet(o.Timers, o.MaxDeferredInMemory)
 			c.timers.horizon = math.MinInt64 // all of them are on the store only
+			if fan != nil {
+				c.initHeld()
+			}
 			c.mu.Lock()
 			c.startRefillLocked()
 			c.mu.Unlock()
@@ -312,10 +318,12 @@ func newChannel(opts Options, src Source, fan *Fanout) (*Channel, error) {
 //
 // Requeued and timed-out messages are delivered first, then the memory
 // buffer, then the backend, which holds only messages newer than any in
-// memory. With a ctx that is already done, Receive takes nothing and
-// returns ctx.Err(), so a worker loop stops taking work as soon as its
-// ctx ends, backlog or not; [Channel.TryReceive] takes a message without
-// waiting.
+// memory. On a topic's channel, what it held at its last Close comes
+// before all of them: until its timer store has been read for those,
+// Receive takes nothing else (see [Fanout.Join]). With a ctx that is
+// already done, Receive takes nothing and returns ctx.Err(), so a worker
+// loop stops taking work as soon as its ctx ends, backlog or not;
+// [Channel.TryReceive] takes a message without waiting.
 func (c *Channel) Receive(ctx context.Context) (*Message, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -463,17 +471,26 @@ func (c *Channel) take(ctx context.Context) (*Message, error) {
 		if m := c.popReady(); m != nil {
 			return m, nil
 		}
+		// Until a topic's channel has what it held at its last Close on
+		// the ready list, nothing else (heldGate): nil chans below.
+		held := c.heldWait()
+		mem, bell := c.memCh, c.ahead.bell
+		if held != nil {
+			mem, bell = nil, nil
+		}
 		// Memory before disk (disk holds only newer messages), each looked
 		// at without waiting: a done ctx still gets a message the pump has
 		// ready, and a backlog costs no lock.
 		select {
-		case m := <-c.memCh:
+		case m := <-mem:
 			return m, nil
 		default:
 		}
-		if m, _ := c.ahead.pop(); m != nil {
-			c.takenAhead(m)
-			return m, nil
+		if held == nil {
+			if m, _ := c.ahead.pop(); m != nil {
+				c.takenAhead(m)
+				return m, nil
+			}
 		}
 		wait := c.readyBell.Wait()
 		// Look again now that we are registered for the next ready
@@ -492,9 +509,10 @@ func (c *Channel) take(ctx context.Context) (*Message, error) {
 		case <-paused:
 			return nil, errPaused
 		case <-wait:
-		case m := <-c.memCh:
+		case <-held: // open now: look everywhere
+		case m := <-mem:
 			return m, nil
-		case <-c.ahead.bell:
+		case <-bell:
 			// The token is this receiver's to pass on: a message it
 			// leaves behind must wake the next one waiting.
 			m, more := c.ahead.pop()
@@ -800,6 +818,7 @@ func (c *Channel) Empty() error {
 	}
 	if c.timers != nil {
 		c.timers.empty()
+		c.openHeldLocked() // what it held is discarded
 		// Moves waiting to be settled: their old records go with the
 		// backend's, and their new ones with the timer store's.
 		c.takeMoves()

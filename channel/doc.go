@@ -17,7 +17,8 @@
 // not promise this). The exceptions: requeued and timed-out messages are
 // delivered ahead of the rest; deferred messages wait for their due time;
 // and after a graceful restart, messages that were in memory at Close come
-// after those already in the backend.
+// after those already in the backend, but on a topic's channel (see
+// [Fanout.Join]), where they come first.
 //
 // # Delivery
 //

@@ -183,8 +183,13 @@ func (f *Fanout) CheckOptions(opts Options) error {
 // on. opts is as for [New], with no Backend and with Timers required: a
 // topic's channel keeps what it holds at Close (in flight, requeued,
 // deferred, in its memory buffer) in its timer store, never in the shared
-// log. Close the channel to leave the topic; its Put returns
-// [ErrTopicChannel].
+// log, all due at Close but the deferred ones, and a channel joined over
+// that store delivers those first: until it has read the store for them
+// (in the background, from Join on) and put them on its ready list, its
+// receivers take nothing from its memory buffer or src. (If that read
+// fails, they go on without waiting, and the held messages come when a
+// later read finds them.) Close the channel to leave the topic; its Put
+// returns [ErrTopicChannel].
 func (f *Fanout) Join(src Source, opts Options) (*Channel, error) {
 	switch {
 	case src == nil:

@@ -5,6 +5,7 @@ import (
 	"container/heap"
 	"context"
 	"errors"
+	"maps"
 	"math"
 	"slices"
 	"sync"
@@ -265,6 +266,12 @@ func (c *Channel) refillTimers() {
 	for {
 		c.mu.Lock()
 		gen := t.gen
+		// Released records are not to be taken again (merge leaves them
+		// out): kept among the earliest here, they took the places of
+		// others, and with max or more released and not finished each
+		// refill kept only those, found nothing new, and started the next
+		// at once, reading the store again and again.
+		out := maps.Clone(t.out)
 		c.mu.Unlock()
 		kept := latestHeap{make(timerHeap, 0, min(t.max, 1024))}
 		excludedMin := int64(math.MaxInt64)
@@ -279,6 +286,9 @@ func (c *Channel) refillTimers() {
 				return false
 			}
 			scanned++
+			if _, ok := out[seq]; ok {
+				return true
+			}
 			e := timerEntry{due: envelopeDue(body), seq: seq}
 			switch {
 			case len(kept.timerHeap) < t.max:
@@ -297,6 +307,15 @@ func (c *Channel) refillTimers() {
 		}
 		if failed != nil {
 			c.log.Warn("channel: reading the deferred messages in the timer store; trying again in a second", "err", failed)
+			// Delivery before order: what a topic's channel held at its
+			// last Close comes when a later read finds it.
+			c.mu.Lock()
+			gated := c.held.waiting.Load()
+			c.openHeldLocked()
+			c.mu.Unlock()
+			if gated {
+				c.log.Warn("channel: delivering from the log and the memory buffer without waiting for the messages held at the last Close")
+			}
 			select {
 			case <-time.After(time.Second):
 				continue
@@ -309,6 +328,7 @@ func (c *Channel) refillTimers() {
 		t.merge(gen, kept.timerHeap, excludedMin)
 		t.refills++
 		t.scanned += scanned
+		c.releaseHeldLocked() // if nothing was held, or all is released already
 		c.mu.Unlock()
 		t.putMu.Unlock()
 		c.wakeClock()
@@ -569,6 +589,9 @@ func (c *Channel) releaseTimers(now int64) bool {
 	for _, m := range msgs {
 		c.addReadyLocked(m)
 	}
+	// After them, so a receiver let through finds them first; one whose
+	// read failed is retried later, behind what comes meanwhile.
+	c.releaseHeldLocked()
 	return len(msgs) > 0
 }
 
