@@ -30,7 +30,7 @@ import (
 // stops and the handler has not finished within ShutdownTimeout; the
 // handler should return then. It must not answer m itself (Finish,
 // Requeue...): the worker does, by the result.
-type Handler func(ctx context.Context, m *channel.Message) error
+type Handler func(ctx context.Context, m *Message) error
 
 // WorkerOptions configures [NewWorker]. The zero value is valid; each
 // field says what zero means.

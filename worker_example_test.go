@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/spillq/spillq"
-	"github.com/spillq/spillq/channel"
 )
 
 // A service's work queue: jobs go in as JSON, a worker pool runs them with
@@ -30,7 +29,7 @@ func ExampleNewWorker() {
 	ended := make(chan string, 3) // what became of each job
 	q, err := spillq.Open(dir, spillq.Options{
 		MaxAttempts: 5,
-		DeadLetter: func(m *channel.Message, reason error) error {
+		DeadLetter: func(m *spillq.Message, reason error) error {
 			ended <- fmt.Sprintf("dead letter %s: %v", m.Body, reason)
 			return nil
 		},
@@ -41,7 +40,7 @@ func ExampleNewWorker() {
 	defer q.Close()
 
 	type email struct{ To string }
-	send := func(ctx context.Context, m *channel.Message) error {
+	send := func(ctx context.Context, m *spillq.Message) error {
 		var e email
 		if err := json.Unmarshal(m.Body, &e); err != nil {
 			return spillq.Permanent(err) // no retry mends a bad body
@@ -95,7 +94,7 @@ func ExampleWorker_Run_signals() {
 		log.Fatal(err)
 	}
 	defer q.Close()
-	w, err := spillq.NewWorker(q, func(ctx context.Context, m *channel.Message) error {
+	w, err := spillq.NewWorker(q, func(ctx context.Context, m *spillq.Message) error {
 		return nil // the job
 	}, spillq.WorkerOptions{ShutdownTimeout: 20 * time.Second})
 	if err != nil {
