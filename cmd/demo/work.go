@@ -161,12 +161,8 @@ func (c consumer) run(ctx context.Context) error {
 	// than -work says.
 	var owed time.Duration
 	for {
-		// Receive hands out a message it has ready even with ctx done, so
-		// without this check a stopped consumer would drain the backlog
-		// that a graceful stop is to leave on disk.
-		if ctx.Err() != nil {
-			return nil
-		}
+		// Receive with ctx done takes nothing, so a stopped consumer
+		// leaves the backlog on disk for a graceful stop.
 		m, err := c.ch.Receive(ctx)
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, channel.ErrClosed) {
