@@ -211,6 +211,7 @@ func (m *Message) Release() error {
 	c.cons.releases.Add(1)
 	again := m.redelivery()
 	again.unspend()
+	c.journalUnspent(again)
 	c.requeueLanded(f, again, 0)
 	return nil
 }
@@ -287,7 +288,7 @@ func (m *Message) Touch() error {
 func (m *Message) redelivery() *Message {
 	return &Message{
 		ID: m.ID, Body: m.Body, Key: m.Key, Timestamp: m.Timestamp, Attempts: m.Attempts,
-		ch: m.ch, expires: m.expires, seq: m.seq, src: m.src, gen: m.gen,
+		ch: m.ch, expires: m.expires, seq: m.seq, src: m.src, gen: m.gen, jrec: m.jrec,
 	}
 }
 
