@@ -216,8 +216,16 @@ func Open(dir string, opts Options) (*Queue, error) {
 	}
 	chOpts.Backend, chOpts.KeyState = backend, keyState
 	chOpts.Timers = newDiskTimers(tq, dopts.SyncEvery == 1)
+	jq, err := openDeliveries(dir, topts, opts.MaxAttempts)
+	if err != nil {
+		tq.Close()
+		dq.Close()
+		return nil, err
+	}
+	chOpts.Deliveries = deliveries(jq)
 	ch, err := channel.New(chOpts)
 	if err != nil {
+		closeQueue(jq)
 		tq.Close()
 		dq.Close()
 		return nil, fmt.Errorf("spillq: %w", err)
