@@ -90,7 +90,6 @@ func (s *memTimers) snapshot() *memTimers {
 	return &memTimers{records: slices.Clone(s.records), acked: maps.Clone(s.acked)}
 }
 
-
 // TestJournalCrashLoop: a message whose every delivery crashes the process
 // comes back with one attempt more each time, and after MaxAttempts of
 // them is dead-lettered; the message after it is delivered. From the
