@@ -74,6 +74,10 @@ type Options struct {
 	// and so does one whose attempts are used up when its turn comes
 	// again (its record says so). A delivery cut short by
 	// [Message.Release] or by Close is not counted. Zero means unlimited.
+	// A crash keeps the count with Deliveries set (a message that killed
+	// the process MaxAttempts times is dead-lettered); without, the
+	// attempts a crash keeps are those the message's record carries, so
+	// it restarts the count from there.
 	MaxAttempts uint16
 
 	// DeadLetter receives messages that ran out of attempts (reason wraps
