@@ -48,7 +48,13 @@ type Options struct {
 	MsgTimeout time.Duration
 
 	// MaxAttempts bounds deliveries per message; past it the message goes
-	// to DeadLetter. Zero means unlimited.
+	// to DeadLetter. Zero means unlimited. With MaxAttempts, each delivery
+	// is counted in a delivery journal in dir's [DeliveriesDir] before the
+	// message goes out, so the count survives a crash: a message whose
+	// handler kills the process is dead-lettered after MaxAttempts of
+	// them (see channel.Options.Deliveries; a power cut may lose the
+	// counts of the last SyncInterval). Without, a crash restarts the
+	// count from the one the message's record carries.
 	MaxAttempts uint16
 
 	// DeadLetter receives messages out of attempts, failed
@@ -216,8 +222,16 @@ func Open(dir string, opts Options) (*Queue, error) {
 	}
 	chOpts.Backend, chOpts.KeyState = backend, keyState
 	chOpts.Timers = newDiskTimers(tq, dopts.SyncEvery == 1)
+	jq, err := openDeliveries(dir, topts, opts.MaxAttempts)
+	if err != nil {
+		tq.Close()
+		dq.Close()
+		return nil, err
+	}
+	chOpts.Deliveries = deliveries(jq)
 	ch, err := channel.New(chOpts)
 	if err != nil {
+		closeQueue(jq)
 		tq.Close()
 		dq.Close()
 		return nil, fmt.Errorf("spillq: %w", err)

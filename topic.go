@@ -360,8 +360,17 @@ func (t *Topic) Channel(name string, opts ChannelOptions) (*channel.Channel, err
 	var ch *channel.Channel
 	src.closed = func() { t.closedChannel(name, ch) }
 	chOpts.Timers = newDiskTimers(tq, t.syncEach)
+	// Beside the timer store, inside its directory: it goes with it.
+	jq, err := openDeliveries(filepath.Join(t.dir, ChannelsDir, name), t.topts, opts.MaxAttempts)
+	if err != nil {
+		tq.Close()
+		undo()
+		return nil, fmt.Errorf("spillq: channel %q: %w", name, err)
+	}
+	chOpts.Deliveries = deliveries(jq)
 	ch, err = t.fan.Join(src, chOpts)
 	if err != nil {
+		closeQueue(jq)
 		tq.Close()
 		undo()
 		return nil, fmt.Errorf("spillq: channel %q: %w", name, err)

@@ -167,6 +167,7 @@ func (c *Channel) requeue(m *Message, delay time.Duration, cause error, spend bo
 	again := m.redelivery()
 	if !spend {
 		again.unspend()
+		c.journalUnspent(again)
 	}
 	if toTimers {
 		f.mu.Unlock()
@@ -291,7 +292,7 @@ func (m *Message) Touch() error {
 func (m *Message) redelivery() *Message {
 	return &Message{
 		ID: m.ID, Body: m.Body, Key: m.Key, Timestamp: m.Timestamp, Attempts: m.Attempts,
-		ch: m.ch, expires: m.expires, seq: m.seq, src: m.src, gen: m.gen,
+		ch: m.ch, expires: m.expires, seq: m.seq, src: m.src, gen: m.gen, jrec: m.jrec,
 	}
 }
 

@@ -143,6 +143,12 @@ type Channel struct {
 	cons    consumerCounters
 	latency histogram.Histogram
 	moves   moveQueue
+
+	// jrn is the view of Options.Deliveries; nil without one. jBacklog
+	// is the pump's: the entries New read for records of the Source,
+	// by seq (journalBacklog).
+	jrn      *journal
+	jBacklog []journalEntry
 }
 
 // producerCounters is what every Put writes (putMu, nextID). The pads
@@ -237,6 +243,9 @@ func newChannel(opts Options, src Source, fan *Fanout) (*Channel, error) {
 	if o.Timers != nil && src == nil {
 		return nil, fmt.Errorf("%w: Timers needs a Backend", ErrInvalidOptions)
 	}
+	if o.Deliveries != nil && src == nil {
+		return nil, fmt.Errorf("%w: Deliveries needs a Backend", ErrInvalidOptions)
+	}
 	c := &Channel{
 		opts:      o,
 		backend:   o.Backend,
@@ -278,6 +287,10 @@ func newChannel(opts Options, src Source, fan *Fanout) (*Channel, error) {
 		// could have taken, never the other way round.
 		next := fan.log.NextSeq()
 		c.readThrough.Store(next - min(uint64(max(src.Depth(), 0)), next))
+	}
+	if o.Deliveries != nil {
+		// Before the pump and the clock, which look entries up.
+		c.openJournal(o.Deliveries, o.MaxAttempts > 0)
 	}
 	if c.src != nil {
 		c.ahead.init()
@@ -606,6 +619,10 @@ func (c *Channel) deliver(m *Message) (*Message, bool) {
 			return nil, false // parked behind its key's message (KeySerial)
 		}
 	}
+	if c.jrn != nil {
+		// Before it is in flight, where its answers look at m.jrec.
+		c.journalDeliver(m)
+	}
 	f := c.flightFor(m)
 	f.mu.Lock()
 	m.Attempts++
@@ -847,6 +864,11 @@ func (c *Channel) Empty() error {
 	if c.timers != nil {
 		if err := c.timers.store.Empty(); err != nil {
 			return fmt.Errorf("channel: empty timer store: %w", err)
+		}
+	}
+	if c.jrn != nil {
+		if err := c.journalEmpty(); err != nil {
+			return fmt.Errorf("channel: empty delivery journal: %w", err)
 		}
 	}
 	return nil
@@ -1187,7 +1209,7 @@ func (c *Channel) Close() error {
 	}
 	defer unlockPut()
 
-	var held []*Message
+	var held, unspent []*Message
 	// Without waiting: a receiver may still take from the buffer (take
 	// looks at it before it looks at closeCh), and one that takes the
 	// last message between a length check and a receive here would leave
@@ -1214,6 +1236,7 @@ drain:
 		again := m.redelivery()
 		again.unspend()
 		held = append(held, again)
+		unspent = append(unspent, again)
 	}
 	if c.keys != nil {
 		held = append(held, c.keys.parked()...)
@@ -1223,6 +1246,11 @@ drain:
 	c.readyN.Store(0)
 	c.mu.Unlock()
 	c.unlockFlights()
+	for _, m := range unspent {
+		// One not stored again below (or kept in place) is delivered
+		// after a restart with the attempts its journal record says.
+		c.journalUnspent(m)
+	}
 
 	if c.src == nil {
 		if len(held) > 0 {
@@ -1367,6 +1395,11 @@ drain:
 	if c.timers != nil {
 		if err := c.timers.store.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("channel: close timer store: %w", err))
+		}
+	}
+	if c.jrn != nil {
+		if err := c.jrn.store.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("channel: close delivery journal: %w", err))
 		}
 	}
 	if err := c.src.Close(); err != nil {

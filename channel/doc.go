@@ -34,7 +34,11 @@
 // Options.DeadLetter. A record read from the backend is acknowledged there
 // only when its message is finished (or taken by the dead-letter handler),
 // so a crash delivers it again. Close gives back what is in flight as
-// Release does.
+// Release does. A crash keeps the count only with a delivery journal
+// (Options.Deliveries; spillq.Open makes one with MaxAttempts): each
+// delivery of a message that has a record is written there before the
+// message goes out, so a message whose handler kills the process is
+// dead-lettered after MaxAttempts crashes, not delivered for ever.
 //
 // # Deferral
 //

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+	"unsafe"
 )
 
 // ID identifies a message for its whole life, across requeues, spills and
@@ -33,9 +34,10 @@ type Message struct {
 	// Owned by the channel; guarded by its in-flight shard's lock while in
 	// flight (see flightList), by ch.mu while ready or deferred, and by the
 	// goroutine holding it otherwise. The small fields fill the padding
-	// after Attempts, so a Message is 160 bytes, not 168 (176 allocated
-	// alone): every message put to memory or read back from the backend
-	// is allocated, and the collector runs in proportion.
+	// after Attempts, and acker is one word, not an interface's two, so a
+	// Message is 160 bytes with jrec, not 168 (176 allocated alone):
+	// every message put to memory or read back from the backend is
+	// allocated, and the collector runs in proportion.
 	src   msgSource // where seq is a record to acknowledge when done
 	state msgState
 	gen   uint32 // Channel.gen when the message was put or read; Empty makes it stale
@@ -51,8 +53,20 @@ type Message struct {
 	seq      uint64
 	prev     *Message // in-flight list, ordered by deadline
 	next     *Message
-	acker    Acker // set for messages delivered by another source (NewMessage)
+	acker    *foreignAcker // set for messages delivered by another source (NewMessage)
+	// jrec is 1 + the seq of the message's record in the delivery journal
+	// (Options.Deliveries), 0 for none: the one that counts its
+	// deliveries, acknowledged when a newer one is written or the
+	// message's record is (see journal.go).
+	jrec uint64
 }
+
+// The size the comment above counts on, checked at compile time.
+var _ = [1]struct{}{}[unsafe.Sizeof(Message{})-160]
+
+// foreignAcker boxes the Acker of a message from another source, so that
+// a Message holds one word for it (see Message).
+type foreignAcker struct{ Acker }
 
 // Due is the time before which a stored message is not to be delivered:
 // the due time it was put or requeued with (a Delay), or stored with (what
@@ -305,5 +319,5 @@ type Acker interface {
 // nsqd consumer, whose Finish, Requeue and Touch call a. Workers handle it
 // exactly like a message from a Channel.
 func NewMessage(id ID, body []byte, ts time.Time, attempts uint16, a Acker) *Message {
-	return &Message{ID: id, Body: body, Timestamp: ts, Attempts: attempts, acker: a, ch: detached, state: stateDone}
+	return &Message{ID: id, Body: body, Timestamp: ts, Attempts: attempts, acker: &foreignAcker{a}, ch: detached, state: stateDone}
 }

@@ -33,6 +33,29 @@ type Options struct {
 	// finds those in the backend only when it reads them back.
 	Timers TimerStore
 
+	// Deliveries is the delivery journal: where, with MaxAttempts set,
+	// the channel records each delivery of a message that has a record
+	// (in the Backend or in Timers) before it hands the message out, so
+	// that a crash keeps its attempts: after a restart the message comes
+	// with at least as many as it was handed out, and one that killed the
+	// process MaxAttempts times is dead-lettered rather than delivered
+	// again. It is a [TimerStore] only for the interface: its records are
+	// 12 bytes each, one per delivery, acknowledged when the message's
+	// next delivery is recorded or its record is (FORMAT.md, "Delivery
+	// journal"). It needs a Backend. [New] takes ownership: Close closes
+	// it. With MaxAttempts zero nothing is written, and what a former run
+	// left is read and acknowledged as its messages come.
+	//
+	// At New the channel reads what is left in it, keeping, for each
+	// record, the most attempts counted. Entries for records the Backend
+	// (or Timers) reports acknowledged ([AckReporter]) are dropped then;
+	// without that report, those of the Backend go as the channel's reads
+	// pass their records (a Backend reads in seq order), those of Timers
+	// as their messages come. Nil: the attempts a crash keeps are those a
+	// message's record carries (written by Close, or by a deferral), so a
+	// crash restarts the count from there.
+	Deliveries TimerStore
+
 	// MaxDeferredInMemory bounds how many deferred messages in the Timers
 	// store the channel keeps track of in memory: the earliest due, about
 	// 16 bytes each (due time and seq; the body stays on the store). The
@@ -51,6 +74,10 @@ type Options struct {
 	// and so does one whose attempts are used up when its turn comes
 	// again (its record says so). A delivery cut short by
 	// [Message.Release] or by Close is not counted. Zero means unlimited.
+	// A crash keeps the count with Deliveries set (a message that killed
+	// the process MaxAttempts times is dead-lettered); without, the
+	// attempts a crash keeps are those the message's record carries, so
+	// it restarts the count from there.
 	MaxAttempts uint16
 
 	// DeadLetter receives messages that ran out of attempts (reason wraps

@@ -147,6 +147,9 @@ func (c *Channel) dispatch(seq uint64, body []byte, gen uint32, slot *Message) *
 	}
 	m := slot
 	m.ch, m.seq, m.src, m.gen = c, seq, srcBackend, gen
+	if len(c.jBacklog) > 0 {
+		c.journalBacklog(m)
+	}
 	if m.due != 0 && m.due > time.Now().UnixNano() {
 		// A copy of its own: a deferred message may wait long, and should
 		// not keep a block of others with it.

@@ -528,8 +528,17 @@ func (c *Channel) ackRecord(m *Message, why string) error {
 	return err
 }
 
-// ack acknowledges the record m came from, if any.
+// ack acknowledges the record m came from, if any, and then its delivery
+// journal record: that one counts nothing once the record is gone.
 func (c *Channel) ack(m *Message) error {
+	if err := c.ackSource(m); err != nil || m.jrec == 0 {
+		return err
+	}
+	c.journalAck(m.jrec - 1)
+	return nil
+}
+
+func (c *Channel) ackSource(m *Message) error {
 	switch m.src {
 	case srcBackend:
 		return c.src.Ack(m.seq)
@@ -567,6 +576,9 @@ func (c *Channel) releaseTimers(now int64) bool {
 		switch {
 		case err == nil:
 			m.ch, m.src, m.seq, m.gen, m.due = c, srcTimers, e.seq, gen, 0
+			if c.jrn != nil && c.jrn.ntimers.Load() > 0 {
+				c.journalTimer(m)
+			}
 			msgs = append(msgs, m)
 		case errors.Is(err, ErrBadEnvelope):
 			c.cons.badRecords.Add(1)

@@ -121,8 +121,9 @@ type segAcks struct {
 	// stores, only for a seq at or past it, so that acknowledging keeps
 	// off the producer's cache line.
 	known uint64
-	// listed says the state is in the cursor's open list.
-	listed bool
+	// listed says the state is in the cursor's open list; passed, that
+	// it is in Cursor.passed (under readMu).
+	listed, passed bool
 }
 
 // holds reports whether seq, at or above seg's base, is one of seg's
@@ -783,7 +784,14 @@ func (c *Cursor) retire(sa *segAcks) {
 		return
 	}
 	if sa.seg.writing.Load() {
-		c.passed = append(c.passed, sa) // for retirePassed, once sealed
+		// For retirePassed, once sealed; once: a consumer that keeps up
+		// brings the floor to the end of the segment being written at
+		// every Ack, and the list grew by one each time (and took
+		// every writer round longer), until the segment was sealed.
+		if !sa.passed {
+			sa.passed = true
+			c.passed = append(c.passed, sa)
+		}
 		return
 	}
 	c.shelve(sa)
@@ -815,6 +823,7 @@ func (c *Cursor) retirePassed() {
 	passed := c.passed
 	c.passed = nil
 	for _, sa := range passed {
+		sa.passed = false
 		c.retire(sa) // those still being sealed go back on the list
 	}
 	c.closeFarBitmapsLocked()
