@@ -163,7 +163,7 @@ const (
 // acknowledged, so it stays in the queue.
 func (c *compatQueue) read(ctx context.Context) {
 	defer close(c.readerDone)
-	n := 1 // a batch's length: after one of large records, fewer
+	n := 1 // the next batch's length (batchLen); the first is one record, the size unknown
 	for {
 		var batch []diskqueue.Record
 		select {
