@@ -4,3 +4,6 @@ package diskqueue
 
 //go:noescape
 func prefetchWrite(p *byte)
+
+//go:noescape
+func prefetchRead(p *byte)

@@ -3,3 +3,5 @@
 package diskqueue
 
 func prefetchWrite(*byte) {}
+
+func prefetchRead(*byte) {}

@@ -19,6 +19,14 @@ const readChunk = 256 << 10
 // then keeps about that much of the log resident, not the whole segment.
 const dropStep = 1 << 20
 
+// readPrefetch is how far past a record nextMapped has the CPU fetch the
+// next records' bytes (prefetchRead): a drain reads log pages no cache
+// holds, and the checksum, the first to touch a record, stalled on each
+// of its lines. Fetched some records ahead, a drain of 100-byte records
+// took 10-15% less CPU (350-390 ns against 410-430 per Read and Ack, on a
+// loaded machine, alternated in one process).
+const readPrefetch = 1024
+
 // errNoData means the reader has caught up with the writer.
 var errNoData = errors.New("diskqueue: no data")
 
@@ -342,6 +350,9 @@ func (r *reader) nextMapped() (seq uint64, ts int64, body []byte, ok bool) {
 		body = r.slab.copy(stored)
 	}
 	end := off + int64(n)
+	if a := end + readPrefetch; a < min(int64(len(m)), r.known) {
+		prefetchRead(&m[a])
+	}
 	r.win.touched = max(r.win.touched, end)
 	r.off, r.seq = end, h.seq+1
 	r.win.dropBehind(end)

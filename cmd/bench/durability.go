@@ -15,6 +15,8 @@ const (
 	godqDefault     = "kernel (write(2)); fsync every 2,500 records or 2 s, reads counted too; a record read is consumed"
 	bigqueueNoFlush = "kernel (mapped arena); never fsynced (periodic flush off); Dequeue consumes the record"
 	memoryOnly      = "memory: a crash of the process loses it"
+	// godq.NewCompat, the go-diskqueue drop-in, with nsqd's settings.
+	compatDefault = "kernel (a copy into a mapped segment); fsync every 2,500 records or 2 s; a record taken from ReadChan is consumed, recorded in the kernel before the next is handed out"
 )
 
 // durabilityRules map a benchmark (its name up to the first '/', then its
@@ -24,6 +26,8 @@ var durabilityRules = []struct {
 	bench, impl, regime, promise string
 }{
 	{"BenchmarkDrainRSS", "", "", ""}, // a resident set, not a speed
+	{"BenchmarkCompatRatio", "", "", "godq: " + compatDefault + ". go-diskqueue: " + godqDefault},
+	{"BenchmarkCompat", "godq", "", compatDefault},
 	{"BenchmarkSyncEveryRecord", "spillq", "", "disk: fsync per record, group commit; Put returns after it"},
 	{"BenchmarkSyncEveryRecord", "godiskqueue", "", "kernel: fsync per record, after its Put has returned"},
 	{"BenchmarkSyncEveryRecord", "rawfsync", "", "disk: write(2) and fsync per record"},

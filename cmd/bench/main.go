@@ -6,7 +6,7 @@
 // dependencies stay out of spillq's go.mod; run it from the repository
 // root with -C:
 //
-//	go run -C cmd/bench .                     # the full matrix, 6 runs each: about 15 minutes
+//	go run -C cmd/bench .                     # the full matrix, 6 runs each: about 20 minutes
 //	go run -C cmd/bench . -count 3 -quick     # a smaller, faster pass
 //	go run -C cmd/bench . -from ../../b.txt   # redraw from runs already made
 //
@@ -43,6 +43,9 @@ var suites = []struct {
 	{"", "./diskqueue", "^BenchmarkOpen$", []string{"-benchtime", "100x"}},
 	{"", "./diskqueue", "Cursors", nil},
 	{"", "./diskqueue", "DrainRSS", []string{"-benchtime", "1x"}}, // peak RSS, in a child process
+	// The go-diskqueue drop-in against go-diskqueue: each run is one
+	// round of both sides in turn, so the medians are of rounds.
+	{"", "./diskqueue/godq", "CompatRatio", []string{"-benchtime", "1x"}},
 	{"", ".", "MemoryPath|SpillPath|SpillDrain", nil},
 	{"", ".", "TopicPut", []string{"-benchtime", "200000x"}},
 	{"", ".", "SpilledRSS", []string{"-benchtime", "1x"}},

@@ -21,6 +21,7 @@ BenchmarkLookup/records=1000000/impl=index-2       	  761502	      1556 ns/op	  
 BenchmarkLookup/records=10000/impl=kafka-2         	  443226	      2754 ns/op	    4095 B/op	       1 allocs/op
 BenchmarkLookup/records=1000000/impl=kafka-2       	  305998	      3549 ns/op	    4096 B/op	       1 allocs/op
 BenchmarkDrainRSS/records=100000/impl=spillq-2         	       1	  42671162 ns/op	         8.809 peak-RSS-MiB
+BenchmarkCompatRatio/op=drain/size=100-2         	       1	14823883988 ns/op	      3083 godiskqueue-ns/rec	       1009 godq-ns/rec	         1.996 x-cpu	         3.054 x-wall
 PASS
 `
 
@@ -42,6 +43,7 @@ func TestReportFromRuns(t *testing.T) {
 		"| Put/size=100/impl=godiskqueue | 2.00 µs ± 0% | 50.0 MB/s ± 0% | 1 | " + godqDefault + " |",
 		"| Lookup/records=1000000/impl=index | 1.56 µs ± 0% |  | 1 | — |",
 		"8.81 peak-RSS-MiB",
+		"| CompatRatio/op=drain/size=100 | 14.82 s ± 0% |  godq 1.01 µs/record ± 0% godiskqueue 3.08 µs/record ± 0% **3.05x** wall ± 0% **2.00x** cpu ± 0% | 1 | godq: " + compatDefault + ". go-diskqueue: " + godqDefault + " |",
 	} {
 		if !strings.Contains(string(table), want) {
 			t.Fatalf("results.md lacks %q:\n%s", want, table)
@@ -65,6 +67,9 @@ func TestDurabilityOfEveryTimedSide(t *testing.T) {
 		"BenchmarkChannelPut/regime=memory/impl=spillq":          memoryOnly + " (MemQueueSize 4096, never full)",
 		"BenchmarkChannelPut/regime=spill/impl=spillq":           "kernel; fsync every 2,500 records or 2 s (the message's envelope in the log; Puts alone, no Ack)",
 		"BenchmarkDrain/size=100/impl=godiskqueue":               godqDefault,
+		"BenchmarkCompatRatio/op=drain/size=100":                 "godq: " + compatDefault + ". go-diskqueue: " + godqDefault,
+		"BenchmarkCompat/op=drain/size=100/impl=godq":            compatDefault,
+		"BenchmarkCompat/op=drain/size=100/impl=godiskqueue":     godqDefault,
 		"BenchmarkSyncEveryRecord/producers=16/impl=spillq":      "disk: fsync per record, group commit; Put returns after it",
 		"BenchmarkSyncEveryRecord/producers=16/impl=godiskqueue": "kernel: fsync per record, after its Put has returned",
 		"BenchmarkMemoryPath/work=0/consumers=1/impl=barechan":   memoryOnly,

@@ -84,7 +84,7 @@ func parse(r io.Reader) ([]result, error) {
 }
 
 // writeTable writes every benchmark's median time (and throughput, where it
-// has one) with its spread.
+// has one, or a ratio benchmark's sides and speed-up) with its spread.
 func writeTable(path string, results []result, machine string) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# spillq benchmark results\n\nMachine: %s.\n\n", machine)
@@ -105,6 +105,17 @@ func writeTable(path string, results []result, machine string) error {
 				thr += fmt.Sprintf(" %.2f %s", v, extra)
 			}
 		}
+		// A ratio benchmark's sides, per record, and the speed-up.
+		for _, side := range []string{"godq", "godiskqueue"} {
+			if v, s, ok := r.stat(side + "-ns/rec"); ok {
+				thr += fmt.Sprintf(" %s %s/record ± %.0f%%", side, duration(v), s*100)
+			}
+		}
+		for _, x := range []string{"wall", "cpu"} {
+			if v, s, ok := r.stat("x-" + x); ok {
+				thr += fmt.Sprintf(" **%.2fx** %s ± %.0f%%", v, x, s*100)
+			}
+		}
 		d := durability(r)
 		if d == "" {
 			d = "—"
@@ -116,6 +127,8 @@ func writeTable(path string, results []result, machine string) error {
 
 func duration(ns float64) string {
 	switch {
+	case ns >= 1e9:
+		return fmt.Sprintf("%.2f s", ns/1e9)
 	case ns >= 1e6:
 		return fmt.Sprintf("%.2f ms", ns/1e6)
 	case ns >= 1e3:

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	godiskqueue "github.com/nsqio/go-diskqueue"
@@ -32,7 +33,11 @@ const minSegmentBytes = 1 << 10
 // the kernel at once: a crash of the process loses the record in hand
 // (taken from ReadChan, not yet processed) and delivers none taken before
 // again, where go-diskqueue delivers again everything read since its last
-// metadata sync. Unlike go-diskqueue, records are checksummed, a damaged
+// metadata sync. The queue reads records ahead of the receivers, up to two
+// batches of at most 64 records each, sized from the last batch to about
+// 64 KiB (go-diskqueue reads one ahead); a record read ahead is not
+// consumed until a receiver takes it, so a crash or Close leaves it in the
+// queue. Unlike go-diskqueue, records are checksummed, a damaged
 // record costs only itself rather than the rest of its file, and with
 // syncEvery 1 Put returns only once the record is fsynced. syncEvery <= 0
 // means every record (go-diskqueue's 0 does too; its negative values
@@ -71,9 +76,9 @@ func newCompat(name string, dataPath string, maxBytesPerFile int64,
 		name:       name,
 		dir:        filepath.Join(dataPath, name+".spillq"),
 		readChan:   make(chan []byte),
-		recordCh:   make(chan diskqueue.Record),
-		depthCh:    make(chan chan int64),
-		emptyCh:    make(chan chan error),
+		batchCh:    make(chan []diskqueue.Record),
+		spareCh:    make(chan []diskqueue.Record, 2),
+		ctlCh:      make(chan ctlRequest),
 		exitCh:     make(chan struct{}),
 		pumpDone:   make(chan struct{}),
 		readerDone: make(chan struct{}),
@@ -122,28 +127,51 @@ type compatQueue struct {
 	err  error            // why the queue could not be opened
 	logf godiskqueue.AppLogFunc
 
-	readChan chan []byte           // the pump hands records to consumers here
-	recordCh chan diskqueue.Record // the reader hands records to the pump here
-	depthCh  chan chan int64
-	emptyCh  chan chan error
+	readChan chan []byte             // the pump hands records to consumers here
+	batchCh  chan []diskqueue.Record // the reader hands batches of records to the pump here
+	spareCh  chan []diskqueue.Record // the pump gives handed-out batches back for reuse
+	ctlCh    chan ctlRequest         // Depth and Empty, served by the pump
 
-	exitCh      chan struct{} // closed by Close and Delete
+	exitCh      chan struct{} // closed by Close and Delete, for the reader
 	stopReading context.CancelFunc
 	pumpDone    chan struct{}
 	readerDone  chan struct{}
+
+	// batches counts the batches the reader has handed to the pump.
+	batches atomic.Int64
 
 	// mu guards exited.
 	mu     sync.Mutex
 	exited bool
 }
 
-// read takes records from the queue in order and offers them to the pump.
-// A record it holds when the queue exits is not acknowledged, so it stays
-// in the queue.
+// Reading ahead in batches: the reader takes the records ready (up to
+// maxBatch, and about batchBytes of bodies) with one ReadBatch and hands
+// them to the pump in one channel send. Handed over one by one, every
+// record cost two goroutine hand-offs, the reader's to the pump and the
+// pump's to the consumer, where go-diskqueue's ioLoop pays one; the drain
+// of a backlog ran at go-diskqueue's rate. A record read ahead is in flight,
+// not acknowledged: it stays in the queue until a receiver takes it, so
+// the batch changes what is held in memory, not what is consumed.
+const (
+	maxBatch   = 64
+	batchBytes = 64 << 10
+)
+
+// read takes records from the queue in order and offers them to the pump
+// in batches. A record it or the pump holds when the queue exits is not
+// acknowledged, so it stays in the queue.
 func (c *compatQueue) read(ctx context.Context) {
 	defer close(c.readerDone)
+	n := 1 // the next batch's length (batchLen); the first is one record, the size unknown
 	for {
-		rec, err := c.q.Read(ctx)
+		var batch []diskqueue.Record
+		select {
+		case batch = <-c.spareCh:
+		default:
+			batch = make([]diskqueue.Record, maxBatch)
+		}
+		got, err := c.q.ReadBatch(ctx, batch[:n])
 		if err != nil {
 			if ctx.Err() != nil || errors.Is(err, diskqueue.ErrClosed) {
 				return
@@ -156,56 +184,135 @@ func (c *compatQueue) read(ctx context.Context) {
 				return
 			}
 		}
+		batch = batch[:got]
+		n = batchLen(batch)
 		select {
-		case c.recordCh <- rec:
+		case c.batchCh <- batch:
+			c.batches.Add(1)
 		case <-c.exitCh:
 			return
 		}
 	}
 }
 
+// batchLen is how many records the next batch may take, from the bodies
+// of the last: about batchBytes of them, so that records of a MiB are read
+// ahead one at a time, as go-diskqueue does.
+func batchLen(last []diskqueue.Record) int {
+	size := 0
+	for _, r := range last {
+		size += len(r.Body)
+	}
+	avg := max(size/max(len(last), 1), 1)
+	return min(max(batchBytes/avg, 1), maxBatch)
+}
+
+// ctlRequest asks the pump for Depth (depth set), Empty (empty set) or to
+// stop (neither).
+type ctlRequest struct {
+	depth chan int64
+	empty chan error
+}
+
 // pump is the one goroutine that hands records to ReadChan, in the shape
-// of go-diskqueue's ioLoop: Depth and Empty go through the same select as
-// the hand-off, so a receiver that calls Depth right after taking a record
-// sees it gone, and Empty never lets an already-read record out afterwards.
-// A record counts as read once a receiver takes it; one taken by nobody
-// before Close stays in the queue.
+// of go-diskqueue's ioLoop: Depth and Empty are served between hand-offs,
+// so a receiver that calls Depth right after taking a record sees it gone,
+// and Empty never lets an already-read record out afterwards. A record
+// counts as read once a receiver takes it, and the pump acknowledges it,
+// in the kernel, before it does anything else; one taken by nobody before
+// Close stays in the queue.
 func (c *compatQueue) pump() {
 	defer close(c.pumpDone)
 	var (
-		rec     diskqueue.Record
-		holding bool
+		batch []diskqueue.Record
+		next  int // batch[next:] are not handed out yet
 		// floor is the read cursor after the last Empty: a record below it
 		// was read before Empty discarded it.
 		floor uint64
 	)
+	done := func() {
+		clear(batch) // drop the bodies, which the consumers own now
+		select {
+		case c.spareCh <- batch[:cap(batch)]:
+		default:
+		}
+		batch, next = nil, 0
+	}
+	take := func(b []diskqueue.Record) {
+		batch, next = b, 0
+		for next < len(batch) && batch[next].Seq < floor {
+			next++
+		}
+		if next == len(batch) {
+			done()
+		}
+	}
+	handedOut := func() {
+		seq := batch[next].Seq
+		next++
+		if err := c.q.Ack(seq); err != nil {
+			c.logf(godiskqueue.ERROR, "DISKQUEUE(%s) ack %d - %s", c.name, seq, err)
+		}
+		if next == len(batch) {
+			done()
+		}
+	}
+	// serve reports false for a request to stop.
+	serve := func(req ctlRequest) bool {
+		if req.depth != nil {
+			req.depth <- c.q.Depth()
+			return true
+		}
+		if req.empty == nil {
+			return false
+		}
+		if batch != nil {
+			done()
+		}
+		err := c.q.Empty()
+		// Only the pump acknowledges, so the floor Empty left is still
+		// where it put it.
+		floor = c.q.Stats().ReadSeq
+		req.empty <- err
+		return true
+	}
 	for {
-		var in <-chan diskqueue.Record
-		var out chan<- []byte
-		if holding {
-			out = c.readChan
-		} else {
-			in = c.recordCh
+		if next < len(batch) {
+			// A drain's common case, a receiver already waiting, without
+			// a select: each of these looks at one channel, and one that
+			// is not ready costs no lock. A select locks every channel it
+			// names, twice if it waits.
+			select {
+			case req := <-c.ctlCh:
+				if !serve(req) {
+					return
+				}
+				continue
+			default:
+			}
+			select {
+			case c.readChan <- batch[next].Body:
+				handedOut()
+				continue
+			default:
+			}
+			select {
+			case c.readChan <- batch[next].Body:
+				handedOut()
+			case req := <-c.ctlCh:
+				if !serve(req) {
+					return
+				}
+			}
+			continue
 		}
 		select {
-		case r := <-in:
-			if r.Seq >= floor {
-				rec, holding = r, true
+		case b := <-c.batchCh:
+			take(b)
+		case req := <-c.ctlCh:
+			if !serve(req) {
+				return
 			}
-		case out <- rec.Body:
-			holding = false
-			if err := c.q.Ack(rec.Seq); err != nil {
-				c.logf(godiskqueue.ERROR, "DISKQUEUE(%s) ack %d - %s", c.name, rec.Seq, err)
-			}
-		case reply := <-c.depthCh:
-			reply <- c.q.Depth()
-		case reply := <-c.emptyCh:
-			holding = false
-			err := c.q.Empty()
-			floor = c.q.Stats().ReadSeq
-			reply <- err
-		case <-c.exitCh:
-			return
 		}
 	}
 }
@@ -227,7 +334,7 @@ func (c *compatQueue) Depth() int64 {
 	}
 	reply := make(chan int64, 1)
 	select {
-	case c.depthCh <- reply:
+	case c.ctlCh <- ctlRequest{depth: reply}:
 		return <-reply
 	case <-c.pumpDone:
 		return c.q.Depth()
@@ -242,7 +349,7 @@ func (c *compatQueue) Empty() error {
 	c.logf(godiskqueue.INFO, "DISKQUEUE(%s): emptying", c.name)
 	reply := make(chan error, 1)
 	select {
-	case c.emptyCh <- reply:
+	case c.ctlCh <- ctlRequest{empty: reply}:
 		return <-reply
 	case <-c.pumpDone:
 		return diskqueue.ErrClosed
@@ -277,6 +384,7 @@ func (c *compatQueue) exit(remove bool) error {
 	}
 	close(c.exitCh)
 	c.stopReading()
+	c.ctlCh <- ctlRequest{} // stop
 	<-c.pumpDone
 	<-c.readerDone
 	err := c.q.Close()

@@ -135,3 +135,32 @@ func TestCompatOpenFailure(t *testing.T) {
 		t.Fatalf("Close: %v", err)
 	}
 }
+
+// TestCompatCloseKeepsReadAhead: records read ahead of the consumer and
+// not taken from ReadChan are not consumed; after Close they are still in
+// the queue, in order.
+func TestCompatCloseKeepsReadAhead(t *testing.T) {
+	dir := t.TempDir()
+	dq := compat(t, dir, 1<<20)
+	for i := 0; i < 200; i++ {
+		if err := dq.Put([]byte(fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 5; i++ {
+		<-dq.ReadChan()
+	}
+	if err := dq.Close(); err != nil {
+		t.Fatal(err)
+	}
+	dq = compat(t, dir, 1<<20)
+	defer dq.Close()
+	if d := dq.Depth(); d != 195 {
+		t.Fatalf("Depth after reopen %d, want 195", d)
+	}
+	for i := 5; i < 200; i++ {
+		if got := <-dq.ReadChan(); string(got) != fmt.Sprint(i) {
+			t.Fatalf("got %q, want %d", got, i)
+		}
+	}
+}
