@@ -45,7 +45,7 @@ func checkModes(t *testing.T, root string, file, dir fs.FileMode) []string {
 			want = dir
 		}
 		if got := info.Mode().Perm(); got != want || !d.IsDir() && !info.Mode().IsRegular() {
-			t.Errorf("%s: mode %v, want %v", rel, info.Mode(), want)
+			t.Errorf("%s: mode %v (%#o), want %#o", rel, info.Mode(), uint32(info.Mode().Perm()), uint32(want))
 		}
 		seen = append(seen, rel)
 		return nil
@@ -224,7 +224,7 @@ func TestFileModesKeptOnReopen(t *testing.T) {
 			made++
 		}
 		if info.Mode().Perm() != want {
-			t.Errorf("%s: mode %v, want %v", rel, info.Mode(), want)
+			t.Errorf("%s: mode %v (%#o), want %#o", rel, info.Mode(), uint32(info.Mode().Perm()), uint32(want))
 		}
 		return nil
 	})
