@@ -112,9 +112,9 @@ type Options struct {
 	// and files keep theirs, whoever set them, and only files made from
 	// then on (new segments and bitmaps, rewritten indexes and markers,
 	// new cursors) get FileMode. So a queue made before the default was
-	// 0600 (files 0644, directories 0755) stays readable to every user
-	// until its old segments are consumed, its cursor files and
-	// directories for good: run chmod -R go-rwx on it once to close it.
+	// 0600 (files 0644, directories 0755) stays readable to every user:
+	// its old segments until they are consumed, its cursor files and
+	// directories for good. Run chmod -R go-rwx on it once to close it.
 	// Windows keeps only the read-only bit, which FileMode never sets.
 	FileMode fs.FileMode
 
