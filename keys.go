@@ -31,6 +31,17 @@ const KeysDir = "keys"
 // second each (export_test.go); a keeper reads it once, as it starts.
 var keySaveInterval = time.Second
 
+// fileModes are the permissions of the files and directories spillq makes
+// beside its logs (the key state, a topic's channels/): the logs' own,
+// from diskqueue.Options.FileMode.
+type fileModes struct{ file, dir fs.FileMode }
+
+// modesOf returns o's modes; logOptions has refused any it has not.
+func modesOf(o diskqueue.Options) fileModes {
+	file, dir, _ := o.Modes()
+	return fileModes{file, dir}
+}
+
 // keyStateFile is where the key state lives in dir.
 func keyStateFile(dir string) string { return filepath.Join(dir, KeysDir, "state") }
 
@@ -143,13 +154,15 @@ func decodeKeyState(b []byte) (keyFile, error) {
 // saveKeyState stores st crash-safely: a temporary file, fsynced, renamed
 // over the old one, the directory fsynced. A crash leaves the old state or
 // the new, each good for a restart (the tail after its watermark is read).
-func saveKeyState(dir string, st keyFile) error {
+// The file is made with modes.file each time, so one stored before the
+// default was 0600 is not kept readable to others.
+func saveKeyState(dir string, modes fileModes, st keyFile) error {
 	kd := filepath.Join(dir, KeysDir)
-	if err := os.MkdirAll(kd, 0o755); err != nil {
+	if err := os.MkdirAll(kd, modes.dir); err != nil {
 		return err
 	}
 	tmp := keyStateFile(dir) + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, modes.file)
 	if err != nil {
 		return err
 	}
@@ -216,7 +229,7 @@ type keyLog interface {
 // store) from where this one did, so it holds their segments from there on
 // (diskqueue.Log.HoldFrom; both were opened with HoldAtOpen). window is
 // the DedupWindow option: zero means the default.
-func loadKeyState(dir string, q, timers keyLog, policy channel.KeyPolicy, window time.Duration, logger *slog.Logger) (*channel.KeyState, error) {
+func loadKeyState(dir string, modes fileModes, q, timers keyLog, policy channel.KeyPolicy, window time.Duration, logger *slog.Logger) (*channel.KeyState, error) {
 	if window <= 0 {
 		window = channel.DefaultDedupWindow
 	}
@@ -253,7 +266,7 @@ func loadKeyState(dir string, q, timers keyLog, policy channel.KeyPolicy, window
 			if timers != nil && stored.timerMark != noTimerMark {
 				timerFrom = min(stored.timerMark, timers.NextSeq())
 			}
-			if err := saveKeyState(dir, keyFile{KeyState: *st, timerMark: timerFrom}); err != nil {
+			if err := saveKeyState(dir, modes, keyFile{KeyState: *st, timerMark: timerFrom}); err != nil {
 				return nil, fmt.Errorf("spillq: store the corrected key state: %w", err)
 			}
 			from = next
@@ -383,6 +396,7 @@ func loadKeyState(dir string, q, timers keyLog, policy channel.KeyPolicy, window
 // time.
 type keeper struct {
 	dir    string
+	modes  fileModes // the key state's
 	logger *slog.Logger
 	// state returns the key state to store, if there is one; changes, the
 	// counters that move when it does, to skip idle rounds. Both nil
@@ -463,7 +477,7 @@ func (k *keeper) save(force bool) error {
 		k.logger.Warn("spillq: cannot fsync the log before storing the key state; a restart reads more of the log to rebuild it", "err", err)
 		return err
 	}
-	if err := saveKeyState(k.dir, st); err != nil {
+	if err := saveKeyState(k.dir, k.modes, st); err != nil {
 		k.logger.Warn("spillq: cannot store the key state; a restart reads more of the log to rebuild it", "err", err)
 		return err
 	}

@@ -79,6 +79,10 @@ type Options struct {
 	// up to that much less than [diskqueue.MaxRecordBytesLimit]), and Put refuses a body out
 	// of range with [channel.ErrTooLarge] or [channel.ErrTooSmall], even
 	// when it would fit in memory.
+	//
+	// Disk.FileMode is the mode of every file Open makes in dir (the log,
+	// the timer store, the key state), directories getting the same bits
+	// plus search: 0600 and 0700 by default, the owner alone.
 	Disk diskqueue.Options
 
 	// MaxDeferredInMemory bounds how many deferred messages the queue
@@ -208,7 +212,7 @@ func Open(dir string, opts Options) (*Queue, error) {
 	logger := orDiscard(dopts.Logger)
 	saveKeys := keepsKeyState(opts.Keys)
 	if saveKeys {
-		if keyState, err = loadKeyState(dir, dq, tq, opts.Keys, opts.DedupWindow, logger); err != nil {
+		if keyState, err = loadKeyState(dir, modesOf(dopts), dq, tq, opts.Keys, opts.DedupWindow, logger); err != nil {
 			tq.Close()
 			dq.Close()
 			return nil, err
@@ -217,7 +221,7 @@ func Open(dir string, opts Options) (*Queue, error) {
 	comp := newCompactor(dq, opts.Keys == channel.KeyReplace, opts.Disk, opts.CompactDirtyRatio, logger)
 	var keep *keeper
 	if saveKeys || comp != nil {
-		keep = &keeper{dir: dir, logger: logger, comp: comp}
+		keep = &keeper{dir: dir, modes: modesOf(dopts), logger: logger, comp: comp}
 		backend.keep = keep
 	}
 	chOpts.Backend, chOpts.KeyState = backend, keyState
@@ -337,6 +341,9 @@ func logOptions(o diskqueue.Options, logger *slog.Logger) (diskqueue.Options, in
 		maxBody = diskqueue.DefaultMaxRecordBytes
 	}
 	minBody := o.MinRecordBytes
+	if _, _, err := o.Modes(); err != nil { // before Open or OpenTopic makes a directory
+		return o, 0, fmt.Errorf("spillq: %w", err)
+	}
 	switch {
 	case maxBody < 0 || maxBody > maxBodyLimit:
 		return o, 0, fmt.Errorf("spillq: %w: Disk.MaxRecordBytes %d is outside [0, %d] (the log's limit, %d, less the message envelope's %d)", diskqueue.ErrInvalidOptions, maxBody, maxBodyLimit, diskqueue.MaxRecordBytesLimit, channel.MaxEnvelopeOverhead)

@@ -31,7 +31,8 @@ type TopicOptions struct {
 	// Disk.MaxDiskBytes caps the log; each channel's timer store is capped
 	// separately by the same figure. Disk.RetainBytes and Disk.RetainAge
 	// keep segments every channel has finished, for channels created later
-	// from an older seq or time, and for lookups.
+	// from an older seq or time, and for lookups. Disk.FileMode applies to
+	// everything in dir, the channels' timer stores included.
 	Disk diskqueue.Options
 
 	// Keys, DedupWindow and DuplicatesOK choose the topic's key policy for
@@ -164,7 +165,7 @@ func OpenTopic(dir string, opts TopicOptions) (*Topic, error) {
 	if _, err := os.Stat(filepath.Join(dir, "cursor")); err == nil {
 		return nil, fmt.Errorf("spillq: %w: %s is a queue's directory (it has a cursor of its own); open it with Open", diskqueue.ErrInvalidOptions, dir)
 	}
-	if err := os.MkdirAll(filepath.Join(dir, ChannelsDir), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(dir, ChannelsDir), modesOf(dopts).dir); err != nil {
 		return nil, fmt.Errorf("spillq: open topic: %w", err)
 	}
 	dopts.HoldAtOpen = keepsKeyState(opts.Keys) // see Open
@@ -179,7 +180,7 @@ func OpenTopic(dir string, opts TopicOptions) (*Topic, error) {
 	logger := orDiscard(dopts.Logger)
 	saveKeys := keepsKeyState(opts.Keys)
 	if saveKeys {
-		if fopts.KeyState, err = loadKeyState(dir, l, nil, opts.Keys, opts.DedupWindow, logger); err != nil {
+		if fopts.KeyState, err = loadKeyState(dir, modesOf(dopts), l, nil, opts.Keys, opts.DedupWindow, logger); err != nil {
 			l.Close()
 			return nil, err
 		}
@@ -201,7 +202,7 @@ func OpenTopic(dir string, opts TopicOptions) (*Topic, error) {
 	fan.SetDurable(len(l.Cursors()))
 	t.comp = newCompactor(l, opts.Keys == channel.KeyReplace, opts.Disk, opts.CompactDirtyRatio, logger)
 	if saveKeys || t.comp != nil {
-		t.keep = &keeper{dir: dir, logger: logger, comp: t.comp}
+		t.keep = &keeper{dir: dir, modes: modesOf(dopts), logger: logger, comp: t.comp}
 		if saveKeys {
 			t.keep.state = func() (keyFile, bool) {
 				st, ok := fan.KeyState()

@@ -141,7 +141,7 @@ func (c *Cursor) createAckFile(seg *segment, capacity uint64, mapped, grow bool)
 // createAckFileAt is createAckFile under any name, with base in its header
 // (a spare segment's is rewritten when the spare is used).
 func (c *Cursor) createAckFileAt(name string, base, capacity uint64, mapped, grow bool) (*ackFile, error) {
-	f, err := c.log.fs.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := c.log.fs.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, c.log.opts.FileMode)
 	if err != nil {
 		return nil, err
 	}

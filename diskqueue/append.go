@@ -565,7 +565,7 @@ func (l *Log) makeSegmentFiles(names [3]string, cursors []*Cursor, ackName func(
 	}
 	var t tail
 	for i, name := range names {
-		f, err := l.fs.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+		f, err := l.fs.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, l.opts.FileMode)
 		if err != nil {
 			return fail(err)
 		}

@@ -296,7 +296,7 @@ func (l *Log) rewriteSegment(ctx context.Context, seg *segment, old *segFiles, k
 		}
 	}()
 	for i, p := range paths {
-		if files[i], err = l.fs.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644); err != nil {
+		if files[i], err = l.fs.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_TRUNC, l.opts.FileMode); err != nil {
 			return fail(err)
 		}
 	}

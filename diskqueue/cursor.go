@@ -259,11 +259,11 @@ func (l *Log) newCursor(name string) *Cursor {
 func (l *Log) openCursor(name string, start Start, create bool) (*Cursor, error) {
 	c := l.newCursor(name)
 	if create && name != "" && !l.readOnly {
-		if err := l.fs.MkdirAll(c.dir, 0o755); err != nil {
+		if err := l.fs.MkdirAll(c.dir, l.opts.dirMode); err != nil {
 			return nil, fmt.Errorf("diskqueue: create cursor %q: %w", name, err)
 		}
 	}
-	cur, have, err := loadCursor(l.fs, filepath.Join(c.dir, cursorName), l.opts.NoSync, l.readOnly)
+	cur, have, err := loadCursor(l.fs, filepath.Join(c.dir, cursorName), l.opts.FileMode, l.opts.NoSync, l.readOnly)
 	if cur == nil {
 		return nil, fmt.Errorf("diskqueue: open cursor %q: %w", name, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"io/fs"
 	"os"
 )
 
@@ -100,12 +101,12 @@ type cursorFile struct {
 // loadCursor opens (creating if needed) the cursor file in dir. exists
 // reports whether a valid position was read; when it is false the caller
 // decides the position and stores it.
-func loadCursor(fsys fileSystem, path string, noSync, readOnly bool) (c *cursorFile, exists bool, err error) {
+func loadCursor(fsys fileSystem, path string, perm fs.FileMode, noSync, readOnly bool) (c *cursorFile, exists bool, err error) {
 	flag := os.O_RDWR | os.O_CREATE
 	if readOnly {
 		flag = os.O_RDONLY
 	}
-	f, err := fsys.OpenFile(path, flag, 0o644)
+	f, err := fsys.OpenFile(path, flag, perm)
 	if readOnly && errors.Is(err, os.ErrNotExist) {
 		return &cursorFile{f: nil, noSync: true}, false, nil
 	}

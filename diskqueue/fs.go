@@ -21,9 +21,9 @@ type fileSystem interface {
 	// SyncDir makes a directory's entries (creations, renames, removals)
 	// durable.
 	SyncDir(dir string) error
-	// Lock takes an exclusive, non-blocking lock on name, creating it; it
-	// returns ErrLocked if another holder has it.
-	Lock(name string) (io.Closer, error)
+	// Lock takes an exclusive, non-blocking lock on name, creating it
+	// with perm; it returns ErrLocked if another holder has it.
+	Lock(name string, perm fs.FileMode) (io.Closer, error)
 }
 
 // file is the subset of *os.File the queue uses. Writes are positional, so
@@ -85,7 +85,7 @@ func (osFS) SyncDir(dir string) error {
 	return err
 }
 
-func (osFS) Lock(name string) (io.Closer, error) { return lockFile(name) }
+func (osFS) Lock(name string, perm fs.FileMode) (io.Closer, error) { return lockFile(name, perm) }
 
 // readHead returns the first n bytes of the file name, or as many as it
 // has: what Open and Verify look at of a file's header alone.
@@ -122,7 +122,7 @@ func readFile(fsys fileSystem, name string) ([]byte, error) {
 // rename, directory fsync.
 func (l *Log) writeAtomically(path string, header, body []byte) error {
 	tmp := path + tmpSuffix
-	f, err := l.fs.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := l.fs.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, l.opts.FileMode)
 	if err != nil {
 		return fmt.Errorf("diskqueue: open: %w", err)
 	}
@@ -152,7 +152,7 @@ func allZero(b []byte) bool {
 
 // copyBytes writes b to a new file name.
 func (l *Log) copyBytes(name string, b []byte) error {
-	f, err := l.fs.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := l.fs.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, l.opts.FileMode)
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"syscall"
 )
@@ -13,8 +14,8 @@ import (
 // lockFile takes an flock on name. flock locks belong to the open file
 // description, so a second Open in the same process conflicts as well as one
 // in another process, and the kernel drops the lock when a process dies.
-func lockFile(name string) (io.Closer, error) {
-	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
+func lockFile(name string, perm fs.FileMode) (io.Closer, error) {
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, perm)
 	if err != nil {
 		return nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"syscall"
 
@@ -13,8 +14,9 @@ import (
 )
 
 // lockFile opens name without sharing, which Windows enforces across
-// processes and handles.
-func lockFile(name string) (io.Closer, error) {
+// processes and handles. Windows has no mode to give it (see
+// Options.FileMode).
+func lockFile(name string, _ fs.FileMode) (io.Closer, error) {
 	p, err := syscall.UTF16PtrFromString(name)
 	if err != nil {
 		return nil, err

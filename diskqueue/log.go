@@ -178,10 +178,10 @@ func OpenLog(dir string, opts Options) (*Log, error) {
 	if o.HoldAtOpen {
 		l.HoldFrom(0)
 	}
-	if err := l.fs.MkdirAll(dir, 0o755); err != nil {
+	if err := l.fs.MkdirAll(dir, o.dirMode); err != nil {
 		return nil, fmt.Errorf("diskqueue: open: %w", err)
 	}
-	lock, err := l.fs.Lock(filepath.Join(dir, lockName))
+	lock, err := l.fs.Lock(filepath.Join(dir, lockName), o.FileMode)
 	if err != nil {
 		return nil, fmt.Errorf("diskqueue: open %s: %w", dir, err)
 	}

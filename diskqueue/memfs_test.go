@@ -325,7 +325,7 @@ func (m *memFS) SyncDir(dir string) error {
 	return nil
 }
 
-func (m *memFS) Lock(name string) (io.Closer, error) {
+func (m *memFS) Lock(name string, _ fs.FileMode) (io.Closer, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.locks[name] {

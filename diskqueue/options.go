@@ -2,6 +2,7 @@ package diskqueue
 
 import (
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"math"
 	"time"
@@ -96,6 +97,31 @@ type Options struct {
 	// discards.
 	Logger *slog.Logger
 
+	// FileMode is the permission of every file the queue creates (its
+	// segments, indexes, acknowledgement bitmaps, cursors, the lock file,
+	// .bad copies of damaged records), as the umask allows. Its
+	// directories get the same bits plus search where there is read:
+	// 0600 makes 0700, 0640 makes 0750. Zero means [DefaultFileMode],
+	// 0600: the records are whatever a service puts in its jobs, so only
+	// the owner may read them. Set 0640 (or 0660) to let the group read
+	// them, a backup or an operator's tools say. Allowed: 0600 plus any
+	// of the group and other read and write bits; others are refused with
+	// ErrInvalidOptions.
+	//
+	// Open changes the mode of nothing that exists: a queue's directory
+	// and files keep theirs, whoever set them, and only files made from
+	// then on (new segments and bitmaps, rewritten indexes and markers,
+	// new cursors) get FileMode. So a queue made before the default was
+	// 0600 (files 0644, directories 0755) stays readable to every user:
+	// its old segments until they are consumed, its cursor files and
+	// directories for good. Run chmod -R go-rwx on it once to close it.
+	// Windows keeps only the read-only bit, which FileMode never sets.
+	FileMode fs.FileMode
+
+	// dirMode is the directories' permission, derived from FileMode by
+	// withDefaults.
+	dirMode fs.FileMode
+
 	// fsForTesting replaces the operating system's file system; tests use it
 	// to inject faults.
 	fsForTesting fileSystem
@@ -131,7 +157,25 @@ const (
 	DefaultMaxRecordBytes  = 1 << 20
 	DefaultSyncEvery       = 2500
 	DefaultSyncInterval    = 2 * time.Second
+	DefaultFileMode        = fs.FileMode(0o600)
 )
+
+// Modes returns the permissions o gives the files and the directories it
+// creates, defaults applied: FileMode and the directory mode derived from
+// it. An error wraps ErrInvalidOptions. It is for code that keeps files
+// of its own beside a queue (spillq's key state) and makes them alike.
+func (o Options) Modes() (file, dir fs.FileMode, err error) {
+	file = o.FileMode
+	if file == 0 {
+		file = DefaultFileMode
+	}
+	if file&^0o666 != 0 || file&0o600 != 0o600 {
+		return 0, 0, fmt.Errorf("%w: FileMode %#o is not 0600 plus group and other read and write bits", ErrInvalidOptions, uint32(o.FileMode))
+	}
+	// Search on a directory wherever its files may be read: without it
+	// the read bit would let a group list names and open nothing.
+	return file, file | (file&0o444)>>2, nil
+}
 
 // MaxRecordBytesLimit is the largest MaxRecordBytes: a frame's length, in
 // its int32 prefix, counts the body and 21 bytes of header after it.
@@ -160,6 +204,10 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.fsForTesting == nil {
 		o.fsForTesting = osFS{}
+	}
+	var err error
+	if o.FileMode, o.dirMode, err = o.Modes(); err != nil {
+		return o, err
 	}
 	switch {
 	case o.MaxSegmentBytes < minSegmentBytes || o.MaxSegmentBytes > math.MaxUint32:

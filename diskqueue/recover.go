@@ -273,7 +273,7 @@ func (l *Log) emptyLost(base uint64) {
 func (l *Log) storedReadSeq() uint64 {
 	var seq uint64
 	peek := func(path string) {
-		if c, _, _ := loadCursor(l.fs, path, true, true); c != nil {
+		if c, _, _ := loadCursor(l.fs, path, l.opts.FileMode, true, true); c != nil {
 			seq = max(seq, c.state.readSeq)
 		}
 	}
@@ -616,7 +616,7 @@ func (l *Log) recoverTail(seg *segment, size int64) (*tail, error) {
 	w := &tail{seg: seg, maxTime: l.lastMaxTime}
 	var err error
 	open := func(suffix string) (file, error) {
-		return l.fs.OpenFile(seg.path(suffix), os.O_RDWR|os.O_CREATE, 0o644)
+		return l.fs.OpenFile(seg.path(suffix), os.O_RDWR|os.O_CREATE, l.opts.FileMode)
 	}
 	closeAll := func() {
 		for _, f := range []file{w.log.f, w.index.f, w.timeIdx.f} {

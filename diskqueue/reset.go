@@ -87,7 +87,7 @@ func (l *Log) storeReset(dir string, seq uint64) error {
 		}
 	}
 	l.crashPoint("reset-cursor")
-	cf, _, err := loadCursor(l.fs, filepath.Join(dir, cursorName), l.opts.NoSync, false)
+	cf, _, err := loadCursor(l.fs, filepath.Join(dir, cursorName), l.opts.FileMode, l.opts.NoSync, false)
 	if cf == nil {
 		return err
 	}

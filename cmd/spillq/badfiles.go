@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -148,21 +149,26 @@ func setAside(dir string, p diskqueue.Problem) (string, error) {
 		return "", err
 	}
 	defer src.Close()
+	info, err := src.Stat()
+	if err != nil {
+		return "", err
+	}
 	buf := make([]byte, p.End-p.Offset)
 	if _, err := src.ReadAt(buf, p.Offset); err != nil && !errors.Is(err, io.EOF) {
 		return "", err
 	}
-	if err := writeNew(filepath.Join(dir, name), buf); err != nil {
+	if err := writeNew(filepath.Join(dir, name), buf, info.Mode().Perm()); err != nil {
 		return "", err
 	}
 	return name, nil
 }
 
-// writeNew writes b to a file that must not exist yet, and syncs it and its
-// directory: the copy is all that will be left of the bytes once the
-// segment goes.
-func writeNew(path string, b []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+// writeNew writes b to a file that must not exist yet, with mode perm (the
+// segment's the bytes come from: readable by those who could read them
+// there), and syncs it and its directory: the copy is all that will be
+// left of the bytes once the segment goes.
+func writeNew(path string, b []byte, perm fs.FileMode) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
 	if err != nil {
 		return err
 	}

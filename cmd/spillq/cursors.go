@@ -66,7 +66,7 @@ func manageCursor(e *env, args []string, k cursorKind) error {
 	// The log alone: opening it as a Queue would give it a cursor of its
 	// own, which retention would then wait for too (and which makes a
 	// topic's directory one spillq.OpenTopic refuses).
-	l, err := diskqueue.OpenLog(dir, diskqueue.Options{})
+	l, err := diskqueue.OpenLog(dir, diskqueue.Options{FileMode: queueFileMode(dir)})
 	if err != nil {
 		return explainLocked(dir, err)
 	}

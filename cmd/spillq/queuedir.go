@@ -95,8 +95,26 @@ func openWrite(dir string, create bool, logger *slog.Logger) (*diskqueue.Queue, 
 	default:
 		return nil, fmt.Errorf("%s %w; it holds other files, so no queue is made there", dir, errNotQueue)
 	}
-	q, err := diskqueue.Open(dir, diskqueue.Options{Logger: logger, MaxRecordBytes: maxWriteRecord})
+	o := diskqueue.Options{Logger: logger, MaxRecordBytes: maxWriteRecord}
+	if isQueue {
+		o.FileMode = queueFileMode(dir)
+	}
+	q, err := diskqueue.Open(dir, o)
 	return q, explainLocked(dir, err)
+}
+
+// queueFileMode is the FileMode the tool writes to the queue in dir with:
+// the service's, which the tool cannot know, told by the directory's mode
+// less search (0700 makes 0600, 0750 makes 0640), so that a file the tool
+// makes there (a segment, a cursor, a rebuilt index) is readable by no one
+// the service's are not, nor hidden from one they are. Zero (diskqueue's
+// default, 0600) if dir cannot be read.
+func queueFileMode(dir string) fs.FileMode {
+	info, err := os.Stat(dir)
+	if err != nil {
+		return 0
+	}
+	return info.Mode().Perm()&0o666 | 0o600
 }
 
 // maxWriteBody is the largest body put and import-nsqd write: the default
@@ -128,7 +146,7 @@ func openRepair(dir string, logger *slog.Logger) (repairable, error) {
 	if err := checkQueue(dir); err != nil {
 		return nil, err
 	}
-	l, err := diskqueue.OpenLog(dir, diskqueue.Options{Logger: logger})
+	l, err := diskqueue.OpenLog(dir, diskqueue.Options{Logger: logger, FileMode: queueFileMode(dir)})
 	if err != nil {
 		return nil, explainLocked(dir, err)
 	}

@@ -332,8 +332,11 @@ func (im *importer) writeMarker(m marker) error {
 	return syncDir(im.dataPath)
 }
 
+// writeSynced writes b to path and fsyncs it. The file is the owner's
+// alone, as go-diskqueue's and the queue's own are: the marker holds no
+// record, but nothing beside a queue need be readable by all.
 func writeSynced(path string, b []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, diskqueue.DefaultFileMode)
 	if err != nil {
 		return err
 	}
