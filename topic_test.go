@@ -580,7 +580,7 @@ func TestTopicKeySerial(t *testing.T) {
 		var got []string
 		var msgs []*channel.Message
 		for range n {
-			rctx, cancel := context.WithTimeout(ctx, time.Second)
+			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			m, err := ch.Receive(rctx)
 			cancel()
 			if err != nil {

@@ -127,10 +127,15 @@ func TestSpillKeepsOrder(t *testing.T) {
 	c := newChannel(t, channel.Options{MemQueueSize: 10, Backend: b})
 	defer c.Close()
 	const n = 2000
+	// Put ahead of the consumer, enough to spill whichever goroutine is
+	// faster afterwards: a consumer that kept up with the producer would
+	// leave nothing to spill.
+	const first = 15
+	put(t, c, seq(first)...)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		for i := 0; i < n; i++ {
+		for i := first; i < n; i++ {
 			if err := c.Put(context.Background(), []byte(fmt.Sprintf("m%04d", i))); err != nil {
 				t.Error(err)
 				return
@@ -772,7 +777,7 @@ func TestPauseKeepsPutOrder(t *testing.T) {
 				}
 				c.Unpause()
 				for i := range waiting {
-					rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
+					rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
 					m, err := c.Receive(rctx)
 					rcancel()
 					if err != nil {
@@ -871,7 +876,7 @@ func TestFailedEmptyHidesNothing(t *testing.T) {
 		t.Fatal("Empty did not fail")
 	}
 	close(b.release)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	m, err := c.Receive(ctx)
 	if err != nil {

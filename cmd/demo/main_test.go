@@ -63,10 +63,13 @@ func parseSummary(t *testing.T, out []byte) summary {
 func TestDemoRuns(t *testing.T) {
 	t.Parallel() // each demo test is a child process, mostly asleep
 	bin := buildDemo(t)
-	// 2 producers at 5000/s for 400 ms against 4 consumers at 1 ms a
-	// message: the 500-message memory buffer overflows within 100 ms, and
-	// the backlog drains in about a second.
-	out, err := exec.Command(bin, "-duration", "1s", "-rate", "5000", "-mem", "500", "-work", "1ms").CombinedOutput()
+	// A producer at 1000/s for 100 ms against one consumer at 20 ms a
+	// message: a memory buffer of 1 overflows unless the producer puts
+	// fewer than 3 messages in the consumer's first 20 ms, 50 times below
+	// its rate, and the backlog drains in about 2 s. (2 producers at
+	// 5000/s against 4 consumers at 1 ms a message did not spill on a busy
+	// machine, the producers slowed to a quarter of their rate.)
+	out, err := exec.Command(bin, "-duration", "250ms", "-producers", "1", "-rate", "1000", "-consumers", "1", "-mem", "1", "-work", "20ms").CombinedOutput()
 	if err != nil {
 		t.Fatalf("demo: %v\n%s", err, out)
 	}
@@ -236,11 +239,13 @@ func TestDemoTopic(t *testing.T) {
 	t.Parallel()
 	bin := buildDemo(t)
 	// 2 producers at 2000/s for 800 ms: 3200 messages. Billing's 4
-	// consumers take 2 ms a message, 2000/s, and drain in about 1.6 s;
-	// analytics's, at 1000/s, in about 3.2 s, so the view drawn at 1 s
-	// shows it behind even if a loaded machine slows the producers down
-	// to half their rate.
-	out, err := exec.Command(bin, "-topic", "-duration", "2s", "-rate", "2000", "-mem", "500", "-work", "2ms").CombinedOutput()
+	// consumers take 4 ms a message, 1000/s, and drain in about 3.2 s;
+	// analytics's, at 500/s, in about 6.4 s, so the view drawn at 1 s
+	// shows it behind unless the producers put fewer than about 510
+	// messages, 6 times below their rate. (Consumers twice as fast failed
+	// on a busy machine, the producers slowed to a third of their rate; a
+	// memory buffer of 500 hid the backlog from the depth shown.)
+	out, err := exec.Command(bin, "-topic", "-duration", "2s", "-rate", "2000", "-mem", "10", "-work", "4ms").CombinedOutput()
 	if err != nil {
 		t.Fatalf("demo -topic: %v\n%s", err, out)
 	}
