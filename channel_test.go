@@ -84,8 +84,17 @@ func TestSpillAndDrain(t *testing.T) {
 	defer q.Close()
 	const n = 20000
 	ctx := context.Background()
+	// Put ahead of the consumer, enough to spill whichever goroutine is
+	// faster afterwards: a consumer that kept up with the producer would
+	// leave nothing to spill.
+	const first = 150
+	for i := 0; i < first; i++ {
+		if err := q.Put(ctx, body(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	go func() {
-		for i := 0; i < n; i++ {
+		for i := first; i < n; i++ {
 			if err := q.Put(ctx, body(i)); err != nil {
 				t.Error(err)
 				return
@@ -735,7 +744,11 @@ func TestEmptyRacesAQueuedMove(t *testing.T) {
 	if err := q.Empty(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond) // past the settler's wait
+	// Close settles the moves still queued: the settler is done with this
+	// one after it, where a sleep past its wait could end first.
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
 	if s := logs.String(); strings.Contains(s, "cannot acknowledge") {
 		t.Errorf("after Empty, the settler acknowledged the emptied record and warned:\n%s", s)
 	}

@@ -149,6 +149,11 @@ type Channel struct {
 	// by seq (journalBacklog).
 	jrn      *journal
 	jBacklog []journalEntry
+
+	// takeWaitsForTesting, when set (by a test, before any receiver),
+	// runs in take after its looks at the sources and before it waits on
+	// them, so that a test can make several ready for the same wait.
+	takeWaitsForTesting func()
 }
 
 // producerCounters is what every Put writes (putMu, nextID). The pads
@@ -518,6 +523,9 @@ func (c *Channel) take(ctx context.Context) (*Message, error) {
 		if unpaused != nil {
 			return nil, errPaused
 		}
+		if c.takeWaitsForTesting != nil {
+			c.takeWaitsForTesting()
+		}
 		select {
 		case <-paused:
 			return nil, errPaused
@@ -528,6 +536,21 @@ func (c *Channel) take(ctx context.Context) (*Message, error) {
 		case <-bell:
 			// The token is this receiver's to pass on: a message it
 			// leaves behind must wake the next one waiting.
+			//
+			// Memory first, as above: select picks at random among the
+			// cases ready, and a message that reached memory while this
+			// receiver came to wait is older than the backend's. Taken
+			// from the read-ahead, it went out after a newer one: a
+			// spill drained out of put order (TestSpillAndDrain, under
+			// -race -cpu 1).
+			select {
+			case m := <-c.memCh:
+				if c.ahead.len() > 0 {
+					c.ahead.ring()
+				}
+				return m, nil
+			default:
+			}
 			m, more := c.ahead.pop()
 			if more {
 				c.ahead.ring()

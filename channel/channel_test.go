@@ -127,10 +127,15 @@ func TestSpillKeepsOrder(t *testing.T) {
 	c := newChannel(t, channel.Options{MemQueueSize: 10, Backend: b})
 	defer c.Close()
 	const n = 2000
+	// Put ahead of the consumer, enough to spill whichever goroutine is
+	// faster afterwards: a consumer that kept up with the producer would
+	// leave nothing to spill.
+	const first = 15
+	put(t, c, seq(first)...)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		for i := 0; i < n; i++ {
+		for i := first; i < n; i++ {
 			if err := c.Put(context.Background(), []byte(fmt.Sprintf("m%04d", i))); err != nil {
 				t.Error(err)
 				return
@@ -513,34 +518,32 @@ func TestMessagesChannel(t *testing.T) {
 // TestMessagesHoldsOffTheTimeout: the message waiting in the Go channel of
 // Messages until a consumer receives it does not time out meanwhile: it
 // timed out, came again with its attempt counted and, with MaxAttempts 1,
-// went to the dead-letter handler without any consumer seeing it.
+// went to the dead-letter handler without any consumer seeing it. On the
+// bubble's clock: on the real one, a stall of the forwarder longer than
+// half the timeout (met under -race beside the other packages' tests on a
+// busy machine) times the message out all the same.
 func TestMessagesHoldsOffTheTimeout(t *testing.T) {
-	var dead atomic.Int64
-	c := newChannel(t, channel.Options{
-		// Touched every 50 ms: a stall of the forwarder longer than that
-		// (20 ms was met under -race beside the other packages' tests on
-		// 2 cores) times the message out all the same.
-		MemQueueSize: 10, MsgTimeout: 100 * time.Millisecond, MaxAttempts: 1,
-		DeadLetter: func(*channel.Message, error) error { dead.Add(1); return nil },
-	})
-	defer c.Close()
-	put(t, c, "a")
-	msgs := c.Messages()
-	time.Sleep(1500 * time.Millisecond) // fifteen timeouts with nobody reading
-	select {
-	case m := <-msgs:
+	synctest.Test(t, func(t *testing.T) {
+		var dead atomic.Int64
+		c := newChannel(t, channel.Options{
+			MemQueueSize: 10, MsgTimeout: 100 * time.Millisecond, MaxAttempts: 1,
+			DeadLetter: func(*channel.Message, error) error { dead.Add(1); return nil },
+		})
+		defer c.Close()
+		put(t, c, "a")
+		msgs := c.Messages()
+		time.Sleep(1500 * time.Millisecond) // fifteen timeouts with nobody reading
+		m := <-msgs
 		if string(m.Body) != "a" || m.Attempts != 1 {
 			t.Fatalf("got %q at attempt %d, want a at 1", m.Body, m.Attempts)
 		}
 		if err := m.Finish(); err != nil {
 			t.Fatalf("Finish: %v", err)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("no message")
-	}
-	if st := c.Stats(); st.Timeouts != 0 || dead.Load() != 0 || st.Finishes != 1 {
-		t.Fatalf("timeouts %d, dead letters %d, finishes %d; want 0, 0, 1", st.Timeouts, dead.Load(), st.Finishes)
-	}
+		if st := c.Stats(); st.Timeouts != 0 || dead.Load() != 0 || st.Finishes != 1 {
+			t.Fatalf("timeouts %d, dead letters %d, finishes %d; want 0, 0, 1", st.Timeouts, dead.Load(), st.Finishes)
+		}
+	})
 }
 
 // TestMessagesTinyMsgTimeout: a MsgTimeout of a nanosecond is valid, and
@@ -774,7 +777,7 @@ func TestPauseKeepsPutOrder(t *testing.T) {
 				}
 				c.Unpause()
 				for i := range waiting {
-					rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
+					rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
 					m, err := c.Receive(rctx)
 					rcancel()
 					if err != nil {
@@ -873,7 +876,7 @@ func TestFailedEmptyHidesNothing(t *testing.T) {
 		t.Fatal("Empty did not fail")
 	}
 	close(b.release)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	m, err := c.Receive(ctx)
 	if err != nil {

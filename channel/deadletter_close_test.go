@@ -29,7 +29,14 @@ func TestCloseWhileDeadLetterPuts(t *testing.T) {
 				DeadLetter: func(m *channel.Message, reason error) error {
 					close(entered)
 					<-closing
-					time.Sleep(100 * time.Millisecond) // Close is waiting by now
+					// Once Close has begun, and waits for this handler: a Put
+					// it refuses stores nothing either way. (A sleep of 100
+					// ms stood for this; a busy machine overran it, and the
+					// Put went in before Close.)
+					refused := channel.PutOptions{Key: make([]byte, channel.MaxKeyBytes+1)}
+					for !errors.Is(c.PutWith(context.Background(), []byte("probe"), refused), channel.ErrClosed) {
+						time.Sleep(time.Millisecond)
+					}
 					putErr <- c.Put(context.Background(), []byte("again"))
 					return nil
 				},
@@ -69,15 +76,15 @@ func TestCloseWhileDeadLetterPuts(t *testing.T) {
 			close(closing)
 			select {
 			case <-closed:
-			case <-time.After(3 * time.Second):
-				t.Fatal("Close did not return in 3 s: it waits for the DeadLetter handler, whose Put waits for Close")
+			case <-time.After(time.Minute):
+				t.Fatal("Close did not return in a minute: it waits for the DeadLetter handler, whose Put waits for Close")
 			}
 			select {
 			case err := <-putErr:
 				if !errors.Is(err, channel.ErrClosed) {
 					t.Errorf("the handler's Put = %v, want ErrClosed", err)
 				}
-			case <-time.After(3 * time.Second):
+			case <-time.After(time.Minute):
 				t.Fatal("the DeadLetter handler's Put did not return")
 			}
 		})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/spillq/spillq/channel"
@@ -117,23 +118,27 @@ func TestKeyReplace(t *testing.T) {
 	}
 }
 
+// TestKeyDedup runs on synctest's clock: on the real one, a pause of 200
+// ms between the two Puts (a busy machine's) ended the window between them.
 func TestKeyDedup(t *testing.T) {
-	c := newChannel(t, channel.Options{MemQueueSize: 100, Keys: channel.KeyDedup, DedupWindow: 200 * time.Millisecond})
-	defer c.Close()
-	if err := putKey(t, c, "req-1", "x"); err != nil {
-		t.Fatal(err)
-	}
-	receive(t, c).Finish() // finished or not, the window counts puts
-	if err := putKey(t, c, "req-1", "x again"); !errors.Is(err, channel.ErrDuplicate) {
-		t.Fatalf("Put within the window: %v, want ErrDuplicate", err)
-	}
-	time.Sleep(250 * time.Millisecond)
-	if err := putKey(t, c, "req-1", "x later"); err != nil {
-		t.Fatalf("Put after the window: %v", err)
-	}
-	if got, _ := ready(t, c); !slices.Equal(got, []string{"x later"}) {
-		t.Errorf("got %v", got)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		c := newChannel(t, channel.Options{MemQueueSize: 100, Keys: channel.KeyDedup, DedupWindow: 200 * time.Millisecond})
+		defer c.Close()
+		if err := putKey(t, c, "req-1", "x"); err != nil {
+			t.Fatal(err)
+		}
+		await(t, c).Finish() // finished or not, the window counts puts
+		if err := putKey(t, c, "req-1", "x again"); !errors.Is(err, channel.ErrDuplicate) {
+			t.Fatalf("Put within the window: %v, want ErrDuplicate", err)
+		}
+		time.Sleep(250 * time.Millisecond)
+		if err := putKey(t, c, "req-1", "x later"); err != nil {
+			t.Fatalf("Put after the window: %v", err)
+		}
+		if got, _ := ready(t, c); !slices.Equal(got, []string{"x later"}) {
+			t.Errorf("got %v", got)
+		}
+	})
 }
 
 // TestKeySerial: one message per key at a time, others flow past, order

@@ -92,7 +92,7 @@ func TestReadAfterFailedSwap(t *testing.T) {
 			l.ReadAt(s.Base)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	got := map[uint64]bool{}
 	for len(got) < n {

@@ -262,13 +262,31 @@ func TestCursorNames(t *testing.T) {
 // A cursor started at a time begins at the first record stored at or after
 // it.
 func TestCursorFromTime(t *testing.T) {
-	l := openLog(t, t.TempDir(), smallSegments)
-	defer l.Close()
+	dir := t.TempDir()
+	l := openLog(t, dir, smallSegments)
 	putN(t, l, 0, 50)
-	time.Sleep(2 * time.Millisecond)
-	mid := time.Now()
-	time.Sleep(2 * time.Millisecond)
+	// Reopened, so that record 50 is stamped with a reading of its own:
+	// one log may stamp it with a reading taken before record 49's Put
+	// (clock.go), and on a busy machine that reading was older than a mid
+	// taken with sleeps of 2 ms around it. mid lies between the two stamps.
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l = openLog(t, dir, smallSegments)
+	defer l.Close()
 	putN(t, l, 50, 50)
+	before, err := l.ReadAt(49)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := l.ReadAt(50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !after.Time.After(before.Time) {
+		t.Fatalf("record 50 is stamped %v, record 49 %v", after.Time, before.Time)
+	}
+	mid := before.Time.Add(max(after.Time.Sub(before.Time)/2, 1))
 	c := openCursor(t, l, "t", diskqueue.FromTime(mid))
 	readN(t, c, 50, 50, true)
 	expectNothing(t, c)

@@ -232,52 +232,6 @@ func TestSyncWhilePublishing(t *testing.T) {
 	}
 }
 
-// TestCloseWithBacklog: Close stops forwarding at once (after the batch in
-// flight) rather than draining a large backlog, reports what waits, and a
-// publisher opened again on the directory forwards the rest.
-func TestCloseWithBacklog(t *testing.T) {
-	t.Parallel()
-	nsqd := startNSQD(t)
-	dir := t.TempDir()
-	p := openPublisherWith(t, dir, nsqbridge.PublisherOptions{NSQD: []string{nsqd.TCP}, Disk: diskqueue.Options{SyncEvery: diskqueue.DefaultSyncEvery}})
-	n := 20000
-	if testing.Short() {
-		n = 5000
-	}
-	ctx := context.Background()
-	if err := p.Publish(ctx, msg(0)); err != nil {
-		t.Fatal(err)
-	}
-	syncPublisher(t, p) // forwarding is under way
-	for i := 1; i < n; i++ {
-		if err := p.Publish(ctx, msg(i)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := p.Close(); err != nil {
-		t.Fatal(err)
-	}
-	st := p.Stats()
-	if st.Pending == 0 || st.Forwarded+st.Pending != int64(n) {
-		t.Fatalf("after Close: %d forwarded, %d pending, want some pending and %d in all", st.Forwarded, st.Pending, n)
-	}
-	if got := nsqd.stats("jobs").MessageCount; got != uint64(st.Forwarded) {
-		t.Fatalf("nsqd has %d messages, the publisher forwarded %d", got, st.Forwarded)
-	}
-	t.Logf("Close left %d of %d pending", st.Pending, n)
-
-	p = openPublisherWith(t, dir, nsqbridge.PublisherOptions{NSQD: []string{nsqd.TCP}})
-	defer p.Close()
-	if got := p.Stats().Pending; got != st.Pending {
-		t.Fatalf("reopened with %d pending, Close reported %d", got, st.Pending)
-	}
-	syncPublisher(t, p)
-	c := newConsumer(t, nsqbridge.ConsumerOptions{NSQD: []string{nsqd.TCP}})
-	if got := work(t, c, n); len(got) != n {
-		t.Fatalf("received %d distinct of %d", len(got), n)
-	}
-}
-
 // TestPublishToAndDeferred: each message's topic and due time travel
 // through the local queue, across a restart of the publisher (the first
 // one never reached nsqd), and reach nsqd as PUB/MPUB to that topic and

@@ -118,17 +118,33 @@ func TestReadCommandsBesideAnOpenQueue(t *testing.T) {
 
 func TestDumpSince(t *testing.T) {
 	dir := t.TempDir()
-	q, _ := diskqueue.Open(dir, diskqueue.Options{})
-	q.Put(context.Background(), []byte("old"))
-	q.Sync(context.Background())
-	// "old" was stamped before mid and "new" after it: a record's
-	// timestamp is a clock reading up to about a millisecond old, so each
-	// stands well away from mid.
-	time.Sleep(20 * time.Millisecond)
-	mid := time.Now()
-	time.Sleep(20 * time.Millisecond)
-	q.Put(context.Background(), []byte("new"))
-	q.Close()
+	// Each record from a queue of its own, whose first Put reads the
+	// clock: one queue may stamp a record with a reading taken before an
+	// earlier Put (diskqueue's clock.go), and on a busy machine that
+	// reading was older than a mid taken with sleeps of 20 ms around it.
+	// mid lies between the two stamps, whatever they are.
+	put := func(body string) time.Time {
+		t.Helper()
+		q, err := diskqueue.Open(dir, diskqueue.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer q.Close()
+		seq, err := q.PutSeq(context.Background(), []byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, err := q.ReadAt(seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rec.Time
+	}
+	old, recent := put("old"), put("new")
+	if !recent.After(old) {
+		t.Fatalf("the later record is stamped %v, the earlier %v", recent, old)
+	}
+	mid := old.Add(max(recent.Sub(old)/2, 1))
 	out, code := tool(t, "", "dump", "-since", mid.UTC().Format(time.RFC3339Nano), dir)
 	if code != 0 || strings.Contains(out, `"old"`) || !strings.Contains(out, `"new"`) {
 		t.Fatalf("dump -since (%d):\n%s", code, out)
