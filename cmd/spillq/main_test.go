@@ -1050,8 +1050,8 @@ func TestKeyCommand(t *testing.T) {
 	}
 	// v0 and v2 are superseded: the channel acknowledges them unseen as it
 	// takes them, and hands out b v1, left in flight, and v3, finished.
-	// Close stores b v1 again (attempts=1) and acknowledges its first
-	// record. All stay in the log (RetainBytes).
+	// Close stores b v1 again (attempts=0: the delivery Close cut short is
+	// not spent) and acknowledges its first record. All stay in the log (RetainBytes).
 	for range 2 {
 		m, err := q.Receive(ctx)
 		if err != nil {
@@ -1078,7 +1078,7 @@ func TestKeyCommand(t *testing.T) {
 		t.Errorf("key a: stderr %q", stderr)
 	}
 	stdout, stderr, code = tool3(t, "", "key", dir, "b")
-	if code != 0 || !strings.Contains(stdout, "attempts=1 key=\"b\"\tpending\t") || !strings.Contains(stderr, "2 record(s) in the log (1 acknowledged, 1 pending), the newest at seq 4") {
+	if code != 0 || !strings.Contains(stdout, "attempts=0 key=\"b\"\tpending\t") || !strings.Contains(stderr, "2 record(s) in the log (1 acknowledged, 1 pending), the newest at seq 4") {
 		t.Errorf("key b: exit %d\n%s\n%s", code, stdout, stderr)
 	}
 	out, code := tool(t, "", "key", dir, "a", "-format", "json")
