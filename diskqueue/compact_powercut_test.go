@@ -107,10 +107,12 @@ func TestCompactCrashAtEveryStep(t *testing.T) {
 			checked := 0
 			everRemoved := map[uint64]bool{} // seqs some compaction finished removing before the cut
 			for _, s := range steps {
-				before := len(cuts)
-				compacting = true
+				// Under the file system's lock, as onSync reads it and
+				// appends to cuts from the writer's goroutine.
+				var before int
+				mfs.locked(func() { before, compacting = len(cuts), true })
 				st, err := l.Compact(ctx, s.seg.Base, func(rec Record) bool { return s.keep(rec.Seq) })
-				compacting = false
+				mfs.locked(func() { compacting = false })
 				if err != nil || st.Removed == 0 {
 					t.Fatalf("Compact(%d): %+v, %v", s.seg.Base, st, err)
 				}
