@@ -306,7 +306,7 @@ func newChannel(opts Options, src Source, fan *Fanout) (*Channel, error) {
 			// Deferred messages are in the timer store, which is read
 			// instead: the backlog is not.
 			c.timers = newTimerSet(o.Timers, o.MaxDeferredInMemory)
-			c.timers.horizon = math.MinInt64 // all of them are on the store only
+			c.timers.horizon = timerEntry{due: math.MinInt64} // all of them are on the store only
 			if fan != nil {
 				c.initHeld()
 			}

@@ -66,5 +66,5 @@ func (c *Channel) openHeldLocked() {
 // released: in the heap, or (the invariant's horizon at or before at) on
 // the store only, or not known yet because a refill is reading the store.
 func (t *timerSet) dueBy(at int64) bool {
-	return t.refilling || t.horizon <= at || len(t.heap) > 0 && t.heap[0].due <= at
+	return t.refilling || t.horizon.due <= at || len(t.heap) > 0 && t.heap[0].due <= at
 }

@@ -82,6 +82,18 @@ func (e timerEntry) before(o timerEntry) bool {
 	return e.due < o.due || e.due == o.due && e.seq < o.seq
 }
 
+// noHorizon is a horizon with nothing beyond it: the store holds no
+// record that is not in memory.
+var noHorizon = timerEntry{due: math.MaxInt64, seq: math.MaxUint64}
+
+// earlier is the earlier of a and b in before's order.
+func earlier(a, b timerEntry) timerEntry {
+	if b.before(a) {
+		return b
+	}
+	return a
+}
+
 // compare is before as a comparison, for sorting.
 func (e timerEntry) compare(o timerEntry) int {
 	if c := cmp.Compare(e.due, o.due); c != 0 {
@@ -93,10 +105,16 @@ func (e timerEntry) compare(o timerEntry) int {
 // timerSet is the channel's view of its timer store; Channel.mu guards it.
 //
 // The invariant: every record in the store that is not in heap and not out
-// has a due time at or after horizon (math.MaxInt64: there is none). So
-// while the heap's earliest entry is before horizon, it is the earliest
+// comes at or after horizon in before's order (noHorizon: there is none).
+// So while the heap's earliest entry is before horizon, it is the earliest
 // deferred message of all; once it is not (or the heap is empty), a refill
-// reads the store through and takes the earliest max entries again.
+// reads the store through and takes the earliest max entries again. The
+// horizon is an entry, not a due time, because entries due at the same
+// time are common (a topic's channel stores all it held due at Close): as
+// a due time, a heap whose earliest entry was due at the horizon's time
+// looked as if the store might hold one before it: each refill found the
+// heap's own entries again and started the next, reading the store in a
+// loop until those were released (for a due time ahead, until then).
 type timerSet struct {
 	store TimerStore
 	// sync is store as a syncer, if it is one: its moved messages' old
@@ -110,7 +128,7 @@ type timerSet struct {
 
 	heap timerHeap // at most max entries, but for a refill's transient excess
 	// horizon: see the invariant.
-	horizon int64
+	horizon timerEntry
 	// out holds the records released for delivery (ready, in flight) and
 	// not yet acknowledged: a refill must not take them again.
 	out map[uint64]struct{}
@@ -120,7 +138,7 @@ type timerSet struct {
 	// it (shrink), and acked the records acknowledged, which the refill
 	// may have read before they were.
 	refilling bool
-	spillMin  int64
+	spillMin  timerEntry
 	acked     map[uint64]struct{}
 	// gen is bumped by Empty: a refill that began before reads what Empty
 	// discarded.
@@ -130,14 +148,14 @@ type timerSet struct {
 }
 
 func newTimerSet(store TimerStore, max int) *timerSet {
-	t := &timerSet{store: store, max: max, horizon: math.MaxInt64, out: map[uint64]struct{}{}, spillMin: math.MaxInt64}
+	t := &timerSet{store: store, max: max, horizon: noHorizon, out: map[uint64]struct{}{}, spillMin: noHorizon}
 	t.sync, _ = store.(syncer)
 	return t
 }
 
 // add takes a new entry (the caller holds Channel.mu).
 func (t *timerSet) add(e timerEntry) {
-	if !t.refilling && e.due >= t.horizon {
+	if !t.refilling && !e.before(t.horizon) {
 		return // on the store only; a refill finds it
 	}
 	heap.Push(&t.heap, e)
@@ -152,11 +170,11 @@ func (t *timerSet) add(e timerEntry) {
 func (t *timerSet) shrink() {
 	slices.SortFunc(t.heap, timerEntry.compare)
 	keep := (t.max + 1) / 2
-	cut := t.heap[keep].due
+	cut := t.heap[keep]
 	if t.refilling {
-		t.spillMin = min(t.spillMin, cut)
+		t.spillMin = earlier(t.spillMin, cut)
 	} else {
-		t.horizon = min(t.horizon, cut)
+		t.horizon = earlier(t.horizon, cut)
 	}
 	clear(t.heap[keep:])
 	t.heap = t.heap[:keep] // sorted, so still a heap
@@ -165,7 +183,7 @@ func (t *timerSet) shrink() {
 // needRefill reports whether a refill should start: the store may hold an
 // entry due before the heap's earliest.
 func (t *timerSet) needRefill() bool {
-	return !t.refilling && t.horizon != math.MaxInt64 && (len(t.heap) == 0 || t.heap[0].due >= t.horizon)
+	return !t.refilling && t.horizon != noHorizon && (len(t.heap) == 0 || !t.heap[0].before(t.horizon))
 }
 
 // next is the earliest due time in the heap, or 0.
@@ -197,7 +215,7 @@ func (t *timerSet) done(seq uint64) {
 // empty forgets everything (Empty).
 func (t *timerSet) empty() {
 	t.heap = nil
-	t.horizon, t.spillMin = math.MaxInt64, math.MaxInt64
+	t.horizon, t.spillMin = noHorizon, noHorizon
 	clear(t.out)
 	clear(t.acked)
 	t.gen++
@@ -205,12 +223,12 @@ func (t *timerSet) empty() {
 
 // merge ends a refill with the earliest entries it read (kept, at most max,
 // none earlier than excludedMin left out); the caller holds Channel.mu.
-func (t *timerSet) merge(gen uint64, kept []timerEntry, excludedMin int64) {
+func (t *timerSet) merge(gen uint64, kept []timerEntry, excludedMin timerEntry) {
 	t.refilling = false
 	horizon := t.spillMin
-	t.spillMin = math.MaxInt64
+	t.spillMin = noHorizon
 	if gen == t.gen {
-		horizon = min(horizon, excludedMin)
+		horizon = earlier(horizon, excludedMin)
 		in := make(map[uint64]struct{}, len(t.heap))
 		for _, e := range t.heap {
 			in[e.seq] = struct{}{}
@@ -225,7 +243,7 @@ func (t *timerSet) merge(gen uint64, kept []timerEntry, excludedMin int64) {
 		}
 		if len(t.heap) > t.max {
 			slices.SortFunc(t.heap, timerEntry.compare)
-			horizon = min(horizon, t.heap[t.max].due)
+			horizon = earlier(horizon, t.heap[t.max])
 			clear(t.heap[t.max:])
 			t.heap = t.heap[:t.max]
 		}
@@ -274,7 +292,7 @@ func (c *Channel) refillTimers() {
 		out := maps.Clone(t.out)
 		c.mu.Unlock()
 		kept := latestHeap{make(timerHeap, 0, min(t.max, 1024))}
-		excludedMin := int64(math.MaxInt64)
+		excludedMin := noHorizon
 		var scanned int64
 		var failed error
 		t.store.Records()(func(seq uint64, body []byte, err error) bool {
@@ -294,11 +312,11 @@ func (c *Channel) refillTimers() {
 			case len(kept.timerHeap) < t.max:
 				heap.Push(&kept, e)
 			case e.before(kept.timerHeap[0]):
-				excludedMin = min(excludedMin, kept.timerHeap[0].due)
+				excludedMin = earlier(excludedMin, kept.timerHeap[0])
 				kept.timerHeap[0] = e
 				heap.Fix(&kept, 0)
 			default:
-				excludedMin = min(excludedMin, e.due)
+				excludedMin = earlier(excludedMin, e)
 			}
 			return true
 		})
