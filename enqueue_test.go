@@ -159,7 +159,7 @@ func TestEnqueueDuplicateID(t *testing.T) {
 		t.Run(policy.String()+"/topic", func(t *testing.T) {
 			dir := t.TempDir()
 			tp := openTopic(t, dir, spillq.TopicOptions{Keys: policy})
-			a := topicChannel(t, tp, "a", spillq.ChannelOptions{})
+			topicChannel(t, tp, "a", spillq.ChannelOptions{}) // the message is a's
 			first, err := tp.Enqueue(ctx, []byte("v1"), key)
 			if err != nil || !first.Logged {
 				t.Fatalf("Enqueue: %+v, %v", first, err)
@@ -171,7 +171,7 @@ func TestEnqueueDuplicateID(t *testing.T) {
 			}
 			tp = openTopic(t, dir, spillq.TopicOptions{Keys: policy})
 			defer tp.Close()
-			a = topicChannel(t, tp, "a", spillq.ChannelOptions{})
+			a := topicChannel(t, tp, "a", spillq.ChannelOptions{})
 			err = tp.PutWith(ctx, []byte("v3"), key)
 			check(t, err, policy, first.ID)
 			if got := receiveID(t, a); got != first.ID {
