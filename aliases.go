@@ -17,6 +17,11 @@ type (
 	PutOptions = channel.PutOptions
 	// KeyPolicy is what a queue does with message keys: [channel.KeyPolicy].
 	KeyPolicy = channel.KeyPolicy
+	// Receipt is what Enqueue says of a stored message: [channel.Receipt].
+	Receipt = channel.Receipt
+	// DuplicateError names the message that holds a refused key:
+	// [channel.DuplicateError].
+	DuplicateError = channel.DuplicateError
 	// Receiver is what a Worker takes messages from: [channel.Receiver].
 	Receiver = channel.Receiver
 	// DiskOptions configures the disk log (Options.Disk): [diskqueue.Options].

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"time"
 
 	"github.com/spillq/spillq"
 	"github.com/spillq/spillq/channel"
@@ -200,4 +201,59 @@ func ExampleTopicOptions_keys() {
 	// put: false true
 	// put: false true
 	// put: true false
+}
+
+// An idempotent producer: each job carries the client's key for it (an
+// Idempotency-Key header, say), and under KeyDedup the retry of a job the
+// queue already has (its first Put timed out, or returned ErrNotDurable)
+// is refused with the ID of the job stored, which the producer answers
+// with, as for the first Put. The Put runs under a context of the
+// service's own: one that a client going away would cancel could end a
+// Put that had already stored the job.
+func ExampleQueue_Enqueue() {
+	dir, err := os.MkdirTemp("", "spillq-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	q, err := spillq.Open(dir, spillq.Options{Keys: channel.KeyDedup})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer q.Close()
+
+	enqueue := func(reqCtx context.Context, body, key string) (channel.ID, error) {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(reqCtx), 5*time.Second)
+		defer cancel()
+		r, err := q.Enqueue(ctx, []byte(body), channel.PutOptions{Key: []byte(key)})
+		var dup *channel.DuplicateError
+		if errors.As(err, &dup) {
+			return dup.ID, nil // put before: the same job
+		}
+		if err != nil {
+			return 0, err
+		}
+		fmt.Printf("stored: logged %v, seq %d\n", r.Logged, r.Seq)
+		return r.ID, nil
+	}
+	ctx := context.Background()
+	first, err := enqueue(ctx, "charge order 42", "order-42")
+	if err != nil {
+		log.Fatal(err)
+	}
+	again, err := enqueue(ctx, "charge order 42", "order-42") // the client's retry
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("the retry names the same job:", again == first)
+	m, err := q.Receive(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("delivered %q, the job named: %v; left: %d\n", m.Body, m.ID == first, q.Depth())
+	m.Finish()
+	// Output:
+	// stored: logged true, seq 0
+	// the retry names the same job: true
+	// delivered "charge order 42", the job named: true; left: 0
 }

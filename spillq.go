@@ -127,7 +127,10 @@ type Options struct {
 }
 
 // Queue is a channel over a disk log in one directory. It is safe for
-// concurrent use; all channel methods are promoted.
+// concurrent use; all channel methods are promoted (go doc lists them
+// under [channel.Channel]): Put, PutWith, and Enqueue, which returns the
+// message's ID and its record's seq ([channel.Receipt]); Receive,
+// TryReceive, Stats, Close and the rest.
 type Queue struct {
 	*channel.Channel
 	disk   *diskqueue.Queue

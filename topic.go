@@ -255,14 +255,27 @@ func (t *Topic) removeOrphans(logger *slog.Logger) error {
 // Disk.MaxDiskBytes or on a full file system) names the channel furthest
 // behind, whose unfinished messages hold the oldest segment.
 func (t *Topic) Put(ctx context.Context, body []byte) error {
-	return t.full(t.fan.Put(ctx, body))
+	_, err := t.Enqueue(ctx, body, channel.PutOptions{})
+	return err
 }
 
 // PutWith is Put with a delay or an expiry, which each channel applies on
 // its own. A delayed message is written to the log, and by each channel to
 // its timer store as it reads it.
 func (t *Topic) PutWith(ctx context.Context, body []byte, po channel.PutOptions) error {
-	return t.full(t.fan.PutWith(ctx, body, po))
+	_, err := t.Enqueue(ctx, body, po)
+	return err
+}
+
+// Enqueue is PutWith returning a [channel.Receipt]: the message's ID, which
+// every channel delivers it with, and its record's seq in the topic's log
+// (Logged; a message the memory path took is not). The receipt is valid
+// when the error is nil or wraps [channel.ErrNotDurable]. A Put the topic's
+// key policy refuses returns a [*channel.DuplicateError] naming the message
+// that holds the key. See [channel.Fanout.Enqueue].
+func (t *Topic) Enqueue(ctx context.Context, body []byte, po channel.PutOptions) (channel.Receipt, error) {
+	r, err := t.fan.Enqueue(ctx, body, po)
+	return r, t.full(err)
 }
 
 // PutBatch puts bodies in order, sharing the log's lock and, with

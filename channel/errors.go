@@ -2,6 +2,8 @@ package channel
 
 import (
 	"errors"
+	"fmt"
+	"time"
 
 	"github.com/spillq/spillq/internal/notdurable"
 )
@@ -71,10 +73,13 @@ var (
 	// it to be durable: with spillq's disk log under Disk.SyncEvery 1, its
 	// ctx ended while it waited for the fsync. A crash of the process
 	// does not lose such a message; a power cut before the log's next
-	// fsync may. A retry stores it twice (under KeyUnique and KeyReplace
-	// the key is taken: the retry is refused as a duplicate, or
-	// supersedes). Any other error from Put means the message was not
-	// stored. A [Backend] says so by wrapping it in the error of a Put
+	// fsync may. A retry stores it twice, unless the message has a key
+	// under a policy that decides at Put, for which the key is taken as
+	// for any message stored: under KeyUnique and KeyDedup the retry is
+	// refused as a duplicate (a [DuplicateError] naming the ID of the
+	// message stored, the one [Channel.Enqueue] returned in its
+	// [Receipt]), and under KeyReplace it supersedes. Any other error
+	// from Put means the message was not stored. A [Backend] says so by wrapping it in the error of a Put
 	// that stored its record; it is the same value as
 	// diskqueue.ErrNotDurable.
 	ErrNotDurable = notdurable.Err
@@ -87,7 +92,9 @@ var (
 	// ErrDuplicate is returned by Put and PutWith for a message whose key
 	// the channel's key policy refuses: one with a message pending under
 	// KeyUnique, one put within the window under KeyDedup (see
-	// Options.DuplicatesOK). The message is not stored.
+	// Options.DuplicatesOK). The message is not stored. The error is a
+	// [*DuplicateError], which errors.Is matches to ErrDuplicate and
+	// errors.As gives the ID of the message that holds the key.
 	ErrDuplicate = errors.New("channel: duplicate key")
 
 	// ErrInvalidOptions is returned by [New] for an out-of-range option.
@@ -98,3 +105,38 @@ var (
 // record: it succeeded, or stopped waiting only for the fsync
 // (ErrNotDurable), and the message is to be counted stored, as a Put done.
 func stored(err error) bool { return err == nil || errors.Is(err, ErrNotDurable) }
+
+// DuplicateError is the error of a Put its key policy refused as a
+// duplicate: errors.Is(err, [ErrDuplicate]) is true of it, and errors.As
+// gives the message that holds the key, so an idempotent producer can
+// take the refusal of a retry as the first Put's success:
+//
+//	var dup *channel.DuplicateError
+//	if errors.As(err, &dup) {
+//		id = dup.ID // the message put before
+//	}
+type DuplicateError struct {
+	// Key is the key the Put carried.
+	Key []byte
+	// ID is the message that holds the key: under KeyUnique the one
+	// pending, under KeyDedup the one put within the window. A key
+	// restored at a restart (Options.KeyState, as spillq.Open keeps it)
+	// names its message's ID too; 0 only for an entry of a KeyState made
+	// by hand without one.
+	ID ID
+	// Policy is the policy that refused the Put: KeyUnique or KeyDedup.
+	Policy KeyPolicy
+	// Age is, under KeyDedup, how long before the refused Put the key was
+	// put.
+	Age time.Duration
+}
+
+func (e *DuplicateError) Error() string {
+	if e.Policy == KeyDedup {
+		return fmt.Sprintf("%v: key %q was put %v ago, within the dedup window (message %d)", ErrDuplicate, e.Key, e.Age.Round(time.Millisecond), e.ID)
+	}
+	return fmt.Sprintf("%v: key %q has a message pending (message %d)", ErrDuplicate, e.Key, e.ID)
+}
+
+// Is makes errors.Is(err, ErrDuplicate) true of a DuplicateError.
+func (e *DuplicateError) Is(target error) bool { return target == ErrDuplicate }

@@ -229,8 +229,24 @@ func (f *Fanout) Put(ctx context.Context, body []byte) error {
 // PutWith is Put with a delay or an expiry, which every channel applies
 // on its own.
 func (f *Fanout) PutWith(ctx context.Context, body []byte, po PutOptions) error {
-	_, err := f.put(ctx, [][]byte{body}, po)
+	_, err := f.Enqueue(ctx, body, po)
 	return err
+}
+
+// Enqueue is PutWith returning a [Receipt]: the message's ID (every
+// channel delivers it with that ID) and, when Logged, its record in the
+// log (Seq when the log tells seqs, as spillq's does). A message the
+// memory path took (see Fanout) is not Logged. The receipt is valid when
+// the error is nil or wraps [ErrNotDurable]; after any other error it is
+// the zero Receipt. A Put the topic's key policy refuses returns a
+// [*DuplicateError] naming the message that holds the key.
+func (f *Fanout) Enqueue(ctx context.Context, body []byte, po PutOptions) (Receipt, error) {
+	var r Receipt
+	_, err := f.put(ctx, [][]byte{body}, po, &r)
+	if !stored(err) {
+		return Receipt{}, err
+	}
+	return r, err
 }
 
 // PutBatch puts bodies in order, as Put each would, sharing the log's
@@ -238,10 +254,12 @@ func (f *Fanout) PutWith(ctx context.Context, body []byte, po PutOptions) error 
 // were put, a prefix of bodies, and the first error; every body is checked
 // against the log's limits before any is put.
 func (f *Fanout) PutBatch(ctx context.Context, bodies [][]byte) (int, error) {
-	return f.put(ctx, bodies, PutOptions{})
+	return f.put(ctx, bodies, PutOptions{}, nil)
 }
 
-func (f *Fanout) put(ctx context.Context, bodies [][]byte, po PutOptions) (int, error) {
+// put puts bodies, and when r is not nil (bodies holds one) fills in its
+// Receipt.
+func (f *Fanout) put(ctx context.Context, bodies [][]byte, po PutOptions, r *Receipt) (int, error) {
 	f.putMu.RLock()
 	defer f.putMu.RUnlock()
 	if f.isClosed.Load() {
@@ -259,11 +277,14 @@ func (f *Fanout) put(ctx context.Context, bodies [][]byte, po PutOptions) (int, 
 		}
 	}
 	if po.Key != nil && f.keys != nil && len(bodies) == 1 {
-		return f.putKeyed(ctx, bodies[0], po)
+		return f.putKeyed(ctx, bodies[0], po, r)
 	}
 	msgs := make([]Message, len(bodies))
 	for i, b := range bodies {
 		f.newMessage(&msgs[i], b, po)
+	}
+	if r != nil {
+		r.ID = msgs[0].ID
 	}
 	done := 0
 	if po.Delay <= 0 {
@@ -275,9 +296,12 @@ func (f *Fanout) put(ctx context.Context, bodies [][]byte, po PutOptions) (int, 
 	if done == len(msgs) {
 		return done, nil
 	}
-	n, err := f.toLog(ctx, msgs[done:])
+	n, seq, err := f.toLog(ctx, msgs[done:])
 	if err != nil {
 		f.putFailures.Add(int64(len(msgs) - done - n))
+	}
+	if r != nil && n == 1 {
+		r.Seq, r.Logged = seq, true
 	}
 	return done + n, err
 }
@@ -297,13 +321,16 @@ func (f *Fanout) newMessage(m *Message, body []byte, po PutOptions) {
 // policy admits it, it goes to the log (never the memory buffers: the key
 // state names its record), and the policy learns its seq, or takes it back
 // if the log refused it.
-func (f *Fanout) putKeyed(ctx context.Context, body []byte, po PutOptions) (int, error) {
+func (f *Fanout) putKeyed(ctx context.Context, body []byte, po PutOptions, r *Receipt) (int, error) {
 	var m Message
 	f.newMessage(&m, body, po)
 	adm, err := f.keys.admit(m.Key, m.ID, m.Timestamp.UnixNano())
 	if err != nil {
 		f.putFailures.Add(1) // not a Put: the duplicates count it
-		if f.duplicatesOK {
+		if dup, ok := err.(*DuplicateError); ok && f.duplicatesOK {
+			if r != nil {
+				*r = Receipt{ID: dup.ID, Duplicate: true}
+			}
 			return 1, nil
 		}
 		return 0, err
@@ -317,6 +344,9 @@ func (f *Fanout) putKeyed(ctx context.Context, body []byte, po PutOptions) (int,
 		return 0, f.putErr(err)
 	}
 	f.keys.commit(adm, m.ID, seq, srcBackend)
+	if r != nil {
+		*r = Receipt{ID: m.ID, Seq: seq, Logged: true}
+	}
 	if err != nil {
 		return 1, f.putErr(err)
 	}
@@ -324,12 +354,13 @@ func (f *Fanout) putKeyed(ctx context.Context, body []byte, po PutOptions) (int,
 }
 
 // putOne stores m's envelope in the log, encoded into a pooled buffer,
-// and returns its seq when the log tells it (a KeyLog).
+// and returns its seq when the log tells it (a KeyLog, or a log with
+// KeyLog's PutSeq: spillq's, with or without a key policy).
 func (f *Fanout) putOne(ctx context.Context, m *Message) (seq uint64, err error) {
 	buf := envelopes.Get().(*[]byte)
 	*buf = appendEnvelope((*buf)[:0], m)
-	if f.klog != nil {
-		seq, err = f.klog.PutSeq(ctx, *buf)
+	if sl, ok := f.log.(seqLog); ok {
+		seq, err = sl.PutSeq(ctx, *buf)
 	} else {
 		err = f.log.Put(ctx, *buf)
 	}
@@ -382,19 +413,25 @@ func (f *Fanout) toMemoryTier(m *Message) bool {
 	return true
 }
 
-// toLog appends msgs to the log, returning how many it stored.
-func (f *Fanout) toLog(ctx context.Context, msgs []Message) (int, error) {
+// seqLog is a log that tells the seq of a record it stores.
+type seqLog interface {
+	PutSeq(ctx context.Context, body []byte) (uint64, error)
+}
+
+// toLog appends msgs to the log, returning how many it stored and, for
+// one message, its record's seq when the log tells it (putOne).
+func (f *Fanout) toLog(ctx context.Context, msgs []Message) (n int, seq uint64, err error) {
 	bctx, release := bound(ctx, f.closeCtx)
 	defer release()
 	if len(msgs) == 1 {
-		_, err := f.putOne(bctx, &msgs[0])
+		seq, err := f.putOne(bctx, &msgs[0])
 		switch {
 		case err == nil:
-			return 1, nil
+			return 1, seq, nil
 		case stored(err):
-			return 1, f.putErr(err)
+			return 1, seq, f.putErr(err)
 		}
-		return 0, f.putErr(err)
+		return 0, 0, f.putErr(err)
 	}
 	envs := make([][]byte, len(msgs))
 	for i := range msgs {
@@ -403,16 +440,16 @@ func (f *Fanout) toLog(ctx context.Context, msgs []Message) (int, error) {
 	if b, ok := f.log.(batchLog); ok {
 		n, err := b.PutBatch(bctx, envs)
 		if err != nil {
-			return n, f.putErr(err)
+			return n, 0, f.putErr(err)
 		}
-		return n, nil
+		return n, 0, nil
 	}
 	for i, env := range envs {
 		if err := f.log.Put(bctx, env); err != nil {
-			return i, f.putErr(err)
+			return i, 0, f.putErr(err)
 		}
 	}
-	return len(envs), nil
+	return len(envs), 0, nil
 }
 
 // putErr is an error of the log's Put as the Fanout returns it: Close's

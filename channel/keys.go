@@ -20,9 +20,10 @@ const (
 	KeyNone KeyPolicy = iota
 	// KeyUnique refuses a Put whose key has a message pending: put and not
 	// yet finished (or dead-lettered), wherever it waits, in flight and
-	// deferred included. Put returns [ErrDuplicate], or nil with
-	// Options.DuplicatesOK; either way the message is dropped and counted
-	// in Stats.Duplicates. The job-queue "unique job".
+	// deferred included. Put returns [ErrDuplicate] (a [*DuplicateError]
+	// naming the pending message), or nil with Options.DuplicatesOK;
+	// either way the message is dropped and counted in Stats.Duplicates.
+	// The job-queue "unique job".
 	KeyUnique
 	// KeyReplace is "latest wins": a Put supersedes the pending message
 	// with the same key, which is never delivered (it is acknowledged and
@@ -35,6 +36,13 @@ const (
 	// KeyDedup drops a Put whose key was put within Options.DedupWindow,
 	// pending or not (idempotent producers): Put returns [ErrDuplicate], or
 	// nil with Options.DuplicatesOK, and counts it in Stats.Duplicates.
+	// The error is a [*DuplicateError] naming the message put before, so
+	// a producer's retry learns that message's ID.
+	//
+	// A Put that returned an error wrapping [ErrNotDurable] stored its
+	// message, and so took the key: a retry within the window is refused
+	// as a duplicate, naming that message. Only a Put whose error does not
+	// wrap ErrNotDurable left the key free.
 	KeyDedup
 	// KeySerial delivers at most one message per key at a time: a message
 	// whose key has one in flight (or requeued, or timed out and waiting
@@ -294,7 +302,8 @@ type admitted struct {
 var notAdmitted = admitted{n: -1}
 
 // admit decides a Put of a message with key and id at now (Unix ns): it
-// returns ErrDuplicate for one the policy refuses, and otherwise records it
+// returns a *DuplicateError naming the message that holds the key for one
+// the policy refuses, and otherwise records it
 // and returns what commit completes once the Put succeeded, or undo takes
 // back if it failed.
 //
@@ -320,9 +329,10 @@ func (t *keyTable) admit(key []byte, id ID, now int64) (admitted, error) {
 		switch t.policy {
 		case KeyUnique:
 			if !(t.topic() && e.hasSeq && t.settled(e.seq)) {
+				holder := e.id // under the lock: e may be reused after
 				t.mu.Unlock()
 				t.duplicates.Add(1)
-				return notAdmitted, fmt.Errorf("%w: key %q has a message pending", ErrDuplicate, key)
+				return notAdmitted, &DuplicateError{Key: key, ID: holder, Policy: KeyUnique}
 			}
 		case KeyReplace:
 			// The newest stored version stays the one that supersedes
@@ -333,9 +343,10 @@ func (t *keyTable) admit(key []byte, id ID, now int64) (admitted, error) {
 			return a, nil
 		case KeyDedup:
 			if ago := now - e.at(); ago < t.window {
+				holder := e.id
 				t.mu.Unlock()
 				t.duplicates.Add(1)
-				return notAdmitted, fmt.Errorf("%w: key %q was put %v ago, within the dedup window", ErrDuplicate, key, time.Duration(ago).Round(time.Millisecond))
+				return notAdmitted, &DuplicateError{Key: key, ID: holder, Policy: KeyDedup, Age: time.Duration(ago)}
 			}
 		}
 		t.removeEntry(n)

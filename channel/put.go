@@ -41,8 +41,15 @@ type PutOptions struct {
 // (unless FailWhenFull), or the backend blocks. An error means the
 // message was not stored, unless it wraps [ErrNotDurable]: stored, and
 // delivered, but the backend's Put stopped waiting for it to be durable.
+//
+// A Put made for a request (an HTTP handler's) should not pass the
+// request's context: a client that goes away cancels it, and a Put that
+// may already have stored the message then returns ErrNotDurable or the
+// context's error. Pass a context of the service's own, such as
+// context.WithoutCancel(r.Context()) with a timeout.
 func (c *Channel) Put(ctx context.Context, body []byte) error {
-	return c.PutWith(ctx, body, PutOptions{})
+	_, err := c.Enqueue(ctx, body, PutOptions{})
+	return err
 }
 
 // PutWith is Put with a delay or an expiry.
@@ -51,22 +58,57 @@ func (c *Channel) Put(ctx context.Context, body []byte) error {
 // [ErrTooLarge] or [ErrTooSmall] (see [RecordLimiter]), wherever it would
 // have gone first.
 func (c *Channel) PutWith(ctx context.Context, body []byte, po PutOptions) error {
+	_, err := c.Enqueue(ctx, body, po)
+	return err
+}
+
+// Receipt says what became of a message a Put stored: [Channel.Enqueue]
+// and the topics' Enqueue return it.
+type Receipt struct {
+	// ID is the message's: the one [Message].ID carries when it is
+	// delivered. Under DuplicatesOK, a Put refused as a duplicate gives
+	// the ID of the message that holds the key (see Duplicate).
+	ID ID
+	// Seq is the message's record in the backend (a queue's) or the
+	// topic's log, when Logged and the backend tells seqs (a
+	// [SeqBackend]; spillq's queues and topics do). Otherwise 0, which is
+	// also a record's seq: read it only when Logged.
+	Seq uint64
+	// Logged says the message's record went to the backend or the topic's
+	// log. It is false for a message that went to the memory buffer (a
+	// crash loses it; Close writes it to the backend) or, deferred, to
+	// the timer store or the memory heap of deferred messages.
+	Logged bool
+	// Duplicate says the key policy refused the Put as a duplicate and
+	// Options.DuplicatesOK (FanoutOptions.DuplicatesOK on a topic) made
+	// it succeed: nothing was stored, and ID is the message that holds
+	// the key (see [DuplicateError]).
+	Duplicate bool
+}
+
+// Enqueue is PutWith returning a [Receipt]: the message's ID, and where its
+// record went. The receipt is valid when the error is nil or wraps
+// [ErrNotDurable] (the message was stored, not yet durable: a retry would
+// store it again unless its key is taken, see ErrNotDurable); after any
+// other error it is the zero Receipt. A Put its key policy refuses returns
+// a [*DuplicateError], which names the message holding the key.
+func (c *Channel) Enqueue(ctx context.Context, body []byte, po PutOptions) (Receipt, error) {
 	if c.fan != nil {
-		return ErrTopicChannel
+		return Receipt{}, ErrTopicChannel
 	}
 	c.prod.putMu.RLock()
 	defer c.prod.putMu.RUnlock()
 	if c.isClosed.Load() {
-		return ErrClosed // before an ID is taken, so not counted
+		return Receipt{}, ErrClosed // before an ID is taken, so not counted
 	}
 	if len(po.Key) > MaxKeyBytes {
-		return fmt.Errorf("%w: key of %d bytes, limit %d", ErrTooLarge, len(po.Key), MaxKeyBytes)
+		return Receipt{}, fmt.Errorf("%w: key of %d bytes, limit %d", ErrTooLarge, len(po.Key), MaxKeyBytes)
 	}
 	if len(po.Key) == 0 {
 		po.Key = nil
 	}
 	if err := checkBody(body, po.Key, c.minBody, c.maxBody); err != nil {
-		return err
+		return Receipt{}, err
 	}
 	// KeySerial acts at delivery only: its Put is any other.
 	keyed := po.Key != nil && c.keys != nil && c.opts.Keys != KeySerial
@@ -75,12 +117,14 @@ func (c *Channel) PutWith(ctx context.Context, body []byte, po PutOptions) error
 		// where it will live.
 		m := new(Message)
 		c.fill(m, body, po)
+		id := m.ID // m is a consumer's once sent
 		select {
 		case c.memCh <- m:
-			return nil
+			return Receipt{ID: id}, nil
 		default:
 		}
-		return c.putFull(ctx, m)
+		logged, err := c.putFull(ctx, m)
+		return receipt(id, m, logged, err)
 	}
 	// A value, not a pointer: a message bound for the backend is only
 	// encoded, so it need not be allocated; kept() copies it to the heap
@@ -90,43 +134,58 @@ func (c *Channel) PutWith(ctx context.Context, body []byte, po PutOptions) error
 	if keyed {
 		return c.putKeyed(ctx, &m)
 	}
-	return c.place(ctx, &m)
+	logged, err := c.place(ctx, &m)
+	return receipt(m.ID, &m, logged, err)
 }
 
-// putKeyed is PutWith of a message with a key under a key policy: the
+// receipt is the Receipt of message id, m the Put's own copy of it, which
+// putBackend left the record's seq in when the backend told it.
+func receipt(id ID, m *Message, logged bool, err error) (Receipt, error) {
+	if !stored(err) {
+		return Receipt{}, err
+	}
+	r := Receipt{ID: id, Logged: logged}
+	if logged && m.src == srcBackend {
+		r.Seq = m.seq
+	}
+	return r, err
+}
+
+// putKeyed is Enqueue of a message with a key under a key policy: the
 // policy admits it first, and takes it back if it is not stored.
-func (c *Channel) putKeyed(ctx context.Context, m *Message) error {
+func (c *Channel) putKeyed(ctx context.Context, m *Message) (Receipt, error) {
 	adm, err := c.keys.admit(m.Key, m.ID, m.Timestamp.UnixNano())
 	if err != nil {
 		c.prod.putFailures.Add(1) // not a Put: Stats.Duplicates counts it
-		if c.opts.DuplicatesOK {
-			return nil
+		if dup, ok := err.(*DuplicateError); ok && c.opts.DuplicatesOK {
+			return Receipt{ID: dup.ID, Duplicate: true}, nil
 		}
-		return err
+		return Receipt{}, err
 	}
-	err = c.place(ctx, m)
+	logged, err := c.place(ctx, m)
 	if !stored(err) {
 		c.keys.undo(m.ID, adm)
-		return err
+		return Receipt{}, err
 	}
 	// place left in m where the message went (putEnvelope the record's
 	// seq, when it knows it).
 	c.keys.commit(adm, m.ID, m.seq, m.src)
-	return err
+	return receipt(m.ID, m, logged, err)
 }
 
 // place puts m where it goes first: a deferred one in the timer store
 // (putDeferred), unless its record must stay in the backend (pinsRecord);
 // one due now in the memory buffer while it has room and nothing waits in
-// the backend, else putFull.
-func (c *Channel) place(ctx context.Context, m *Message) error {
+// the backend, else putFull. It reports whether m went to the backend
+// (logged), as each of the put functions below does.
+func (c *Channel) place(ctx context.Context, m *Message) (logged bool, err error) {
 	switch {
 	case m.due != 0:
 		return c.putDeferred(ctx, m)
 	case c.memCh != nil && c.diskPending.Load() == 0:
 		select {
 		case c.memCh <- m.kept():
-			return nil
+			return false, nil
 		default:
 		}
 	}
@@ -166,23 +225,23 @@ func (c *Channel) fill(m *Message, body []byte, po PutOptions) {
 // putFull places a message that found no room in the memory buffer, or
 // must go behind messages in the backend: the backend if there is one,
 // else it waits for room (or fails, with FailWhenFull).
-func (c *Channel) putFull(ctx context.Context, m *Message) error {
+func (c *Channel) putFull(ctx context.Context, m *Message) (logged bool, err error) {
 	if c.backend != nil {
 		return c.putBackend(ctx, m)
 	}
 	if c.opts.FailWhenFull {
 		c.prod.putFailures.Add(1)
-		return ErrFull
+		return false, ErrFull
 	}
 	select {
 	case c.memCh <- m.kept():
-		return nil
+		return false, nil
 	case <-ctx.Done():
 		c.prod.putFailures.Add(1)
-		return ctx.Err()
+		return false, ctx.Err()
 	case <-c.closeCh:
 		c.prod.putFailures.Add(1)
-		return ErrClosed
+		return false, ErrClosed
 	}
 }
 
@@ -190,7 +249,7 @@ func (c *Channel) putFull(ctx context.Context, m *Message) error {
 // when there is one, so its due time is durable, and in the memory heap
 // otherwise. If the timer store fails, the message goes to the backend, as
 // without one.
-func (c *Channel) putDeferred(ctx context.Context, m *Message) error {
+func (c *Channel) putDeferred(ctx context.Context, m *Message) (logged bool, err error) {
 	if c.toTimers(m) {
 		bctx, release := c.bound(ctx)
 		seq, err := c.putTimer(bctx, m)
@@ -198,14 +257,14 @@ func (c *Channel) putDeferred(ctx context.Context, m *Message) error {
 		if stored(err) {
 			// m is the Put's own: where it went, for the key state.
 			m.src, m.seq = srcTimers, seq
-			return err
+			return false, err
 		}
 		if ctx.Err() != nil || c.isClosed.Load() {
 			c.prod.putFailures.Add(1)
 			if c.isClosed.Load() {
-				return ErrClosed
+				return false, ErrClosed
 			}
-			return ctx.Err()
+			return false, ctx.Err()
 		}
 		c.log.Warn("channel: cannot store a deferred message in the timer store; putting it in the backend", "err", err)
 	}
@@ -216,7 +275,7 @@ func (c *Channel) putDeferred(ctx context.Context, m *Message) error {
 	c.deferred.push(m.kept())
 	c.mu.Unlock()
 	c.wakeClock()
-	return nil
+	return false, nil
 }
 
 // kept returns a heap copy of m, for a message the channel holds on to.
@@ -226,7 +285,7 @@ func (m Message) kept() *Message { return &m }
 // Backend.Put does not keep its argument.
 var envelopes = sync.Pool{New: func() any { return new([]byte) }}
 
-func (c *Channel) putBackend(ctx context.Context, m *Message) error {
+func (c *Channel) putBackend(ctx context.Context, m *Message) (logged bool, err error) {
 	c.diskPending.Add(1)
 	if m.due != 0 {
 		// Before the Put: the pump may read the record back at once.
@@ -235,7 +294,7 @@ func (c *Channel) putBackend(ctx context.Context, m *Message) error {
 	buf := envelopes.Get().(*[]byte)
 	*buf = appendEnvelope((*buf)[:0], m)
 	bctx, release := c.bound(ctx)
-	err := c.putEnvelope(bctx, m, *buf)
+	err = c.putEnvelope(bctx, m, *buf)
 	release()
 	if cap(*buf) <= 64<<10 {
 		envelopes.Put(buf)
@@ -247,25 +306,27 @@ func (c *Channel) putBackend(ctx context.Context, m *Message) error {
 		}
 		c.prod.putFailures.Add(1)
 		if c.isClosed.Load() && errors.Is(err, context.Canceled) {
-			return ErrClosed
+			return false, ErrClosed
 		}
-		return fmt.Errorf("channel: put to backend: %w", err)
+		return false, fmt.Errorf("channel: put to backend: %w", err)
 	}
 	c.prod.spills.Add(1)
 	if err != nil {
-		return fmt.Errorf("channel: put to backend: %w", err)
+		return true, fmt.Errorf("channel: put to backend: %w", err)
 	}
-	return nil
+	return true, nil
 }
 
 // putEnvelope stores env, m's envelope, in the backend, and leaves in m
-// the record it went to when the key policy needs to know it (a keyed
-// message, a SeqBackend): putKeyed's commit, or Close, tells the policy.
+// the record it went to when the backend tells it (a SeqBackend): for the
+// Put's Receipt, and for a keyed message the key policy's, which
+// putKeyed's commit, or Close, tells it.
 func (c *Channel) putEnvelope(ctx context.Context, m *Message, env []byte) error {
-	if m.Key == nil || c.seqs == nil {
+	sb, ok := c.backend.(SeqBackend)
+	if !ok {
 		return c.backend.Put(ctx, env)
 	}
-	seq, err := c.seqs.PutSeq(ctx, env)
+	seq, err := sb.PutSeq(ctx, env)
 	if stored(err) {
 		m.seq, m.src = seq, srcBackend
 	}
