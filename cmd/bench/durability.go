@@ -17,10 +17,20 @@ const (
 	memoryOnly      = "memory: a crash of the process loses it"
 	// godq.NewCompat, the go-diskqueue drop-in, with nsqd's settings.
 	compatDefault = "kernel (a copy into a mapped segment); fsync every 2,500 records or 2 s; a record taken from ReadChan is consumed, recorded in the kernel before the next is handed out"
+
+	// A job queue's promise has two ends: the job's, once enqueued, and
+	// its acknowledgement's, once the worker has answered it.
+	workerKernel    = spillqDefault + " (each Finish, when the worker answers)"
+	workerDisk      = "disk: fsync per job, group commit, Put returns after it; each Finish a bit in the kernel, fsynced every 2 s"
+	jetstreamKernel = "kernel: in the file store (write(2)) when PubAck arrives; fsync every 2 min (sync_interval)"
+	jetstreamDisk   = "disk: fsynced before PubAck (SyncAlways)"
+	ackSyncKernel   = "; each ack (DoubleAck) a tombstone in the kernel when it returns"
+	ackSyncDisk     = "; each ack (DoubleAck) a tombstone fsynced when it returns"
+	ackAsync        = "; each Ack fire and forget (a crash just after it can redeliver the job)"
 )
 
 // durabilityRules map a benchmark (its name up to the first '/', then its
-// impl and, where it has one, its regime) to its promise; the first rule
+// impl and, where it has one, its regime or durability) to its promise; the first rule
 // that matches wins, and an empty impl or regime matches any.
 var durabilityRules = []struct {
 	bench, impl, regime, promise string
@@ -48,6 +58,12 @@ var durabilityRules = []struct {
 	{"", "godiskqueue", "", godqDefault},
 	{"", "spillq", "", spillqDefault},
 	{"BenchmarkCursors", "", "", spillqDefault},
+	{"", "spillq-worker", "kernel", workerKernel},
+	{"", "spillq-worker", "disk", workerDisk},
+	{"", "jetstream-acksync", "kernel", jetstreamKernel + ackSyncKernel},
+	{"", "jetstream-acksync", "disk", jetstreamDisk + ackSyncDisk},
+	{"", "jetstream-ack", "kernel", jetstreamKernel + ackAsync},
+	{"", "jetstream-ack", "disk", jetstreamDisk + ackAsync},
 }
 
 // durability returns the promise under which r was measured, or "" for a
@@ -55,6 +71,10 @@ var durabilityRules = []struct {
 func durability(r result) string {
 	bench, _, _ := strings.Cut(r.name, "/")
 	impl, regime := r.param("impl"), r.param("regime")
+	if regime == "" {
+		// The job queue benchmarks name their regime by the promise it is.
+		regime = r.param("durability")
+	}
 	for _, rule := range durabilityRules {
 		if (rule.bench == "" || rule.bench == bench) && (rule.impl == "" || rule.impl == impl) && (rule.regime == "" || rule.regime == regime) {
 			return rule.promise

@@ -55,6 +55,12 @@ var suites = []struct {
 	// VM's host backs only as it is first touched.
 	{"cmd/bench", "./peers", "^Benchmark(Put|Drain|PutGet)$", []string{"-benchtime", "1000000x"}},
 	{"cmd/bench", "./peers", "ChannelPut", []string{"-benchtime", "1000000x"}},
+	// spillq's Worker against an embedded NATS JetStream (nats-server in
+	// the process): jobs per second under the same durability. Fixed
+	// counts: JetStream fsyncing every job and ack (durability=disk) takes
+	// about a millisecond a job, its publishing (untimed) as long again.
+	{"cmd/bench", "./peers", "^BenchmarkJobs/^durability=kernel$", []string{"-benchtime", "20000x"}},
+	{"cmd/bench", "./peers", "^BenchmarkJobsDrain$/^durability=disk$", []string{"-benchtime", "5000x"}},
 }
 
 func main() {

@@ -62,27 +62,67 @@ func TestReportFromRuns(t *testing.T) {
 // that are not speeds of a store state none.
 func TestDurabilityOfEveryTimedSide(t *testing.T) {
 	for name, want := range map[string]string{
-		"BenchmarkPut/size=100/impl=spillq":                      spillqDefault,
-		"BenchmarkPut/impl=bigqueue":                             bigqueueNoFlush,
-		"BenchmarkChannelPut/regime=memory/impl=spillq":          memoryOnly + " (MemQueueSize 4096, never full)",
-		"BenchmarkChannelPut/regime=spill/impl=spillq":           "kernel; fsync every 2,500 records or 2 s (the message's envelope in the log; Puts alone, no Ack)",
-		"BenchmarkDrain/size=100/impl=godiskqueue":               godqDefault,
-		"BenchmarkCompatRatio/op=drain/size=100":                 "godq: " + compatDefault + ". go-diskqueue: " + godqDefault,
-		"BenchmarkCompat/op=drain/size=100/impl=godq":            compatDefault,
-		"BenchmarkCompat/op=drain/size=100/impl=godiskqueue":     godqDefault,
-		"BenchmarkSyncEveryRecord/producers=16/impl=spillq":      "disk: fsync per record, group commit; Put returns after it",
-		"BenchmarkSyncEveryRecord/producers=16/impl=godiskqueue": "kernel: fsync per record, after its Put has returned",
-		"BenchmarkMemoryPath/work=0/consumers=1/impl=barechan":   memoryOnly,
-		"BenchmarkSpillPath/size=100/impl=nsqd-loop":             godqDefault,
-		"BenchmarkTopicPut/channels=4":                           spillqDefault + " (each channel's Finish)",
-		"BenchmarkPublish/nodes=1/impl=bridge-accept":            "kernel: in the local queue; forwarded to nsqd later",
-		"BenchmarkLookup/records=10000/impl=kafka":               "",
-		"BenchmarkDrainRSS/records=100000/impl=spillq":           "",
-		"BenchmarkOpen/records=10000":                            "",
+		"BenchmarkPut/size=100/impl=spillq":                           spillqDefault,
+		"BenchmarkPut/impl=bigqueue":                                  bigqueueNoFlush,
+		"BenchmarkChannelPut/regime=memory/impl=spillq":               memoryOnly + " (MemQueueSize 4096, never full)",
+		"BenchmarkChannelPut/regime=spill/impl=spillq":                "kernel; fsync every 2,500 records or 2 s (the message's envelope in the log; Puts alone, no Ack)",
+		"BenchmarkDrain/size=100/impl=godiskqueue":                    godqDefault,
+		"BenchmarkCompatRatio/op=drain/size=100":                      "godq: " + compatDefault + ". go-diskqueue: " + godqDefault,
+		"BenchmarkCompat/op=drain/size=100/impl=godq":                 compatDefault,
+		"BenchmarkCompat/op=drain/size=100/impl=godiskqueue":          godqDefault,
+		"BenchmarkSyncEveryRecord/producers=16/impl=spillq":           "disk: fsync per record, group commit; Put returns after it",
+		"BenchmarkSyncEveryRecord/producers=16/impl=godiskqueue":      "kernel: fsync per record, after its Put has returned",
+		"BenchmarkMemoryPath/work=0/consumers=1/impl=barechan":        memoryOnly,
+		"BenchmarkSpillPath/size=100/impl=nsqd-loop":                  godqDefault,
+		"BenchmarkTopicPut/channels=4":                                spillqDefault + " (each channel's Finish)",
+		"BenchmarkPublish/nodes=1/impl=bridge-accept":                 "kernel: in the local queue; forwarded to nsqd later",
+		"BenchmarkLookup/records=10000/impl=kafka":                    "",
+		"BenchmarkDrainRSS/records=100000/impl=spillq":                "",
+		"BenchmarkOpen/records=10000":                                 "",
+		"BenchmarkJobsDrain/durability=kernel/impl=spillq-worker":     workerKernel,
+		"BenchmarkJobsDrain/durability=disk/impl=spillq-worker":       workerDisk,
+		"BenchmarkJobsDrain/durability=kernel/impl=jetstream-acksync": jetstreamKernel + ackSyncKernel,
+		"BenchmarkJobsDrain/durability=disk/impl=jetstream-acksync":   jetstreamDisk + ackSyncDisk,
+		"BenchmarkJobsEndToEnd/durability=kernel/impl=jetstream-ack":  jetstreamKernel + ackAsync,
+		"BenchmarkJobsDrain/durability=disk/impl=jetstream-ack":       jetstreamDisk + ackAsync,
 	} {
 		if got := durability(result{name: name}); got != want {
 			t.Errorf("durability(%s) = %q, want %q", name, got, want)
 		}
+	}
+}
+
+// TestJobsRatio: the job queue rows show jobs/s, and the report compares
+// spillq's Worker with each peer of the same benchmark and durability
+// only.
+func TestJobsRatio(t *testing.T) {
+	const jobs = `BenchmarkJobsDrain/durability=kernel/impl=spillq-worker-2   20000   1000 ns/op   100.00 MB/s   1000000 jobs/s
+BenchmarkJobsDrain/durability=kernel/impl=jetstream-acksync-2   20000   50000 ns/op   2.00 MB/s   20000 jobs/s
+BenchmarkJobsDrain/durability=disk/impl=spillq-worker-2   20000   2000 ns/op   50.00 MB/s   500000 jobs/s
+BenchmarkJobsDrain/durability=disk/impl=jetstream-acksync-2   20000   300000 ns/op   0.33 MB/s   3333 jobs/s
+`
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.txt")
+	os.WriteFile(in, []byte(fixture+jobs), 0o644) // fixture: the charts need their rows
+	out := filepath.Join(dir, "out")
+	if err := run(1, false, out, in, os.Stderr); err != nil {
+		t.Fatal(err)
+	}
+	table, err := os.ReadFile(filepath.Join(out, "results.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| JobsDrain/durability=kernel/impl=spillq-worker | 1.00 µs ± 0% | 100.0 MB/s ± 0% 1000000 jobs/s ± 0% | 1 | " + workerKernel + " |",
+		"| JobsDrain/durability=kernel | jetstream-acksync | 50.0x |",
+		"| JobsDrain/durability=disk | jetstream-acksync | 150.0x |",
+	} {
+		if !strings.Contains(string(table), want) {
+			t.Fatalf("results.md lacks %q:\n%s", want, table)
+		}
+	}
+	if n := strings.Count(string(table), "x |\n"); n != 2 {
+		t.Fatalf("%d ratios, want 2 (one per durability):\n%s", n, table)
 	}
 }
 

@@ -100,6 +100,9 @@ func writeTable(path string, results []result, machine string) error {
 		if mb, ms, ok := r.stat("MB/s"); ok {
 			thr = fmt.Sprintf("%.1f MB/s ± %.0f%%", mb, ms*100)
 		}
+		if v, vs, ok := r.stat("jobs/s"); ok {
+			thr += fmt.Sprintf(" %.0f jobs/s ± %.0f%%", v, vs*100)
+		}
 		for _, extra := range []string{"peak-RSS-MiB", "index-B/record"} {
 			if v, _, ok := r.stat(extra); ok {
 				thr += fmt.Sprintf(" %.2f %s", v, extra)
@@ -122,7 +125,36 @@ func writeTable(path string, results []result, machine string) error {
 		}
 		fmt.Fprintf(&b, "| %s | %s ± %.0f%% | %s | %d | %s |\n", strings.TrimPrefix(r.name, "Benchmark"), duration(t), ts*100, thr, len(r.metrics["ns/op"]), d)
 	}
+	writeRatios(&b, results)
 	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// writeRatios writes, for each job queue benchmark, how many times
+// spillq's Worker's jobs per second each peer's are: medians of time per
+// job, under the same promise (the name's durability).
+func writeRatios(b *strings.Builder, results []result) {
+	header := false
+	for _, r := range results {
+		if r.param("impl") != "spillq-worker" {
+			continue
+		}
+		ours, _, ok := r.stat("ns/op")
+		if !ok || ours == 0 {
+			continue
+		}
+		prefix := strings.TrimSuffix(r.name, "impl=spillq-worker")
+		for _, peer := range results {
+			theirs, _, ok := peer.stat("ns/op")
+			if !ok || peer.name == r.name || !strings.HasPrefix(peer.name, prefix) {
+				continue
+			}
+			if !header {
+				b.WriteString("\nJobs per second, spillq's Worker over each peer's (medians, same run, same durability):\n\n| Benchmark | peer | spillq's jobs/s over the peer's |\n| --- | --- | --- |\n")
+				header = true
+			}
+			fmt.Fprintf(b, "| %s | %s | %.1fx |\n", strings.TrimPrefix(strings.TrimSuffix(prefix, "/"), "Benchmark"), peer.param("impl"), theirs/ours)
+		}
+	}
 }
 
 func duration(ns float64) string {

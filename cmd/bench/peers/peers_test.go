@@ -1,8 +1,10 @@
 // Package peers benchmarks spillq's disk queue against embedded Go queues
 // whose dependencies spillq's own module should not carry: today
 // github.com/grandecola/bigqueue (mmap arenas, no checksums), the fastest
-// of them. Each benchmark runs both queues in the same process, one after
-// the other, so their ratio is what to read on a noisy machine.
+// of them, and, as a job queue under spillq's Worker, NATS JetStream with
+// its server embedded (jetstream_test.go, which states both sides'
+// promises). Each benchmark runs both queues in the same process, one
+// after the other, so their ratio is what to read on a noisy machine.
 //
 // What each side promises when its Put returns (the report, cmd/bench,
 // prints it next to every figure):
