@@ -100,12 +100,22 @@ func TestWorkerKillChild(t *testing.T) {
 		return
 	}
 	go func() {
+		// Drained: nothing waiting, in flight or deferred, twice, with no
+		// answer in between (a message a Receive is taking is in no
+		// count for an instant: see Channel.Depth).
+		var last spillq.WorkerStats
+		idle := 0
 		for range time.Tick(5 * time.Millisecond) {
-			st := q.Stats()
-			if q.Depth() == 0 && st.InFlight == 0 && st.Deferred == 0 && w.Stats().InProgress == 0 {
-				crashtest.Report("all-done")
-				crashtest.KillSelf()
+			st, ws := q.Stats(), w.Stats()
+			if q.Depth() == 0 && st.InFlight == 0 && st.Deferred == 0 && ws == last && ws.InProgress == 0 {
+				if idle++; idle == 2 {
+					crashtest.Report("all-done")
+					crashtest.KillSelf()
+				}
+			} else {
+				idle = 0
 			}
+			last = ws
 		}
 	}()
 	if err := w.Run(ctx); err != nil {
