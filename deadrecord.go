@@ -130,6 +130,9 @@ func decodeDeadRecord(rec []byte) (DeadLetter, error) {
 	}
 	keyLen := int(binary.BigEndian.Uint16(rec[28:]))
 	errLen := int(binary.BigEndian.Uint16(rec[30:]))
+	if errLen > MaxDeadErrorBytes {
+		return DeadLetter{}, fmt.Errorf("%w: error text of %d bytes, at most %d are written", errBadDeadRecord, errLen, MaxDeadErrorBytes)
+	}
 	if deadFixedSize+keyLen+errLen > len(rec) {
 		return DeadLetter{}, fmt.Errorf("%w: key of %d bytes and error of %d overrun the record's %d", errBadDeadRecord, keyLen, errLen, len(rec))
 	}
