@@ -48,6 +48,9 @@ type DeadLetters struct {
 	// opMu serialises Redrive and Purge: two redrives of one letter at
 	// once would put it back twice.
 	opMu sync.Mutex
+	// own is set on a store OpenDeadLetters opened, which its caller
+	// closes.
+	own bool
 }
 
 // deadOptions derives the dead-letter store's options from the log's (o,
@@ -118,7 +121,8 @@ type DeadFilter struct {
 
 func (f DeadFilter) all() bool { return len(f.IDs) == 0 && f.Since.IsZero() && f.Until.IsZero() }
 
-func (f DeadFilter) match(dl *DeadLetter) bool {
+// Match reports whether f selects dl.
+func (f DeadFilter) Match(dl *DeadLetter) bool {
 	if len(f.IDs) > 0 && !slices.Contains(f.IDs, dl.ID) {
 		return false
 	}
@@ -158,7 +162,7 @@ func (d *DeadLetters) list(ctx context.Context, from, to uint64, f DeadFilter) i
 				}
 				continue
 			}
-			if f.match(&dl) && !yield(dl, nil) {
+			if f.Match(&dl) && !yield(dl, nil) {
 				return
 			}
 		}
@@ -196,6 +200,9 @@ func (d *DeadLetters) Get(ctx context.Context, id channel.ID) (DeadLetter, error
 func (d *DeadLetters) Redrive(ctx context.Context, f DeadFilter) (int, error) {
 	d.opMu.Lock()
 	defer d.opMu.Unlock()
+	if d.own {
+		return 0, ErrNoChannel
+	}
 	if d.putBack == nil {
 		return 0, fmt.Errorf("spillq: redrive: %w", channel.ErrClosed)
 	}
@@ -370,3 +377,40 @@ func (t *Topic) DeadLetters(name string) (*DeadLetters, error) {
 	}
 	return oc.dead, nil
 }
+
+// ErrNoChannel is returned by Redrive on a store opened by itself
+// ([OpenDeadLetters]): there is no channel to put its letters back in.
+var ErrNoChannel = errors.New("spillq: the dead-letter store was opened without its channel; redrive through spillq.Open or Topic.Channel")
+
+// OpenDeadLetters opens the dead-letter store in dir by itself (a queue's
+// DIR/dead, a topic channel's DIR/channels/NAME/dead), for a tool: Len,
+// List, Get and Purge work, Redrive returns [ErrNoChannel]. It takes the
+// store's lock, so it fails with [diskqueue.ErrLocked] while the store's
+// queue or channel is open; Close it when done. To read the store while a
+// service runs, open it with diskqueue.OpenReadOnly and decode each record
+// with [DecodeDeadLetter].
+func OpenDeadLetters(dir string) (*DeadLetters, error) {
+	if _, err := os.Stat(dir); err != nil {
+		return nil, fmt.Errorf("spillq: dead-letter store: %w", err)
+	}
+	d, err := openDeadLetters(dir, diskqueue.Options{})
+	if err != nil {
+		return nil, err
+	}
+	d.own = true
+	return d, nil
+}
+
+// Close closes a store [OpenDeadLetters] opened. A queue's or a channel's
+// store is closed with it: Close of one returns an error, and does nothing.
+func (d *DeadLetters) Close() error {
+	if !d.own {
+		return errors.New("spillq: a queue's dead-letter store closes with the queue")
+	}
+	return d.close()
+}
+
+// DecodeDeadLetter decodes a record of a dead-letter store (FORMAT.md,
+// "Dead-letter store"), for tools that read the store's disk queue
+// directly. Key and Body alias record; Seq is not set.
+func DecodeDeadLetter(record []byte) (DeadLetter, error) { return decodeDeadRecord(record) }
