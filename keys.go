@@ -513,6 +513,9 @@ type queueBackend struct {
 	diskBackend
 	keep   *keeper // nil without key state or compaction
 	closed atomic.Bool
+	// dead is the dead-letter store (nil: Options.DiscardDeadLetters),
+	// closed here: the channel calls its handler no more.
+	dead *DeadLetters
 }
 
 func (b *queueBackend) Close() error {
@@ -520,6 +523,9 @@ func (b *queueBackend) Close() error {
 	var err error
 	if b.keep != nil {
 		err = b.keep.close()
+	}
+	if b.dead != nil {
+		err = errors.Join(err, b.dead.close())
 	}
 	return errors.Join(err, b.diskBackend.Close())
 }

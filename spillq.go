@@ -61,9 +61,17 @@ type Options struct {
 	// (channel.Message.Fail) or expired, with the reason; the message's
 	// record is acknowledged once it returns nil, and kept (tried again a
 	// second later) if it returns an error. See
-	// channel.Options.DeadLetter. Nil drops them, logged at Warn to Logger
-	// if one is set (nil Logger discards).
+	// channel.Options.DeadLetter. Nil stores them in the queue's
+	// dead-letter store ([Queue.DeadLetters], in dir's [DeadDir]), to be
+	// listed, redriven or purged; a handler of your own replaces the
+	// store's, and may call [DeadLetters.Add] to keep the letter as well.
 	DeadLetter func(m *channel.Message, reason error) error
+
+	// DiscardDeadLetters opens no dead-letter store: [Queue.DeadLetters]
+	// is nil, and with no DeadLetter handler a dead letter is dropped,
+	// logged at Warn to Logger (nil Logger discards). Letters stored
+	// before stay on disk, untouched, until a run without it.
+	DiscardDeadLetters bool
 
 	// Disk configures the disk log. Its zero value is nsqd's policy:
 	// 100 MiB segments, fsync every 2500 records or 2 seconds; a message
@@ -135,7 +143,8 @@ type Queue struct {
 	*channel.Channel
 	disk   *diskqueue.Queue
 	timers *diskqueue.Queue
-	comp   *compactor // nil when compaction removes nothing
+	dead   *DeadLetters // nil with Options.DiscardDeadLetters
+	comp   *compactor   // nil when compaction removes nothing
 	// backend is closed by the channel's Close.
 	backend *queueBackend
 }
@@ -210,12 +219,19 @@ func Open(dir string, opts Options) (*Queue, error) {
 		dq.Close()
 		return nil, fmt.Errorf("spillq: timer store: %w", err)
 	}
-	backend := &queueBackend{diskBackend: diskBackend{dq}}
+	dead, err := queueDeadLetters(dir, dopts, opts, &chOpts)
+	if err != nil {
+		tq.Close()
+		dq.Close()
+		return nil, err
+	}
+	backend := &queueBackend{diskBackend: diskBackend{dq}, dead: dead}
 	var keyState *channel.KeyState
 	logger := orDiscard(dopts.Logger)
 	saveKeys := keepsKeyState(opts.Keys)
 	if saveKeys {
 		if keyState, err = loadKeyState(dir, modesOf(dopts), dq, tq, opts.Keys, opts.DedupWindow, logger); err != nil {
+			dead.close()
 			tq.Close()
 			dq.Close()
 			return nil, err
@@ -231,6 +247,7 @@ func Open(dir string, opts Options) (*Queue, error) {
 	chOpts.Timers = newDiskTimers(tq, dopts.SyncEvery == 1)
 	jq, err := openDeliveries(dir, topts, opts.MaxAttempts)
 	if err != nil {
+		dead.close()
 		tq.Close()
 		dq.Close()
 		return nil, err
@@ -239,6 +256,7 @@ func Open(dir string, opts Options) (*Queue, error) {
 	ch, err := channel.New(chOpts)
 	if err != nil {
 		closeQueue(jq)
+		dead.close()
 		tq.Close()
 		dq.Close()
 		return nil, fmt.Errorf("spillq: %w", err)
@@ -286,7 +304,8 @@ func Open(dir string, opts Options) (*Queue, error) {
 		}
 		keep.start()
 	}
-	return &Queue{Channel: ch, disk: dq, timers: tq, comp: comp, backend: backend}, nil
+	dead.setChannel(ch)
+	return &Queue{Channel: ch, disk: dq, timers: tq, dead: dead, comp: comp, backend: backend}, nil
 }
 
 // envelopeSample is how many of the oldest records not yet acknowledged

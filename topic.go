@@ -96,11 +96,14 @@ type ChannelOptions struct {
 	// topic's (TopicOptions.Keys).
 	Keys channel.KeyPolicy
 
-	// MsgTimeout, MaxAttempts, DeadLetter and MaxDeferredInMemory are as
-	// in [Options], for this channel alone.
+	// MsgTimeout, MaxAttempts, DeadLetter, DiscardDeadLetters and
+	// MaxDeferredInMemory are as in [Options], for this channel alone: its
+	// dead-letter store ([Topic.DeadLetters]) is in its timer store's
+	// directory, channels/NAME/[DeadDir].
 	MsgTimeout          time.Duration
 	MaxAttempts         uint16
 	DeadLetter          func(m *channel.Message, reason error) error
+	DiscardDeadLetters  bool
 	MaxDeferredInMemory int
 }
 
@@ -144,6 +147,7 @@ type Topic struct {
 type openChannel struct {
 	ch     *channel.Channel
 	timers *diskqueue.Queue
+	dead   *DeadLetters // nil: ChannelOptions.DiscardDeadLetters
 }
 
 // OpenTopic opens (or creates) the topic in dir. The channels stored there
@@ -371,12 +375,25 @@ func (t *Topic) Channel(name string, opts ChannelOptions) (*channel.Channel, err
 		undo()
 		return nil, fmt.Errorf("spillq: channel %q: timer store: %w", name, err)
 	}
+	dead, err := channelDeadLetters(t.dir, name, t.topts, opts, &chOpts)
+	if err != nil {
+		tq.Close()
+		undo()
+		return nil, fmt.Errorf("spillq: channel %q: %w", name, err)
+	}
 	var ch *channel.Channel
-	src.closed = func() { t.closedChannel(name, ch) }
+	src.closed = func() {
+		// The channel's Close calls its handler no more.
+		if err := dead.close(); err != nil {
+			orDiscard(t.topts.Logger).Warn("spillq: cannot close a channel's dead-letter store", "channel", name, "err", err)
+		}
+		t.closedChannel(name, ch)
+	}
 	chOpts.Timers = newDiskTimers(tq, t.syncEach)
 	// Beside the timer store, inside its directory: it goes with it.
 	jq, err := openDeliveries(filepath.Join(t.dir, ChannelsDir, name), t.topts, opts.MaxAttempts)
 	if err != nil {
+		dead.close()
 		tq.Close()
 		undo()
 		return nil, fmt.Errorf("spillq: channel %q: %w", name, err)
@@ -385,12 +402,14 @@ func (t *Topic) Channel(name string, opts ChannelOptions) (*channel.Channel, err
 	ch, err = t.fan.Join(src, chOpts)
 	if err != nil {
 		closeQueue(jq)
+		dead.close()
 		tq.Close()
 		undo()
 		return nil, fmt.Errorf("spillq: channel %q: %w", name, err)
 	}
 	t.openMu.Lock()
-	t.open[name] = openChannel{ch, tq}
+	dead.setChannel(ch)
+	t.open[name] = openChannel{ch, tq, dead}
 	delete(t.closedTimers, name)
 	t.openings[name]++
 	t.openMu.Unlock()
@@ -512,6 +531,9 @@ type ChannelStats struct {
 	// one of Cursor.Depth and Timers (in both for the moment it moves
 	// from the log to the timer store).
 	Timers int64
+	// DeadLetters is how many dead letters the channel's dead-letter
+	// store holds ([Topic.DeadLetters]).
+	DeadLetters int64
 	// Channel is the channel's own state and counters, when Open.
 	Channel channel.Stats
 }
@@ -533,8 +555,10 @@ func (t *Topic) Stats() TopicStats {
 		}
 		if oc, ok := open[cur.Name]; ok {
 			cs.Open, cs.Channel, cs.Timers = true, oc.ch.Stats(), oc.timers.Depth()
+			cs.DeadLetters = oc.dead.Len()
 		} else {
 			cs.Timers = t.closedTimerDepth(cur.Name)
+			cs.DeadLetters = deadDepth(deadLetterDir(t.dir, cur.Name))
 		}
 		st.Channels = append(st.Channels, cs)
 	}

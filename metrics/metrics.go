@@ -8,6 +8,9 @@
 //	)
 //	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 //
+// [NewQueueCollector] takes a *spillq.Queue whole, and adds the letters its
+// dead-letter store holds (spillq_channel_dead_letters_stored).
+//
 // Each collector serves one queue, and every metric it exports carries a
 // constant "queue" label with the name given to NewCollector, so the
 // collectors of a service's queues register side by side on one registry;
@@ -55,6 +58,10 @@ type Collector struct {
 	ch    *channel.Channel
 	dq    *diskqueue.Queue
 	topic *spillq.Topic
+	// dead is a queue's dead-letter store (NewQueueCollector; nil
+	// without), and deadStored its gauge.
+	dead       *spillq.DeadLetters
+	deadStored metric
 	// The descriptions carry the queue's name as a constant label, which is
 	// what lets collectors of several queues share a registry: the
 	// registry tells collectors apart by name and constant labels. A
@@ -89,6 +96,18 @@ func NewCollector(name string, ch *channel.Channel, dq *diskqueue.Queue) *Collec
 	return c
 }
 
+// NewQueueCollector returns a collector for the queue q called name: that
+// of [NewCollector] for its channel and its disk log, and
+// spillq_channel_dead_letters_stored, the letters its dead-letter store
+// holds (none with Options.DiscardDeadLetters).
+func NewQueueCollector(name string, q *spillq.Queue) *Collector {
+	c := NewCollector(name, q.Channel, q.Disk())
+	if c.dead = q.DeadLetters(); c.dead != nil {
+		c.deadStored = deadLettersStored.metric(prometheus.Labels{"queue": name}, "channel")
+	}
+	return c
+}
+
 // NewTopicCollector returns a collector for the topic called name, which
 // becomes the "queue" label of every metric it exports, as for
 // [NewCollector]. Each channel's series carry a "channel" label too: the
@@ -97,7 +116,8 @@ func NewCollector(name string, ch *channel.Channel, dq *diskqueue.Queue) *Collec
 // or not, its lag in records and in seconds (spillq_channel_lag_records,
 // spillq_channel_lag_seconds), spillq_channel_open, the messages in its
 // timer store (spillq_channel_timer_store_records) and the messages it gave
-// up to its lag policy (spillq_channel_dropped_total). The log's
+// up to its lag policy (spillq_channel_dropped_total) and the letters in
+// its dead-letter store (spillq_channel_dead_letters_stored). The log's
 // spillq_disk_* metrics come once, with the queue label only; their
 // cursor figures (depth, in flight, read seq) are the channel furthest
 // behind's. spillq_topic_* count the topic's Puts (a topic's channel
@@ -222,7 +242,12 @@ var cursorMetrics = []struct {
 	{def{"spillq_channel_open", "1 if the channel is open in this process, 0 if it only keeps its place in the log.", gauge}, func(s spillq.ChannelStats) float64 { return bool01(s.Open) }},
 	{def{"spillq_channel_timer_store_records", "Messages the channel keeps in its timer store: deferred, and what it held at its last Close.", gauge}, func(s spillq.ChannelStats) float64 { return float64(s.Timers) }},
 	{def{"spillq_channel_dropped_total", "Messages of the topic's log the channel gave up at MaxDiskBytes (ChannelOptions.DropWhenFull) since the topic opened.", counter}, func(s spillq.ChannelStats) float64 { return float64(s.Cursor.Dropped) }},
+	{deadLettersStored, func(s spillq.ChannelStats) float64 { return float64(s.DeadLetters) }},
 }
+
+// deadLettersStored is a queue's (NewQueueCollector) and each topic
+// channel's: the letters its dead-letter store holds.
+var deadLettersStored = def{"spillq_channel_dead_letters_stored", "Dead letters the channel's dead-letter store holds (listed, redriven and purged with spillq dead).", gauge}
 
 // topicMetrics are a topic's, once: its Puts.
 var topicMetrics = []struct {
@@ -261,6 +286,9 @@ func (c *Collector) Describe(out chan<- *prometheus.Desc) {
 		}
 		out <- c.latency
 	}
+	if c.dead != nil {
+		out <- c.deadStored.desc
+	}
 	if c.dq != nil {
 		for _, m := range c.dqMetrics {
 			out <- m.desc
@@ -279,6 +307,9 @@ func (c *Collector) Collect(out chan<- prometheus.Metric) {
 		c.collectChannel(out, c.ch.Stats(), "")
 		upper, counts := c.ch.LatencyBuckets()
 		out <- constHistogram(c.latency, upper, counts, c.ch.LatencySumSeconds(), "")
+	}
+	if c.dead != nil {
+		out <- c.deadStored.sample(float64(c.dead.Len()), "")
 	}
 	if c.dq != nil {
 		c.collectDisk(out, c.dq.Stats(), c.dq.Log)

@@ -117,7 +117,7 @@ spillq_topic_log_puts_total{queue="events"} 10
 					t.Errorf("lag of %s: %vs", channel, lag)
 				}
 			}
-		case name == "spillq_channel_lag_records" || name == "spillq_channel_open" || name == "spillq_channel_dropped_total" || name == "spillq_channel_timer_store_records":
+		case name == "spillq_channel_lag_records" || name == "spillq_channel_open" || name == "spillq_channel_dropped_total" || name == "spillq_channel_timer_store_records" || name == "spillq_channel_dead_letters_stored":
 		case strings.HasPrefix(name, "spillq_channel_"):
 			// A queue's channel metrics, for each open channel.
 			if len(series) != 2 {

@@ -11,11 +11,13 @@
 //	spillq key     DIR KEY      the records a message key still has in the log, oldest first, acknowledged or pending
 //	spillq cursor  create|delete|reset NAME DIR   manage a log's named cursors
 //	spillq channel create|delete|reset NAME DIR   manage a topic's channels
+//	spillq dead    list|redrive|purge DIR        a queue's (or, -channel, a topic channel's) dead letters
 //	spillq import-nsqd DIR      copy the unread messages of an nsqd or go-diskqueue queue into DIR
 //
-// stat, dump, get, verify, tail and key only read, and work while a service has
-// the queue open. repair, put, drain, cursor, channel and import-nsqd
-// change the queue and take its lock: stop the service first. Every command
+// stat, dump, get, verify, tail, key and dead list only read, and work while a
+// service has the queue open. repair, put, drain, cursor, channel, dead
+// redrive and purge, and import-nsqd change the queue and take its lock:
+// stop the service first. Every command
 // refuses a directory that is not a queue; put and import-nsqd create one
 // only with -create.
 //
@@ -85,6 +87,7 @@ func init() {
 		{"drain", "DIR", "print records and acknowledge each once written to stdout (a reader that stops early, such as head, loses what the pipe held: use -limit)", cmdDrain},
 		{"cursor", "create|delete|reset NAME DIR", "manage a log's named cursors (consumer groups): create one at -from/-since, delete one, or move one", cmdCursor},
 		{"channel", "create|delete|reset NAME DIR", "manage a topic's channels as cursor does; delete also removes the timer store, reset keeps it", cmdChannel},
+		{"dead", "list|redrive|purge DIR", "a queue's dead letters (a topic channel's with -channel): list them (only reads, beside a service), redrive them (back in the queue with their ID and key, attempts reset; the queue's key policy is not checked) or purge them; -id, -since, -until choose which", cmdDead},
 		{"import-nsqd", "DIR", "copy the unread messages of an nsqd or go-diskqueue queue into DIR", cmdImportNSQD},
 	}
 }
