@@ -622,9 +622,10 @@ func (c *Channel) deliver(m *Message) (*Message, bool) {
 		return nil, false
 	}
 	if c.exhausted(m) {
-		// Its deliveries used up before it came here: it was in flight
-		// at a Close, which stored it with its attempts, and each run
-		// after delivered it once more, past MaxAttempts, without end.
+		// Its deliveries used up before it came here: the delivery
+		// journal counted deliveries a crash cut short (a job that kills
+		// its process), or a dead-letter handler refused it and it came
+		// round again. Delivered, it would go past MaxAttempts.
 		c.deadLetter(m, ErrMaxAttempts)
 		return nil, false
 	}
