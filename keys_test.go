@@ -718,7 +718,7 @@ func TestCompactAfterClose(t *testing.T) {
 
 // TestKeyPolicyChangedBetweenOpens: a queue reopened under another key
 // policy rebuilds the new policy's state from the records not yet
-// acknowledged, as README says (a user's trial found it undocumented):
+// acknowledged, as docs/keys.md says (a user's trial found it undocumented):
 // what the old policy decided stands, what it would still have done does
 // not. Under a former KeyReplace the superseded version not yet reached is
 // delivered, and under KeyUnique its key is pending.

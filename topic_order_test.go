@@ -100,7 +100,7 @@ func TestTopicRestartDeliversHeldFirst(t *testing.T) {
 }
 
 // TestQueueRestartHeldAfterBacklog: a queue of its own (spillq.Open)
-// promises the other order (README's Order row, package channel's
+// promises the other order (docs/guarantees.md's Order, package channel's
 // Ordering): what it held at Close goes to its log behind the backlog, and
 // comes after it, in every restart.
 func TestQueueRestartHeldAfterBacklog(t *testing.T) {

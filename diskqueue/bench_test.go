@@ -18,8 +18,8 @@ import (
 
 // The benchmarks run spillq and github.com/nsqio/go-diskqueue side by side
 // in the same process, plus the floors the hardware sets (a raw sequential
-// file write, a raw write+fsync loop). Compare with benchstat; the README
-// table comes from
+// file write, a raw write+fsync loop). Compare with benchstat; the tables of
+// docs/performance.md and bench/results.md come from
 //
 //	go run -C cmd/bench .   (the whole matrix, with the report in bench/)
 //

@@ -4,7 +4,7 @@ import "strings"
 
 // A speed-up means little without what each side promises once its call
 // returns, so the report prints that next to every figure. The promises,
-// in the README's words:
+// in docs/performance.md's words:
 //
 //   - memory: in the process only; a crash of it loses the record.
 //   - kernel: in the page cache (write(2), or a copy into a shared

@@ -1,5 +1,6 @@
 // Command bench runs spillq's side-by-side benchmark matrix and writes the
-// report the README shows: a results table (medians of several runs, with
+// report docs/performance.md and the README's performance table draw on
+// (bench/results.md): a results table (medians of several runs, with
 // their spread), the raw runs, and SVG charts.
 //
 // It is a module of its own, so that the plotting library and its

@@ -1091,7 +1091,7 @@ func TestKeyCommand(t *testing.T) {
 }
 
 // TestKeyCommandTimers: a deferred message waits in the timer store, which
-// spillq key lists when given it, as README says.
+// spillq key lists when given it, as docs/keys.md says.
 func TestKeyCommandTimers(t *testing.T) {
 	dir := t.TempDir()
 	q, err := spillq.Open(dir, spillq.Options{})
