@@ -60,7 +60,8 @@
 // reads it without a nil check): count is the messages finished, and the
 // percentiles (0.5, 0.99, 0.999, in nanoseconds) are spillq's, over every
 // finish since Open rather than nsqd's sliding window; null until one has
-// finished, as nsqd's are when it keeps none.
+// finished, as nsqd's are when it keeps none. A topic's are its slowest
+// channel's (nsqadmin heads the channels' latency columns with them).
 //
 // Options.Workers are shown as the clients of their channels: a
 // [spillq.Worker]'s handlers in progress as in_flight_count, what it

@@ -131,7 +131,8 @@ type nsqadminStats struct {
 			} `json:"e2e_processing_latency"`
 		} `json:"channels"`
 		E2eProcessingLatency *struct {
-			Count int `json:"count"`
+			Count       int                  `json:"count"`
+			Percentiles []map[string]float64 `json:"percentiles"`
 		} `json:"e2e_processing_latency"`
 	} `json:"topics"`
 }
@@ -203,6 +204,28 @@ func TestStatsLatencyPercentiles(t *testing.T) {
 	lat := f.stats(t, "&topic=jobs").Topics[0].Channels[0].E2eProcessingLatency
 	if lat.Count != 1 || len(lat.Percentiles) != 3 || lat.Percentiles[0]["quantile"] != 0.5 || lat.Percentiles[0]["value"] <= 0 {
 		t.Fatalf("latency: %+v", lat)
+	}
+	// A topic's percentiles are its slowest channel's: nsqadmin heads its
+	// channels' latency columns with them.
+	billing, err := f.events.Channel("billing", spillq.ChannelOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err = billing.Receive(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	tp := f.stats(t, "&topic=events").Topics[0]
+	var want float64
+	for _, c := range tp.Channels {
+		if c.ChannelName == "billing" && len(c.E2eProcessingLatency.Percentiles) == 3 {
+			want = c.E2eProcessingLatency.Percentiles[1]["value"]
+		}
+	}
+	if got := tp.E2eProcessingLatency; got.Count != 1 || len(got.Percentiles) != 3 || got.Percentiles[1]["value"] != want || want <= 0 {
+		t.Fatalf("topic latency %+v, want billing's p99 %v", got, want)
 	}
 }
 

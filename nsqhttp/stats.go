@@ -55,6 +55,22 @@ type latency struct {
 	Percentiles []percentile `json:"percentiles"`
 }
 
+// merge adds o to l: nsqd's topic figure merges its channels' samples;
+// spillq keeps each channel's histogram, so the topic's percentile is its
+// slowest channel's. nsqadmin's topic page heads the channels' latency
+// columns from the topic's percentiles, so they must be there.
+func (l *latency) merge(o *latency) {
+	l.Count += o.Count
+	for _, p := range o.Percentiles {
+		i := slices.IndexFunc(l.Percentiles, func(q percentile) bool { return q.Quantile == p.Quantile })
+		if i < 0 {
+			l.Percentiles = append(l.Percentiles, p)
+		} else {
+			l.Percentiles[i].Value = max(l.Percentiles[i].Value, p.Value)
+		}
+	}
+}
+
 type percentile struct {
 	Quantile float64 `json:"quantile"`
 	Value    int64   `json:"value"` // nanoseconds
@@ -158,11 +174,9 @@ func (h *Handler) topicStats(name string, t *spillq.Topic, clients bool) topicSt
 		}
 		cs.MessageCount = s.Puts
 		h.addClients(&cs, name, c.Name, clients)
-		agg.Count += cs.E2eProcessingLatency.Count
+		agg.merge(cs.E2eProcessingLatency)
 		ts.Channels = append(ts.Channels, cs)
 	}
-	// nsqd's topic figure merges its channels' windows; spillq keeps a
-	// histogram per channel only, so the topic carries the count alone.
 	ts.E2eProcessingLatency = agg
 	return ts
 }
