@@ -3,6 +3,8 @@ package spillq
 import (
 	"testing"
 	"time"
+
+	"github.com/spillq/spillq/diskqueue"
 )
 
 // SetKeySaveInterval makes the queues and topics opened from now on until
@@ -13,4 +15,12 @@ func SetKeySaveInterval(t testing.TB, d time.Duration) {
 	old := keySaveInterval
 	keySaveInterval = d
 	t.Cleanup(func() { keySaveInterval = old })
+}
+
+// DiskHealth is Health's judgement of a disk queue's Stats, for stats no
+// test of this package can bring about (a sticky write error).
+func DiskHealth(s diskqueue.Stats, opts HealthOptions) Health {
+	var h Health
+	judgeDisk(&h, "log", s, opts)
+	return h
 }

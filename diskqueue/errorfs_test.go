@@ -238,10 +238,16 @@ func TestFsyncFailureIsSticky(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if st := q.Stats(); st.WriteErr != nil || st.Closed {
+		t.Fatalf("Stats before the fault: WriteErr %v, Closed %v", st.WriteErr, st.Closed)
+	}
 	efs.arm(opSync, 1, syscall.EIO, false)
 	err = q.Put(ctx, faultBody(5))
 	if !errors.Is(err, syscall.EIO) {
 		t.Fatalf("Put with failing fsync: got %v, want EIO", err)
+	}
+	if st := q.Stats(); !errors.Is(st.WriteErr, syscall.EIO) {
+		t.Fatalf("Stats().WriteErr after a failed fsync: %v, want the sticky EIO", st.WriteErr)
 	}
 	// The fault fired once; a retried fsync would now succeed, and must not
 	// be trusted.
@@ -253,6 +259,9 @@ func TestFsyncFailureIsSticky(t *testing.T) {
 	}
 	if err := q.Close(); !errors.Is(err, syscall.EIO) {
 		t.Fatalf("Close: got %v, want the sticky EIO", err)
+	}
+	if !q.Stats().Closed {
+		t.Fatal("Stats().Closed false after Close")
 	}
 	q, err = Open(dir, Options{})
 	if err != nil {

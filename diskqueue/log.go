@@ -779,6 +779,14 @@ type Stats struct {
 	// Open; CompactedBytes the log bytes it freed doing so.
 	CompactedRecords int64
 	CompactedBytes   int64
+	// MaxDiskBytes is Options.MaxDiskBytes, the budget DiskBytes is held
+	// to (0: none).
+	MaxDiskBytes int64
+	// WriteErr is the sticky write or fsync error that stopped the log
+	// taking writes (see the package doc); nil while it takes them.
+	// Closed says Close was called.
+	WriteErr error
+	Closed   bool
 	// WritePath is how Put reaches the kernel, chosen at Open: "mmap"
 	// (records copied into preallocated, mapped segment files: no system
 	// call per Put) or "write" (the producer's own write(2), where the OS
@@ -839,6 +847,11 @@ func (l *Log) stats(c *Cursor) Stats {
 
 		CompactedRecords: l.compactedRecords.Load(),
 		CompactedBytes:   l.compactedBytes.Load(),
+		MaxDiskBytes:     l.opts.MaxDiskBytes,
+		Closed:           l.isClosed.Load(),
+	}
+	if err := l.failErr.Load(); err != nil {
+		st.WriteErr = *err
 	}
 	st.ReadSeq = st.WriteSeq
 	if c != nil {

@@ -7,6 +7,7 @@
 //	go run ./cmd/demo -dir /tmp/q -crash-after 3s   # killed with SIGKILL...
 //	go run ./cmd/demo -dir /tmp/q          # ...and what the rerun recovers
 //	go run ./cmd/demo -topic               # one topic, two channels at their own speeds
+//	go run ./cmd/demo -nsqd-http-address 127.0.0.1:4151 -duration 5m   # watch it in nsqadmin
 //
 // Ctrl-C (SIGINT) or SIGTERM stops it gracefully: producers and consumers
 // stop, Close writes what is still in memory or in flight to disk, and a
@@ -45,6 +46,7 @@ import (
 	"github.com/spillq/spillq"
 	"github.com/spillq/spillq/diskqueue"
 	"github.com/spillq/spillq/metrics"
+	"github.com/spillq/spillq/nsqhttp"
 )
 
 type config struct {
@@ -62,6 +64,7 @@ type config struct {
 	crashAfter time.Duration
 	plain      bool
 	metrics    string
+	nsqd       string
 	topic      bool
 }
 
@@ -81,6 +84,7 @@ func main() {
 	flag.DurationVar(&c.crashAfter, "crash-after", 0, "kill this process with SIGKILL after this long; run again with the same -dir to see the recovery")
 	flag.BoolVar(&c.plain, "plain", false, "print one plain line a second even on a terminal")
 	flag.StringVar(&c.metrics, "metrics-addr", "", "serve Prometheus metrics on this address (such as 127.0.0.1:9090) at /metrics")
+	flag.StringVar(&c.nsqd, "nsqd-http-address", "", "serve nsqd's HTTP API (package nsqhttp) on this address (such as 127.0.0.1:4151), for nsqadmin --nsqd-http-address, with /healthz and /readyz")
 	flag.BoolVar(&c.topic, "topic", false, "put to a topic read by two channels, billing and analytics (twice as slow), instead of a queue")
 	flag.Parse()
 
@@ -199,6 +203,15 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 			return err
 		}
 		defer stopMetrics()
+	}
+	if cfg.nsqd != "" {
+		queues := map[string]*spillq.Queue{"demo": q}
+		stop, err := serveNSQ(cfg.nsqd, nsqhttp.Options{Queues: queues, Health: nsqhttp.Check(queues, nil, spillq.HealthOptions{MaxLag: 5 * time.Second})}, out)
+		if err != nil {
+			q.Close()
+			return err
+		}
+		defer stop()
 	}
 	if past.count > 0 {
 		fmt.Fprintf(out, "recovered from %s: %d messages waiting on disk; earlier runs produced %d and finished %d\n",

@@ -200,9 +200,30 @@ func TestDemoServesMetrics(t *testing.T) {
 // and kills it.
 func scrapeDemo(t *testing.T, args ...string) string {
 	t.Helper()
+	return getDemo(t, "-metrics-addr", "metrics: ", "", args...)
+}
+
+// TestDemoServesNSQ reads the nsqd API the demo serves with
+// -nsqd-http-address: the queue as a topic with one channel, and its
+// health.
+func TestDemoServesNSQ(t *testing.T) {
+	t.Parallel()
+	if body := getDemo(t, "-nsqd-http-address", "nsqd http api: ", ""); !strings.Contains(body, `"topic_name":"demo"`) || !strings.Contains(body, `"channel_name":"demo"`) {
+		t.Fatalf("/stats:\n%s", body)
+	}
+	if body := getDemo(t, "-nsqd-http-address", "nsqd http api: ", "/healthz", "-topic"); !strings.Contains(body, `"status":`) {
+		t.Fatalf("/healthz:\n%s", body)
+	}
+}
+
+// getDemo starts the demo with addrFlag 127.0.0.1:0 and args, reads the
+// URL it prints after prefix (with its path replaced by path, if not
+// empty) once, and kills it.
+func getDemo(t *testing.T, addrFlag, prefix, path string, args ...string) string {
+	t.Helper()
 	bin := buildDemo(t)
 	// Long enough to be running whenever the scrape comes; killed after it.
-	cmd := exec.Command(bin, append([]string{"-metrics-addr", "127.0.0.1:0", "-duration", "60s", "-rate", "2000", "-plain"}, args...)...)
+	cmd := exec.Command(bin, append([]string{addrFlag, "127.0.0.1:0", "-duration", "60s", "-rate", "2000", "-plain"}, args...)...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -217,13 +238,17 @@ func scrapeDemo(t *testing.T, args ...string) string {
 	sc := bufio.NewScanner(stdout)
 	var url string
 	for sc.Scan() {
-		if u, ok := strings.CutPrefix(sc.Text(), "metrics: "); ok {
-			url = u
+		if u, ok := strings.CutPrefix(sc.Text(), prefix); ok {
+			url = strings.Fields(u)[0]
 			break
 		}
 	}
 	if url == "" {
-		t.Fatal("the demo did not print its metrics address")
+		t.Fatalf("the demo did not print its address after %q", prefix)
+	}
+	if path != "" {
+		host, _, _ := strings.Cut(strings.TrimPrefix(url, "http://"), "/")
+		url = "http://" + host + path
 	}
 	resp, err := http.Get(url)
 	if err != nil {

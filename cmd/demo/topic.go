@@ -13,6 +13,7 @@ import (
 	"github.com/spillq/spillq/channel"
 	"github.com/spillq/spillq/diskqueue"
 	"github.com/spillq/spillq/metrics"
+	"github.com/spillq/spillq/nsqhttp"
 )
 
 // analyticsSlowdown is how many times -work the analytics channel's
@@ -75,6 +76,15 @@ func runTopic(ctx context.Context, cfg config, dir string, disk diskqueue.Option
 			return err
 		}
 		defer stopMetrics()
+	}
+	if cfg.nsqd != "" {
+		topics := map[string]*spillq.Topic{"demo": tp}
+		stop, err := serveNSQ(cfg.nsqd, nsqhttp.Options{Topics: topics, Health: nsqhttp.Check(nil, topics, spillq.HealthOptions{MaxLag: 5 * time.Second})}, out)
+		if err != nil {
+			tp.Close()
+			return err
+		}
+		defer stop()
 	}
 	start := time.Now()
 	produceFor := cfg.duration * 4 / 10

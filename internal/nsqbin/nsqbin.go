@@ -1,5 +1,5 @@
-// Package nsqbin builds the nsqd and nsqlookupd binaries that spillq's
-// tests run, from the tools module nsqbridge/internal/nsqtools (which pins
+// Package nsqbin builds the nsqd, nsqlookupd and nsqadmin binaries that
+// spillq's tests run, from the tools module nsqbridge/internal/nsqtools (which pins
 // github.com/nsqio/nsq), once per toolchain and tools go.sum rather than
 // once per test run.
 //
@@ -28,7 +28,7 @@ import (
 )
 
 // apps are the commands built, by their import paths.
-var apps = []string{"github.com/nsqio/nsq/apps/nsqd", "github.com/nsqio/nsq/apps/nsqlookupd"}
+var apps = []string{"github.com/nsqio/nsq/apps/nsqd", "github.com/nsqio/nsq/apps/nsqlookupd", "github.com/nsqio/nsq/apps/nsqadmin"}
 
 // unusedFor is how long a cached build may go unused before a later Build
 // removes it (an older toolchain's, say).
@@ -38,9 +38,30 @@ const unusedFor = 7 * 24 * time.Hour
 // module in toolsDir, building them only if the cache has no build for the
 // current toolchain, environment and toolsDir's go.mod and go.sum.
 func Build(toolsDir string) (nsqd, nsqlookupd string, err error) {
-	key, err := cacheKey(toolsDir)
+	dir, err := buildAll(toolsDir)
 	if err != nil {
 		return "", "", err
+	}
+	return filepath.Join(dir, exe("nsqd")), filepath.Join(dir, exe("nsqlookupd")), nil
+}
+
+// Nsqadmin returns the path of nsqadmin built from the tools module in
+// toolsDir, as Build does nsqd's (the three are built and cached together).
+// nsqadmin v1.3.0 embeds its web UI, so the binary serves it on its own.
+func Nsqadmin(toolsDir string) (string, error) {
+	dir, err := buildAll(toolsDir)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, exe("nsqadmin")), nil
+}
+
+// buildAll returns the cache directory holding every one of apps, built
+// if it was not.
+func buildAll(toolsDir string) (string, error) {
+	key, err := cacheKey(toolsDir)
+	if err != nil {
+		return "", err
 	}
 	root, err := os.UserCacheDir()
 	if err != nil {
@@ -48,27 +69,32 @@ func Build(toolsDir string) (nsqd, nsqlookupd string, err error) {
 	}
 	root = filepath.Join(root, "spillq-test")
 	if err := os.MkdirAll(root, 0o755); err != nil {
-		return "", "", err
+		return "", err
 	}
 	final := filepath.Join(root, "nsq-"+key)
-	bins := func(dir string) (string, string) {
-		return filepath.Join(dir, exe("nsqd")), filepath.Join(dir, exe("nsqlookupd"))
-	}
-	nsqd, nsqlookupd = bins(final)
-	if !complete(nsqd, nsqlookupd) {
-		if err := build(toolsDir, root, final, bins); err != nil {
-			return "", "", err
+	if !complete(bins(final)...) {
+		if err := build(toolsDir, root, final); err != nil {
+			return "", err
 		}
 	}
 	now := time.Now()
 	os.Chtimes(final, now, now) // in use: not to be pruned
 	prune(root, final, now)
-	return nsqd, nsqlookupd, nil
+	return final, nil
+}
+
+// bins are the paths of the binaries of apps in dir.
+func bins(dir string) []string {
+	var out []string
+	for _, a := range apps {
+		out = append(out, filepath.Join(dir, exe(filepath.Base(a))))
+	}
+	return out
 }
 
 // build builds into a temporary directory under root and renames it to
 // final; if another process got there first, its build is used.
-func build(toolsDir, root, final string, bins func(string) (string, string)) error {
+func build(toolsDir, root, final string) error {
 	tmp, err := os.MkdirTemp(root, "tmp-")
 	if err != nil {
 		return err
@@ -77,18 +103,18 @@ func build(toolsDir, root, final string, bins func(string) (string, string)) err
 	cmd := exec.Command("go", append([]string{"build", "-o", tmp + string(filepath.Separator)}, apps...)...)
 	cmd.Dir = toolsDir
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("building nsqd and nsqlookupd in %s: %w\n%s", toolsDir, err, out)
+		return fmt.Errorf("building %s in %s: %w\n%s", strings.Join(apps, ", "), toolsDir, err, out)
 	}
-	if !complete(bins(tmp)) {
-		return fmt.Errorf("go build in %s did not write nsqd and nsqlookupd", toolsDir)
+	if !complete(bins(tmp)...) {
+		return fmt.Errorf("go build in %s did not write %s", toolsDir, strings.Join(apps, ", "))
 	}
 	err = os.Rename(tmp, final)
-	if err == nil || complete(bins(final)) {
+	if err == nil || complete(bins(final)...) {
 		return nil // ours, or a concurrent build's that won the rename
 	}
 	// An incomplete entry (files removed by hand): replace it.
 	os.RemoveAll(final)
-	if err := os.Rename(tmp, final); err != nil && !complete(bins(final)) {
+	if err := os.Rename(tmp, final); err != nil && !complete(bins(final)...) {
 		return err
 	}
 	return nil

@@ -3,6 +3,7 @@
 package tools
 
 import (
+	_ "github.com/nsqio/nsq/apps/nsqadmin"
 	_ "github.com/nsqio/nsq/apps/nsqd"
 	_ "github.com/nsqio/nsq/apps/nsqlookupd"
 )
