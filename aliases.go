@@ -38,8 +38,10 @@ const (
 )
 
 // The errors a queue's callers test for with errors.Is; each is the value
-// package channel returns.
+// package channel returns. ErrClosed is also diskqueue's and nsqbridge's:
+// one value, whichever layer found the queue closed.
 var (
+	ErrClosed      = channel.ErrClosed
 	ErrDuplicate   = channel.ErrDuplicate
 	ErrNotDurable  = channel.ErrNotDurable
 	ErrNotInFlight = channel.ErrNotInFlight

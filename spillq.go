@@ -423,10 +423,7 @@ func (d diskBackend) MaxRecordBytes() int { return d.q.MaxRecordBytes() }
 func (d diskBackend) Put(ctx context.Context, body []byte) error { return d.q.Put(ctx, body) }
 
 func (d diskBackend) Read(ctx context.Context) (uint64, []byte, error) {
-	rec, err := d.q.Read(ctx)
-	if errors.Is(err, diskqueue.ErrClosed) {
-		return 0, nil, errors.Join(channel.ErrClosed, err)
-	}
+	rec, err := d.q.Read(ctx) // diskqueue.ErrClosed is channel.ErrClosed: the pump stops on it
 	return rec.Seq, rec.Body, err
 }
 
@@ -436,9 +433,6 @@ func (d diskBackend) Read(ctx context.Context) (uint64, []byte, error) {
 func (d diskBackend) ReadBatch(ctx context.Context, seqs []uint64, bodies [][]byte) (int, error) {
 	var recs [32]diskqueue.Record
 	n, err := d.q.ReadBatch(ctx, recs[:min(len(recs), len(seqs), len(bodies))])
-	if errors.Is(err, diskqueue.ErrClosed) {
-		return 0, errors.Join(channel.ErrClosed, err)
-	}
 	for i, rec := range recs[:n] {
 		seqs[i], bodies[i] = rec.Seq, rec.Body
 	}

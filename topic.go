@@ -647,10 +647,7 @@ func (s *cursorSource) Read(ctx context.Context) (uint64, []byte, error) {
 		return rec.Seq, rec.Body, nil
 	}
 	s.mu.Unlock()
-	rec, err := s.c.Read(ctx)
-	if errors.Is(err, diskqueue.ErrClosed) {
-		return 0, nil, errors.Join(channel.ErrClosed, err)
-	}
+	rec, err := s.c.Read(ctx) // diskqueue.ErrClosed is channel.ErrClosed: the pump stops on it
 	return rec.Seq, rec.Body, err
 }
 

@@ -1139,7 +1139,7 @@ func (c *Channel) Replay(ctx context.Context, from, to uint64) (int, error) {
 	r.Replay(from, to)(func(body []byte, rerr error) bool {
 		if rerr != nil {
 			err = fmt.Errorf("channel: replay: %w", rerr)
-			if c.isClosed.Load() {
+			if c.isClosed.Load() && !errors.Is(err, ErrClosed) {
 				// The backend's files went with Close, under the read.
 				err = errors.Join(ErrClosed, err)
 			}

@@ -5,14 +5,20 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/spillq/spillq/internal/closed"
 	"github.com/spillq/spillq/internal/notdurable"
 )
 
 // Errors returned by [Channel] and [Message] methods.
 var (
 	// ErrClosed is returned by every method called after [Channel.Close],
-	// and by calls that were blocked when Close ran.
-	ErrClosed = errors.New("channel: closed")
+	// and by calls that were blocked when Close ran. A [Source] whose Read
+	// returns it (wrapped or not) is taken to be closed: the channel stops
+	// reading it. It is the same value as
+	// diskqueue.ErrClosed, nsqbridge.ErrClosed and spillq.ErrClosed, so
+	// errors.Is matches it by any of those names, whichever layer
+	// returned it.
+	ErrClosed = closed.Err
 
 	// ErrFull is returned by [Channel.Put] when the memory buffer is full,
 	// there is no backend to spill to, and Options.FailWhenFull is set.

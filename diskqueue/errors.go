@@ -3,6 +3,7 @@ package diskqueue
 import (
 	"errors"
 
+	"github.com/spillq/spillq/internal/closed"
 	"github.com/spillq/spillq/internal/notdurable"
 )
 
@@ -52,8 +53,10 @@ var (
 // Errors returned by any method.
 var (
 	// ErrClosed is returned by every method called after [Log.Close], and by
-	// calls that were blocked when Close ran.
-	ErrClosed = errors.New("diskqueue: closed")
+	// calls that were blocked when Close ran. It is the same value as
+	// channel.ErrClosed, nsqbridge.ErrClosed and spillq.ErrClosed, so
+	// errors.Is matches it by any of those names.
+	ErrClosed = closed.Err
 
 	// ErrCorrupt reports bytes on disk that fail their checksum or framing.
 	// Read methods never return a body that failed its check; [Queue.Read]

@@ -28,6 +28,10 @@
 // progress, outcomes (finished, retried, dead-lettered, failed, snoozed,
 // released), panics, and a histogram of handler durations.
 //
+// The collectors of an nsqbridge Publisher and Consumer are in package
+// nsqbridge/bridgemetrics, so that importing this one does not compile
+// the bridge and go-nsq in.
+//
 // The latency and duration histograms have a fixed layout, the same at every scrape
 // and on every instance, so rate() over their buckets, histogram_quantile
 // and sums across queues and instances work: an upper bound (le) at every

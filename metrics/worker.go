@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/spillq/spillq"
+	"github.com/spillq/spillq/internal/promtable"
 )
 
 // WorkerCollector exports a spillq.Worker's figures as spillq_worker_*,
@@ -11,7 +12,7 @@ import (
 // name of the queue it works, and its series sit beside that queue's).
 type WorkerCollector struct {
 	w        *spillq.Worker
-	table    bridgeTable[spillq.WorkerStats]
+	table    promtable.Table[spillq.WorkerStats]
 	outcomes *prometheus.Desc
 	duration *prometheus.Desc
 }
@@ -21,7 +22,7 @@ func NewWorkerCollector(name string, w *spillq.Worker) *WorkerCollector {
 	labels := prometheus.Labels{"queue": name}
 	return &WorkerCollector{
 		w:     w,
-		table: newBridgeTable(name, workerSpecs),
+		table: promtable.New(name, workerSpecs),
 		outcomes: prometheus.NewDesc("spillq_worker_outcomes_total",
 			"Handled messages by how they ended: finished, retried, dead_lettered (an error on the last attempt), failed (Permanent), snoozed, released (cut short by a shutdown).",
 			[]string{"outcome"}, labels),
@@ -29,15 +30,15 @@ func NewWorkerCollector(name string, w *spillq.Worker) *WorkerCollector {
 	}
 }
 
-var workerSpecs = []bridgeSpec[spillq.WorkerStats]{
-	{"spillq_worker_in_progress", "Handlers running now.", prometheus.GaugeValue, func(s spillq.WorkerStats) float64 { return float64(s.InProgress) }},
-	{"spillq_worker_panics_total", "Handler panics (each also counted in its outcome).", prometheus.CounterValue, func(s spillq.WorkerStats) float64 { return float64(s.Panics) }},
-	{"spillq_worker_answer_errors_total", "Answers the source refused (lease lost, source closed); it delivers those messages again.", prometheus.CounterValue, func(s spillq.WorkerStats) float64 { return float64(s.AnswerErrors) }},
+var workerSpecs = []promtable.Spec[spillq.WorkerStats]{
+	promtable.Gauge("spillq_worker_in_progress", "Handlers running now.", func(s spillq.WorkerStats) float64 { return float64(s.InProgress) }),
+	promtable.Counter("spillq_worker_panics_total", "Handler panics (each also counted in its outcome).", func(s spillq.WorkerStats) float64 { return float64(s.Panics) }),
+	promtable.Counter("spillq_worker_answer_errors_total", "Answers the source refused (lease lost, source closed); it delivers those messages again.", func(s spillq.WorkerStats) float64 { return float64(s.AnswerErrors) }),
 }
 
 // Describe sends every metric's description.
 func (c *WorkerCollector) Describe(out chan<- *prometheus.Desc) {
-	c.table.describe(out)
+	c.table.Describe(out)
 	out <- c.outcomes
 	out <- c.duration
 }
@@ -45,7 +46,7 @@ func (c *WorkerCollector) Describe(out chan<- *prometheus.Desc) {
 // Collect reads the worker's Stats and sends them.
 func (c *WorkerCollector) Collect(out chan<- prometheus.Metric) {
 	st := c.w.Stats()
-	c.table.collect(out, st)
+	c.table.Collect(out, st)
 	for _, o := range []struct {
 		name string
 		n    int64

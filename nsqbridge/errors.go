@@ -1,6 +1,10 @@
 package nsqbridge
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/spillq/spillq/internal/closed"
+)
 
 var (
 	// ErrInvalidOptions is returned by OpenPublisher and NewConsumer for a
@@ -8,8 +12,9 @@ var (
 	ErrInvalidOptions = errors.New("nsqbridge: invalid options")
 
 	// ErrClosed is returned by a Publisher's or Consumer's methods after
-	// Close.
-	ErrClosed = errors.New("nsqbridge: closed")
+	// Close. It is the same value as channel.ErrClosed,
+	// diskqueue.ErrClosed and spillq.ErrClosed.
+	ErrClosed = closed.Err
 )
 
 // Errors Publish returns for a message nsqd would refuse. The message is

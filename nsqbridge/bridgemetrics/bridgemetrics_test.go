@@ -1,4 +1,4 @@
-package metrics_test
+package bridgemetrics_test
 
 import (
 	"context"
@@ -10,8 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/spillq/spillq/metrics"
 	"github.com/spillq/spillq/nsqbridge"
+	"github.com/spillq/spillq/nsqbridge/bridgemetrics"
 )
 
 // deadAddr is a loopback address nothing listens on.
@@ -55,8 +55,8 @@ func TestBridgeCollectors(t *testing.T) {
 	defer c.Close()
 
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(metrics.NewPublisherCollector("orders", orders), metrics.NewPublisherCollector("audit", audit),
-		metrics.NewConsumerCollector("workers", c))
+	reg.MustRegister(bridgemetrics.NewPublisherCollector("orders", orders), bridgemetrics.NewPublisherCollector("audit", audit),
+		bridgemetrics.NewConsumerCollector("workers", c))
 	want := `
 # HELP spillq_nsqbridge_publisher_pending Messages in the local queue not yet acknowledged by nsqd.
 # TYPE spillq_nsqbridge_publisher_pending gauge
@@ -109,7 +109,7 @@ spillq_nsqbridge_consumer_in_flight{queue="workers"} 0
 	if !found {
 		t.Fatal("no errors_total{kind=invalid} for orders")
 	}
-	for _, col := range []prometheus.Collector{metrics.NewPublisherCollector("orders", orders), metrics.NewConsumerCollector("workers", c)} {
+	for _, col := range []prometheus.Collector{bridgemetrics.NewPublisherCollector("orders", orders), bridgemetrics.NewConsumerCollector("workers", c)} {
 		problems, err := testutil.CollectAndLint(col)
 		if err != nil {
 			t.Fatal(err)

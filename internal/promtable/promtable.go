@@ -1,0 +1,59 @@
+// Package promtable builds a Prometheus collector's plain metrics from one
+// table, so that the metrics package and nsqbridge/bridgemetrics describe
+// and collect them the same way without either importing the other.
+package promtable
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Spec is one metric before its Desc is made for a queue name: how to
+// read it from the stats S a collector reports. Counter and Gauge make
+// one.
+type Spec[S any] struct {
+	name, help string
+	kind       prometheus.ValueType
+	value      func(S) float64
+}
+
+// Counter is a counter read from S by value.
+func Counter[S any](name, help string, value func(S) float64) Spec[S] {
+	return Spec[S]{name, help, prometheus.CounterValue, value}
+}
+
+// Gauge is a gauge read from S by value.
+func Gauge[S any](name, help string, value func(S) float64) Spec[S] {
+	return Spec[S]{name, help, prometheus.GaugeValue, value}
+}
+
+type metric[S any] struct {
+	desc  *prometheus.Desc
+	kind  prometheus.ValueType
+	value func(S) float64
+}
+
+// Table is a collector's metrics, one table feeding both Describe and
+// Collect, so the two cannot disagree.
+type Table[S any] []metric[S]
+
+// New makes specs' Descs, each with the constant label queue=queue, so
+// that collectors of several queues can share a registry.
+func New[S any](queue string, specs []Spec[S]) Table[S] {
+	t := make(Table[S], len(specs))
+	for i, s := range specs {
+		t[i] = metric[S]{prometheus.NewDesc(s.name, s.help, nil, prometheus.Labels{"queue": queue}), s.kind, s.value}
+	}
+	return t
+}
+
+// Describe sends every metric's Desc.
+func (t Table[S]) Describe(out chan<- *prometheus.Desc) {
+	for _, m := range t {
+		out <- m.desc
+	}
+}
+
+// Collect sends every metric's value read from st.
+func (t Table[S]) Collect(out chan<- prometheus.Metric, st S) {
+	for _, m := range t {
+		out <- prometheus.MustNewConstMetric(m.desc, m.kind, m.value(st))
+	}
+}
