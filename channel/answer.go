@@ -16,6 +16,15 @@ func (m *Message) Finish() error {
 		return m.acker.Finish(m)
 	}
 	c := m.ch
+	if err := c.land(m); err != nil {
+		return err
+	}
+	return c.finished(m)
+}
+
+// land takes m out of flight for an answer that ends its delivery here,
+// or says why it cannot.
+func (c *Channel) land(m *Message) error {
 	f := c.flightFor(m)
 	f.mu.Lock()
 	landed := f.land(m)
@@ -23,7 +32,7 @@ func (m *Message) Finish() error {
 	if !landed {
 		return c.notInFlight(m)
 	}
-	return c.finished(m)
+	return nil
 }
 
 func (c *Channel) finished(m *Message) error {
@@ -237,12 +246,8 @@ func (m *Message) Fail(cause error) error {
 		return m.acker.Fail(m, cause)
 	}
 	c := m.ch
-	f := c.flightFor(m)
-	f.mu.Lock()
-	landed := f.land(m)
-	f.mu.Unlock()
-	if !landed {
-		return c.notInFlight(m)
+	if err := c.land(m); err != nil {
+		return err
 	}
 	c.cons.failed.Add(1)
 	c.deadLetter(m, failedReason(cause))
