@@ -71,4 +71,108 @@
 //
 // A Channel and its Messages are safe for concurrent use. No goroutine
 // outlives Close.
+//
+// # Locks
+//
+// What each lock guards:
+//
+//   - producerCounters.putMu (c.prod.putMu), a RWMutex: held shared by
+//     every Put, PutBack and (with a timer store and a delay) Requeue while
+//     it hands a message over; exclusively by Close (first as an empty
+//     barrier, then while it stores what it holds), Empty and KeyState, so
+//     each sees no Put halfway.
+//   - the 16 flightList shards' mu (flight.go): each its in-flight list and
+//     the state, deadline and links of the messages in it.
+//   - Channel.mu: the ready list, the deferred heap, collected, pause
+//     state, the timerSet (timers.go), the heldGate's opening, and the
+//     state of every message that is ready or deferred.
+//   - timerSet.putMu, a RWMutex: held shared from a Put to the timer store
+//     until its entry is in the set (putTimer); exclusively by a refill's
+//     merge.
+//   - moveQueue.mu (c.moves.mu): the moves waiting for the settler.
+//   - keyTable.mu (keys.go): the key policy's state, a channel's or a
+//     topic's.
+//   - Channel.passMu: passesSeen and its taking off diskPending.
+//   - diskDeferred.mu: the count of deferred records in the backend
+//     against the backlog scan.
+//   - journal.mu: the delivery journal's entries for the timer store.
+//   - Fanout.putMu, a RWMutex: as producerCounters.putMu, for the topic's
+//     Puts (shared) against its Close and KeyState (exclusive).
+//   - Fanout.memMu: the members and the memory path that sends to them.
+//
+// The order in which they nest, outermost first; a lock is only ever taken
+// while holding locks above it in its own line, never below:
+//
+//   - c.prod.putMu, then the flight shards in ascending index, then
+//     Channel.mu, then keyTable.mu or c.moves.mu. Requeue takes putMu
+//     (shared, on its way to the timer store) before its shard, and holds
+//     the shard while the message goes to the ready list or the deferred
+//     heap under Channel.mu (requeueLanded; expireInFlight likewise), so
+//     that Close and Empty, which take every shard and then Channel.mu,
+//     never see a message between the two. Close and Empty take keyTable.mu
+//     under Channel.mu (parked, empty), Empty c.moves.mu (takeMoves).
+//   - c.prod.putMu, then timerSet.putMu, then Channel.mu: putTimer, from
+//     Put, PutBack and Requeue (holding putMu shared) or the pump (holding
+//     nothing); a refill takes timerSet.putMu and then Channel.mu to merge.
+//   - Fanout.putMu, then Fanout.memMu, then (Join making the channel)
+//     Channel.mu. A channel's Close takes memMu (leave) holding nothing.
+//   - keyTable.mu is a leaf but for a topic's table, which asks the log
+//     whether a record is acknowledged under it (the log's locks, see
+//     package diskqueue). c.passMu, diskDeferred.mu, journal.mu and
+//     c.moves.mu are leaves: nothing is taken under them.
+//
+// Several paths take two of these one after the other, not nested (keyDone:
+// keyTable.mu, let go, then Channel.mu; Stats: each shard, then
+// Channel.mu); they add nothing to the order. A Backend's, a TimerStore's
+// or the log's locks are taken under putMu (Puts), under a flight shard
+// (Release's delivery journal write), under keyTable.mu (a topic's) and
+// under Fanout.memMu (NextSeq), never the other way round: no store calls
+// back into the channel while it holds its own locks. spillq's key state
+// keeper does call Channel.KeyState (putMu, exclusively) from the backend's
+// Close, which is why Close lets go of putMu before it closes the stores.
+//
+// Nothing blocks under a lock on a goroutine that needs it: the
+// DeadLetter handler, which may Put, runs holding none (requeue leaves the
+// timer store path, and putMu, to a message with attempts left); a Put
+// holding putMu shared that waits (for room in memory, a full backend)
+// ends with closeCh or closeCtx, which Close ends before it takes putMu.
+//
+// # Goroutines
+//
+// Every goroutine a Channel starts is counted in Channel.wg, which Close
+// waits for after closing closeCh and cancelling closeCtx:
+//
+//   - pump (pump.go): started by New over a Source. Reads records into the
+//     read-ahead, moving deferred ones to the timer store or the deferred
+//     heap (dispatch). Ends when closeCh closes while it waits for room
+//     (what it had not handed over stays in c.unsent, which Close gives
+//     back), or when a read fails after Close (closeCtx).
+//   - clock (clock.go): started by New. Times out messages in flight,
+//     releases deferred ones when due, starts timer store refills. Ends
+//     with closeCh.
+//   - settler (timers.go): started by New with a timer store. Acknowledges
+//     the old records of messages moved to the timer store, after one sync
+//     for those of a few milliseconds. Ends with closeCh; what it had not
+//     settled Close settles, once the goroutines that queue moves are done.
+//   - refillTimers (timers.go): started by startRefillLocked, one at a
+//     time (timerSet.refilling), at New and from the clock goroutine, so
+//     that its wg.Add never races Close's Wait from zero (the clock's own
+//     count is still held). Reads the timer store through for the earliest
+//     entries. Ends when read and merged, or at Close (isClosed during the
+//     read, closeCh while it waits to read again after an error).
+//   - scanBacklog (deferred.go): started by New over a BacklogScanner
+//     without a timer store. Counts the deferred records of the backlog for
+//     Stats. Ends at the backlog's end, at Close (isClosed) or at Empty
+//     (diskDeferred.stopped).
+//   - forward (channel.go): started by the first call of Messages. Feeds
+//     its Go channel, touching the message it holds until it is taken.
+//     Ends when Receive fails (Close) or closeCh closes; closes the Go
+//     channel.
+//
+// Close also waits for callers' goroutines where the messages they handle
+// are in no list it collects: Puts and PutBacks (putMu), Requeues on their
+// way to the timer store (putMu) and receivers between take and deliver
+// (enterTake, waitTakers). A Fanout and a key table start no goroutine;
+// bound (put.go) leaves a context.AfterFunc to the runtime, stopped when
+// the call it bounds returns.
 package channel

@@ -14,10 +14,12 @@ const flightShards = 16
 // Its mu guards the list and the state, deadline and list links of every
 // message in it.
 //
-// Lock order: shards in ascending index, then Channel.mu. Requeue holds its
-// shard while it hands the message to the ready list, so Close and Empty,
-// which take every shard and then Channel.mu, never see a message that has
-// left flight and not yet arrived anywhere.
+// Lock order (the package doc's Locks section has all of it): putMu, then
+// shards in ascending index, then Channel.mu. Requeue holds its shard
+// while it hands the message to the ready list, so Close and Empty, which
+// take every shard and then Channel.mu, never see a message that has left
+// flight and not yet arrived anywhere; one on its way to the timer store
+// it hands over holding putMu shared instead, which Close waits for.
 type flightList struct {
 	mu         sync.Mutex
 	head, tail *Message
