@@ -197,3 +197,12 @@ func TestReleaseWithDelay(t *testing.T) {
 		m.Finish()
 	})
 }
+
+// Messages after Close hands back a closed Go channel and starts nothing.
+func TestMessagesAfterClose(t *testing.T) {
+	c := newChannel(t, channel.Options{MemQueueSize: 1})
+	c.Close()
+	if _, ok := <-c.Messages(); ok {
+		t.Fatal("a message from a closed channel")
+	}
+}

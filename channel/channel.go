@@ -684,6 +684,16 @@ func (c *Channel) ReceiveBatch(ctx context.Context, max int) ([]*Message, error)
 func (c *Channel) Messages() <-chan *Message {
 	c.messagesOnce.Do(func() {
 		c.messagesCh = make(chan *Message)
+		// Under putMu, as a Put: Close sets isClosed, then takes putMu
+		// before it waits for wg, so the Add is either seen by that Wait
+		// or sees isClosed (an Add racing a Wait from zero is not
+		// allowed).
+		c.prod.putMu.RLock()
+		defer c.prod.putMu.RUnlock()
+		if c.isClosed.Load() {
+			close(c.messagesCh)
+			return
+		}
 		c.wg.Add(1)
 		go c.forward()
 	})
