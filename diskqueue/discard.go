@@ -121,11 +121,11 @@ func (c *Cursor) SetDropWhenFull(drop bool) { c.dropWhenFull.Store(drop) }
 // deletes those retention keeps, which the budget outranks, and tells the
 // holder of the others); every record of the active segment is
 // acknowledged (makeRoom rolls it, so it can go); or acknowledgements
-// were made since the writer last looked for segments to delete (it
-// deletes them in its own time, and Put would fail meanwhile although
-// the space is free to take). Otherwise a Put at the budget fails (or
-// waits) at once, without a round trip to the writer. The caller holds
-// l.mu.
+// were made since the writer last looked for segments to delete, or it is
+// looking now (it deletes them in its own time, and Put would fail
+// meanwhile although the space is free to take). Otherwise a Put at the
+// budget fails (or waits) at once, without a round trip to the writer.
+// The caller holds l.mu.
 func (l *Log) mayMakeRoomLocked() bool {
 	if l.opts.RetainBytes > 0 || l.opts.RetainAge > 0 || l.heldFrom.Load() > 0 {
 		return true

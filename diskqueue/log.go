@@ -141,7 +141,7 @@ type Log struct {
 	droppedRecords   atomic.Int64        // given up by drop-when-full cursors (discard.go)
 	heldFrom         atomic.Uint64       // 1 + the seq HoldFrom holds segments from; 0 for none (retention.go)
 	holdPressure     chan struct{}       // capacity 1: a Put at the budget found held segments (HoldPressure)
-	acksLooked       atomic.Int64        // the cursors' acks when the writer last looked for segments to delete (acksSum)
+	acksLooked       atomic.Int64        // the cursors' acks (acksSum) when the writer's last look for segments to delete began, stored once it has deleted them; -1 while it looks
 	compactedRecords atomic.Int64        // removed by Compact (compact.go)
 	compactedBytes   atomic.Int64        // log bytes Compact freed
 	sparesUsed       atomic.Int64        // rotations that renamed a spare into place
@@ -556,7 +556,7 @@ func (l *Log) rollConsumedLocked(punch bool) bool {
 }
 
 // acksSum is how many acknowledgements the log's cursors have made since
-// Open. The writer notes it each time housekeeping deletes what every
+// Open. The writer notes it each time housekeeping has deleted what every
 // cursor has acknowledged (acksLooked): a Put at the budget that sees it
 // moved since asks the writer to make room at once (makeRoom, which
 // deletes only as much as the Put needs, so the next such Put asks too)

@@ -136,6 +136,10 @@ type Options struct {
 	// emptyHookForTesting, if set, runs in Empty once producers may append
 	// again, so a test can make them roll segments right there.
 	emptyHookForTesting func()
+	// housekeepHookForTesting, if set, runs on the writer goroutine when
+	// housekeeping is about to delete acknowledged segments, so a test can
+	// see what a Put at the budget sees right then.
+	housekeepHookForTesting func()
 	// writePathForTesting makes Put use write(2) even where segments can
 	// be mapped, so tests cover the path other systems take.
 	writePathForTesting bool

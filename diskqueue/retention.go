@@ -121,7 +121,15 @@ func (l *Log) held(seg *segment) bool {
 // disk budget asks for it.
 func (l *Log) housekeep(now time.Time) {
 	cursors := *l.cursorList.Load()
-	l.acksLooked.Store(l.acksSum())
+	// The look is published once its deletions are done: stored at the
+	// start, a Put at the budget in between saw no acknowledgement since
+	// it and failed, though the space was about to be freed. Meanwhile
+	// acksLooked matches no count, so such a Put asks for room, and the
+	// writer serves it after this; acknowledgements made from here on
+	// count as not looked at.
+	acks := l.acksSum()
+	l.acksLooked.Store(-1)
+	defer l.acksLooked.Store(acks)
 	if l.rollRequested.Load() {
 		l.rollRequested.Store(false)
 		punch := l.punchRequested.Swap(false)
@@ -204,6 +212,9 @@ func (l *Log) housekeep(now time.Time) {
 	// Leading tombstones (nothing older left) go too.
 	if keep == 0 && !(len(segs) > 1 && segs[0].gone.Load()) {
 		return
+	}
+	if l.opts.housekeepHookForTesting != nil {
+		l.opts.housekeepHookForTesting()
 	}
 	l.deleteAcknowledged(segs, cands[:keep])
 }
