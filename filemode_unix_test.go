@@ -9,53 +9,15 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/spillq/spillq/internal/modetest"
 
 	"github.com/spillq/spillq"
 	"github.com/spillq/spillq/channel"
 	"github.com/spillq/spillq/diskqueue"
 )
-
-// zeroUmask clears the process's umask until the test ends, so the modes
-// on disk are the ones asked for. The umask belongs to the process: a
-// test calling this must not be parallel.
-func zeroUmask(t *testing.T) {
-	old := syscall.Umask(0)
-	t.Cleanup(func() { syscall.Umask(old) })
-}
-
-// checkModes fails for each file under root (root included) whose
-// permission is not file, or directory's not dir, and returns the paths
-// seen relative to root.
-func checkModes(t *testing.T, root string, file, dir fs.FileMode) []string {
-	t.Helper()
-	var seen []string
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		want := file
-		if d.IsDir() {
-			want = dir
-		}
-		rel, _ := filepath.Rel(root, path)
-		if info.Mode().Perm() != want {
-			t.Errorf("%s: mode %v (%#o), want %#o", rel, info.Mode(), uint32(info.Mode().Perm()), uint32(want))
-		}
-		seen = append(seen, filepath.ToSlash(rel))
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return seen
-}
 
 func wantSeen(t *testing.T, seen []string, names ...string) {
 	t.Helper()
@@ -79,7 +41,7 @@ var modeCases = []struct {
 // state, written anew at each store) under a umask that takes nothing
 // away.
 func TestQueueFileModes(t *testing.T) {
-	zeroUmask(t)
+	modetest.ZeroUmask(t)
 	for _, c := range modeCases {
 		t.Run(c.file.String(), func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "q")
@@ -107,7 +69,7 @@ func TestQueueFileModes(t *testing.T) {
 					}
 				}
 			}
-			seen := checkModes(t, dir, c.file, c.dir)
+			seen := modetest.Check(t, dir, c.file, c.dir)
 			wantSeen(t, seen, "cursor", "LOCK", "keys", "keys/state", "timers", "timers/cursor", "timers/00000000000000000000.log")
 		})
 	}
@@ -116,7 +78,7 @@ func TestQueueFileModes(t *testing.T) {
 // TestTopicFileModes is TestQueueFileModes for a topic: its log, its
 // channels' cursors and timer stores, its key state.
 func TestTopicFileModes(t *testing.T) {
-	zeroUmask(t)
+	modetest.ZeroUmask(t)
 	for _, c := range modeCases {
 		t.Run(c.file.String(), func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "t")
@@ -143,7 +105,7 @@ func TestTopicFileModes(t *testing.T) {
 			if err := tp.Close(); err != nil {
 				t.Fatal(err)
 			}
-			seen := checkModes(t, dir, c.file, c.dir)
+			seen := modetest.Check(t, dir, c.file, c.dir)
 			wantSeen(t, seen, "LOCK", "keys/state", "cursors/a/cursor", "channels", "channels/a", "channels/a/cursor", "channels/a/00000000000000000000.log")
 		})
 	}

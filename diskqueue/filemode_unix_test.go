@@ -9,52 +9,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
+
+	"github.com/spillq/spillq/internal/modetest"
 
 	"github.com/spillq/spillq/diskqueue"
 )
-
-// zeroUmask clears the process's umask until the test ends, so the modes
-// on disk are the ones the queue asked for and not the ones a usual umask
-// (022) would have cut them down to. The umask belongs to the process: a
-// test calling this must not be parallel, nor run beside tests that
-// expect another.
-func zeroUmask(t *testing.T) {
-	old := syscall.Umask(0)
-	t.Cleanup(func() { syscall.Umask(old) })
-}
-
-// checkModes fails for every file under root (root included) whose
-// permission is not file, or directory's not dir, and returns the paths
-// seen, relative to root.
-func checkModes(t *testing.T, root string, file, dir fs.FileMode) []string {
-	t.Helper()
-	var seen []string
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, path)
-		want := file
-		if d.IsDir() {
-			want = dir
-		}
-		if got := info.Mode().Perm(); got != want || !d.IsDir() && !info.Mode().IsRegular() {
-			t.Errorf("%s: mode %v (%#o), want %#o", rel, info.Mode(), uint32(info.Mode().Perm()), uint32(want))
-		}
-		seen = append(seen, rel)
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return seen
-}
 
 // scribble overwrites the file at path from off with b.
 func scribble(t *testing.T, path string, off int64, b []byte) {
@@ -76,7 +36,7 @@ func scribble(t *testing.T, path string, off int64, b []byte) {
 // and checks each has FileMode and each directory the mode derived from
 // it.
 func TestFileModes(t *testing.T) {
-	zeroUmask(t)
+	modetest.ZeroUmask(t)
 	for _, c := range []struct {
 		mode      fs.FileMode
 		file, dir fs.FileMode
@@ -140,7 +100,7 @@ func TestFileModes(t *testing.T) {
 			if err := l.Sync(context.Background()); err != nil {
 				t.Fatal(err)
 			}
-			seen := checkModes(t, filepath.Dir(dir), c.file, c.dir)
+			seen := modetest.Check(t, filepath.Dir(dir), c.file, c.dir)
 			all := strings.Join(seen, " ")
 			for _, want := range []string{
 				"LOCK", "00000000000000000020.log.16.bad", "00000000000000000030.index", ".timeindex",
@@ -160,7 +120,7 @@ func TestFileModes(t *testing.T) {
 // none, and only the files made from then on get the FileMode of this
 // Open.
 func TestFileModesKeptOnReopen(t *testing.T) {
-	zeroUmask(t)
+	modetest.ZeroUmask(t)
 	dir := t.TempDir()
 	opts := diskqueue.Options{MaxSegmentBytes: 400, SyncEvery: 1, FileMode: 0o644}
 	q := openQueue(t, dir, opts)

@@ -8,9 +8,10 @@ import (
 	"io/fs"
 	"path/filepath"
 	"slices"
-	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/spillq/spillq/internal/modetest"
 
 	"github.com/spillq/spillq/diskqueue"
 )
@@ -52,7 +53,7 @@ func TestToolFileModes(t *testing.T) {
 					t.Fatalf("%v (%d):\n%s", args, code, out)
 				}
 			}
-			seen := walkModes(t, dir, c.file, c.dir)
+			seen := modetest.Check(t, dir, c.file, c.dir)
 			for _, want := range []string{"00000000000000000000.log.49.bad", "cursors/audit", "cursors/audit/cursor"} {
 				if !slices.Contains(seen, want) {
 					t.Errorf("no %s among the files checked: %v", want, seen)
@@ -65,36 +66,5 @@ func TestToolFileModes(t *testing.T) {
 	if out, code := tool(t, "one\n", "put", "-create", "-raw", dir); code != 0 {
 		t.Fatalf("put -create (%d):\n%s", code, out)
 	}
-	walkModes(t, dir, 0o600, 0o700)
-}
-
-// walkModes fails for each file under root (root included) whose
-// permission is not file, or directory's not dir, and returns the paths
-// seen relative to root.
-func walkModes(t *testing.T, root string, file, dir fs.FileMode) []string {
-	t.Helper()
-	var seen []string
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		want := file
-		if d.IsDir() {
-			want = dir
-		}
-		rel, _ := filepath.Rel(root, path)
-		if info.Mode().Perm() != want {
-			t.Errorf("%s: mode %#o, want %#o", rel, uint32(info.Mode().Perm()), uint32(want))
-		}
-		seen = append(seen, strings.ReplaceAll(rel, string(filepath.Separator), "/"))
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return seen
+	modetest.Check(t, dir, 0o600, 0o700)
 }
