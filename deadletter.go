@@ -106,9 +106,6 @@ func (d *DeadLetters) Len() int64 {
 	return d.store.Depth()
 }
 
-// Queue returns the store's disk queue, for its Stats. Do not Put to it,
-// Read from it, Ack or Close it.
-func (d *DeadLetters) Queue() *diskqueue.Queue { return d.q }
 
 // DeadFilter selects dead letters: those whose ID is one of IDs (if any
 // are given) and whose DeadAt is within [Since, Until) (a zero bound is
