@@ -106,7 +106,6 @@ func (d *DeadLetters) Len() int64 {
 	return d.store.Depth()
 }
 
-
 // DeadFilter selects dead letters: those whose ID is one of IDs (if any
 // are given) and whose DeadAt is within [Since, Until) (a zero bound is
 // none). The zero DeadFilter selects them all.
