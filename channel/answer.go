@@ -167,7 +167,7 @@ func (c *Channel) requeue(m *Message, delay time.Duration, cause error, spend bo
 		c.cons.requeues.Add(1)
 		if c.exhausted(m) {
 			f.mu.Unlock()
-			c.deadLetter(m, outOfAttempts(m, cause))
+			c.deadLetter(m, OutOfAttemptsReason(m.Attempts, cause))
 			return nil
 		}
 	} else {
@@ -250,25 +250,30 @@ func (m *Message) Fail(cause error) error {
 		return err
 	}
 	c.cons.failed.Add(1)
-	c.deadLetter(m, failedReason(cause))
+	c.deadLetter(m, FailedReason(cause))
 	return nil
 }
 
-// failedReason is the dead-letter reason of a message failed with cause.
-func failedReason(cause error) error {
+// FailedReason is the dead-letter reason of a message failed with cause
+// ([Message.Fail]): [ErrFailed], wrapping cause if not nil. A source of
+// its own ([Acker]) gives its dead-letter handler the same, so handlers
+// see one set of reasons whatever the source.
+func FailedReason(cause error) error {
 	if cause == nil {
 		return ErrFailed
 	}
 	return fmt.Errorf("%w: %w", ErrFailed, cause)
 }
 
-// outOfAttempts is the dead-letter reason of a message whose last attempt
-// failed with cause (nil: timed out, or requeued without one).
-func outOfAttempts(m *Message, cause error) error {
+// OutOfAttemptsReason is the dead-letter reason of a message whose last
+// attempt (its attempts-th) failed with cause ([Message.Retry]; nil: it
+// timed out, or was requeued without one): [ErrMaxAttempts], wrapping
+// cause if not nil. As FailedReason, for sources of their own too.
+func OutOfAttemptsReason(attempts uint16, cause error) error {
 	if cause == nil {
 		return ErrMaxAttempts
 	}
-	return fmt.Errorf("%w (%d): last attempt: %w", ErrMaxAttempts, m.Attempts, cause)
+	return fmt.Errorf("%w (%d): last attempt: %w", ErrMaxAttempts, attempts, cause)
 }
 
 // Touch restarts a message's timeout, for work that takes longer than

@@ -334,10 +334,7 @@ func (a *nsqAcker) Finish(*channel.Message) error {
 // channel.ErrMaxAttempts and cause wrapped as a Channel wraps them.
 func (a *nsqAcker) Requeue(m *channel.Message, delay time.Duration, cause error) error {
 	if a.c.exhausted(a.m.Attempts) {
-		reason := channel.ErrMaxAttempts
-		if cause != nil {
-			reason = fmt.Errorf("%w (%d): last attempt: %w", channel.ErrMaxAttempts, m.Attempts, cause)
-		}
+		reason := channel.OutOfAttemptsReason(m.Attempts, cause)
 		if !a.answer(func() { a.c.deadLetter(a, m, reason) }) {
 			return channel.ErrNotInFlight
 		}
@@ -364,10 +361,7 @@ func (a *nsqAcker) Release(_ *channel.Message, delay time.Duration) error {
 // Fail hands the message to DeadLetter now, with channel.ErrFailed and
 // cause, and finishes it at nsqd.
 func (a *nsqAcker) Fail(m *channel.Message, cause error) error {
-	reason := channel.ErrFailed
-	if cause != nil {
-		reason = fmt.Errorf("%w: %w", channel.ErrFailed, cause)
-	}
+	reason := channel.FailedReason(cause)
 	if !a.answer(func() { a.c.deadLetter(a, m, reason) }) {
 		return channel.ErrNotInFlight
 	}
