@@ -192,8 +192,12 @@ type consumerCounters struct {
 	lastTimed   atomic.Int64
 	lastLatency atomic.Int64
 	// taking counts the receivers between take and deliver (enterTake),
-	// where the message they took is in no list Close collects.
-	taking atomic.Int64
+	// where the message they took is in no list Close collects; Close adds
+	// takingClosed to it, and the receiver that brings it back down to
+	// that closes takersDone (waitTakers).
+	taking      atomic.Int64
+	takersDone  chan struct{}
+	takersClose sync.Once
 }
 
 // moveQueue holds the messages moved to the timer store (deferred) whose
@@ -258,6 +262,7 @@ func newChannel(opts Options, src Source, fan *Fanout) (*Channel, error) {
 		log:       o.Logger,
 		closeCh:   make(chan struct{}),
 		closeDone: make(chan struct{}),
+		cons:      consumerCounters{takersDone: make(chan struct{})},
 		clockWake: make(chan struct{}, 1),
 	}
 	if c.minBody, c.maxBody, err = bodyLimits(o.Backend); err != nil {
@@ -440,13 +445,23 @@ func (c *Channel) keepsSerialPlace(m *Message) bool {
 func (c *Channel) enterTake() bool {
 	c.cons.taking.Add(1)
 	if c.isClosed.Load() {
-		c.cons.taking.Add(-1)
+		c.leaveTake()
 		return false
 	}
 	return true
 }
 
-func (c *Channel) leaveTake() { c.cons.taking.Add(-1) }
+func (c *Channel) leaveTake() {
+	if c.cons.taking.Add(-1) == takingClosed {
+		c.cons.takersClose.Do(func() { close(c.cons.takersDone) })
+	}
+}
+
+// takingClosed is what Close adds to the count of receivers in take: far
+// above any number of goroutines, so the count is back to it exactly
+// when every receiver let in has left (one refused after Close began
+// leaves it there too, with none in).
+const takingClosed = 1 << 40
 
 // giveBack returns a message take handed out and nobody received to the
 // front of the ready list, where the next take finds it first.

@@ -90,11 +90,13 @@ func (c *Channel) waitForWorkers() {
 }
 
 // waitTakers waits for the receivers enterTake let in. closeCh is closed,
-// so none waits in take; what is left of each is a deliver.
+// so none waits in take; what is left of each is a deliver. isClosed is
+// set, so no receiver comes in after the count is read here.
 func (c *Channel) waitTakers() {
-	for c.cons.taking.Load() > 0 {
-		time.Sleep(10 * time.Microsecond)
+	if c.cons.taking.Add(takingClosed) == takingClosed {
+		return // none in take
 	}
+	<-c.cons.takersDone
 }
 
 // settleQueuedMoves settles the moves to the timer store the settler had
