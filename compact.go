@@ -48,7 +48,10 @@ type compactor struct {
 	compacted func(seq uint64, key []byte, id channel.ID, deferred bool)
 	nextRead  func() uint64
 
-	mu sync.Mutex // one compaction at a time; guards sawKeys
+	// slot is held by the compaction running, Compact's or the
+	// background's: one at a time per log (the log's own Compact takes
+	// one segment at a time). It guards sawKeys.
+	slot chan struct{}
 	// cleanEnd is the seq the last compaction looked at the records up
 	// to: segments from it on are dirty, new since. Atomic, so that
 	// dirty (the keeper's every second) never waits behind a compaction.
@@ -63,7 +66,6 @@ type compactor struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	running sync.WaitGroup
-	busy    sync.Mutex // held by the background compaction while it runs
 }
 
 // compactLog is the log a compactor compacts: a queue's, whose
@@ -101,7 +103,7 @@ func newCompactor(dq compactLog, replace bool, disk diskqueue.Options, ratio flo
 		ratio = DefaultCompactDirtyRatio
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &compactor{dq: dq, replace: replace, ratio: ratio, logger: logger, ctx: ctx, cancel: cancel}
+	return &compactor{dq: dq, replace: replace, ratio: ratio, logger: logger, ctx: ctx, cancel: cancel, slot: make(chan struct{}, 1)}
 }
 
 // dirty reports whether the log is due a compaction: at least two sealed
@@ -126,14 +128,18 @@ func (c *compactor) dirty() bool {
 // maybeStart starts a background compaction if the log is due one and
 // none is running.
 func (c *compactor) maybeStart() {
-	if c.ratio < 0 || c.ctx.Err() != nil || !c.dirty() || !c.busy.TryLock() {
+	if c.ratio < 0 || c.ctx.Err() != nil || !c.dirty() {
 		return
+	}
+	select {
+	case c.slot <- struct{}{}:
+	default:
+		return // one is running; the next look finds what it left
 	}
 	c.running.Add(1)
 	go func() {
 		defer c.running.Done()
-		defer c.busy.Unlock()
-		if _, err := c.compact(c.ctx); err != nil && c.ctx.Err() == nil {
+		if _, err := c.compactHolding(c.ctx); err != nil && c.ctx.Err() == nil {
 			c.logger.Warn("spillq: compaction failed; it is tried again once more of the log is new", "err", err)
 		}
 	}()
@@ -176,8 +182,18 @@ func (c *compactor) compact(ctx context.Context) (CompactStats, error) {
 	if c == nil {
 		return CompactStats{Runs: 1}, nil
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	select {
+	case c.slot <- struct{}{}:
+	case <-ctx.Done():
+		return CompactStats{}, fmt.Errorf("spillq: compact: waiting for the compaction running: %w", ctx.Err())
+	}
+	return c.compactHolding(ctx)
+}
+
+// compactHolding is compact for the holder of the slot, which it gives
+// back.
+func (c *compactor) compactHolding(ctx context.Context) (CompactStats, error) {
+	defer func() { <-c.slot }()
 	st := CompactStats{Runs: 1}
 	err := c.compactLocked(ctx, &st)
 	st.Last, st.Err = time.Now(), err
@@ -339,7 +355,8 @@ func (c *compactor) newestVersions(ctx context.Context, from, end uint64) (newes
 //
 // The queue compacts by itself once the log is dirty enough
 // (Options.CompactDirtyRatio); Compact runs one now, after any running
-// one. It reads the log through once to find each key's newest version
+// one (if ctx ends while it waits for that, it returns ctx's error, having
+// done nothing). It reads the log through once to find each key's newest version
 // (memory: one map entry per key), fsyncs the log, then rewrites each
 // sealed segment that holds a removable record, beside Puts and
 // deliveries: see [diskqueue.Log.Compact] (each segment is swapped
