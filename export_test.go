@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spillq/spillq/channel"
 	"github.com/spillq/spillq/diskqueue"
 )
 
@@ -24,3 +25,11 @@ func DiskHealth(s diskqueue.Stats, opts HealthOptions) Health {
 	judgeDisk(&h, "log", s, opts)
 	return h
 }
+
+// TimerStats is q's deferred-message bookkeeping, which Queue keeps to
+// itself (see channel.Channel.TimerStats).
+func TimerStats(q *Queue) channel.TimerStats { return q.ch.TimerStats() }
+
+// KeyState snapshots q's key state as the keeper does every second, which
+// also prunes the entries the log's floor has passed.
+func KeyState(q *Queue) (channel.KeyState, bool) { return q.ch.KeyState() }

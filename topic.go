@@ -146,6 +146,7 @@ type Topic struct {
 // openChannel is a channel open in this process and its timer store.
 type openChannel struct {
 	ch     *channel.Channel
+	user   *Channel // ch as Topic.Channel hands it out
 	timers *diskqueue.Queue
 	dead   *DeadLetters // nil: ChannelOptions.DiscardDeadLetters
 }
@@ -317,7 +318,7 @@ func (t *Topic) full(err error) error {
 // channel already open is returned as it is, whatever opts says. Closing
 // the channel leaves its place in the topic, which keeps its messages
 // until it is opened again or deleted.
-func (t *Topic) Channel(name string, opts ChannelOptions) (*channel.Channel, error) {
+func (t *Topic) Channel(name string, opts ChannelOptions) (*Channel, error) {
 	t.opMu.Lock()
 	defer t.opMu.Unlock()
 	if t.closed {
@@ -409,18 +410,19 @@ func (t *Topic) Channel(name string, opts ChannelOptions) (*channel.Channel, err
 	}
 	t.openMu.Lock()
 	dead.setChannel(ch)
-	t.open[name] = openChannel{ch, tq, dead}
+	user := &Channel{verbs{ch}}
+	t.open[name] = openChannel{ch: ch, user: user, timers: tq, dead: dead}
 	delete(t.closedTimers, name)
 	t.openings[name]++
 	t.openMu.Unlock()
-	return ch, nil
+	return user, nil
 }
 
 // openChannel returns the named channel if it is open.
-func (t *Topic) openChannel(name string) *channel.Channel {
+func (t *Topic) openChannel(name string) *Channel {
 	t.openMu.Lock()
 	defer t.openMu.Unlock()
-	return t.open[name].ch
+	return t.open[name].user
 }
 
 // closedChannel forgets an open channel its Close has closed.
