@@ -91,7 +91,7 @@ func TestDeferredSIGKILL(t *testing.T) {
 	puts, fins, done := res.Set("put"), res.Set("fin"), res.Set("done")
 	q := open(t, dir, spillq.Options{Disk: diskqueue.Options{MaxSegmentBytes: 64 << 10, MaxDiskBytes: 1 << 20}})
 	defer q.Close()
-	if err := q.Disk().Sync(context.Background()); err != nil { // a writer round: deletions done
+	if err := spillq.SyncDisk(context.Background(), q); err != nil { // a writer round: deletions done
 		t.Fatal(err)
 	}
 	if st := q.Disk().Stats(); st.Segments > 2 || st.Depth > 1 {

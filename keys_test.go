@@ -227,7 +227,7 @@ func TestCompactReplace(t *testing.T) {
 	if err := q.Put(ctx, []byte("no key")); err != nil {
 		t.Fatal(err)
 	}
-	if err := q.Disk().Sync(ctx); err != nil {
+	if err := spillq.SyncDisk(ctx, q); err != nil {
 		t.Fatal(err)
 	}
 	st, err := q.Compact(ctx)

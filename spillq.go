@@ -397,14 +397,15 @@ func openErr(err error, maxBody int) error {
 	return fmt.Errorf("spillq: %w", err)
 }
 
-// Disk returns the disk log, for its Stats and for lookups by sequence
-// number or time. Do not Read from it or Close it: the channel does.
-func (q *Queue) Disk() *diskqueue.Queue { return q.disk }
+// Disk returns a read-only view of the disk log: its Stats, its segments,
+// and lookups by sequence number (ReadAt, Scan) or time (SeekTime) that
+// move no cursor, for watching the queue and for [Queue.Replay]. The
+// queue alone writes, reads and closes the log.
+func (q *Queue) Disk() *diskqueue.View { return q.disk.View() }
 
-// Timers returns the timer store, the disk queue of the deferred messages
-// (in dir's [TimersDir]), for its Stats. Do not Put to it, Read from it,
-// Ack or Close it: the channel does.
-func (q *Queue) Timers() *diskqueue.Queue { return q.timers }
+// Timers returns a read-only view of the timer store, the disk queue of
+// the deferred messages (in dir's [TimersDir]), for its Stats and Depth.
+func (q *Queue) Timers() *diskqueue.View { return q.timers.View() }
 
 // DiskBackend adapts a disk queue as a [channel.Backend] (and
 // [channel.Replayer], [channel.BacklogScanner] and [channel.PassCounter]). The channel takes

@@ -491,10 +491,11 @@ func (t *Topic) CompactStats() CompactStats { return t.comp.stats() }
 // stores every second), and whether it has one.
 func (t *Topic) KeyState() (channel.KeyState, bool) { return t.fan.KeyState() }
 
-// Log returns the topic's log, for its Stats and for lookups by sequence
-// number or time. Do not Put to it, open cursors on it or Close it: the
-// topic does.
-func (t *Topic) Log() *diskqueue.Log { return t.log }
+// Log returns a read-only view of the topic's log: its Stats, its
+// segments, its cursors' (one per channel) CursorStats, and lookups by
+// sequence number (ReadAt, Scan) or time (SeekTime) that move no cursor.
+// The topic alone writes to it, opens its cursors and closes it.
+func (t *Topic) Log() *diskqueue.View { return t.log.View() }
 
 // TopicStats is a snapshot of a topic.
 type TopicStats struct {

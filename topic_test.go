@@ -313,7 +313,7 @@ func TestTopicRetention(t *testing.T) {
 	sync := func() {
 		// Housekeeping runs on the writer goroutine; Sync waits for a
 		// round of it.
-		if err := tp.Log().Sync(context.Background()); err != nil {
+		if err := spillq.SyncLog(context.Background(), tp); err != nil {
 			t.Fatal(err)
 		}
 	}
