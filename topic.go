@@ -441,7 +441,7 @@ func (t *Topic) Channels() []string { return t.log.Cursors() }
 // DeleteChannel removes the named channel and everything only it held: its
 // cursor, its acknowledgements, its deferred messages, and the segments of
 // the log no other channel still needs. An open channel is closed first
-// (its Receive and Put calls return [channel.ErrClosed]). It returns
+// (its Receive calls return [channel.ErrClosed]). It returns
 // [diskqueue.ErrNotFound] for a channel the topic does not have.
 func (t *Topic) DeleteChannel(name string) error {
 	t.opMu.Lock()

@@ -26,8 +26,10 @@ var (
 
 // Channel is one named channel of a [Topic], from [Topic.Channel]: it
 // delivers every message put to the topic, with its own acknowledgements,
-// in-flight messages, deferrals and pause. Its messages come from the
-// topic (put to the topic, not to it). It is safe for concurrent use.
+// in-flight messages, deferrals and pause. Messages are put to the topic,
+// not to a channel. Its lag and timer store are in [Topic.Stats], its
+// dead letters in [Topic.DeadLetters]. Closing it leaves its place in the
+// topic. It is safe for concurrent use.
 type Channel struct {
 	verbs
 }
