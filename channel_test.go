@@ -114,7 +114,7 @@ func TestSpillAndDrain(t *testing.T) {
 	if st.Spills == 0 {
 		t.Fatal("nothing spilled")
 	}
-	if err := q.Disk().Sync(ctx); err != nil {
+	if err := spillq.SyncDisk(ctx, q); err != nil {
 		t.Fatal(err)
 	}
 	ds := q.Disk().Stats()
@@ -310,7 +310,7 @@ func TestCompressedSpill(t *testing.T) {
 	if string(m.Body) != string(big) {
 		t.Fatal("body changed through a compressed spill")
 	}
-	q.Disk().Sync(context.Background())
+	spillq.SyncDisk(context.Background(), q)
 	if st := q.Disk().Stats(); st.DiskBytes > int64(len(big))/2 {
 		t.Fatalf("not compressed: %d bytes on disk for a %d-byte body", st.DiskBytes, len(big))
 	}
@@ -491,7 +491,7 @@ func TestReplay(t *testing.T) {
 	for i := 0; i < 100; i++ {
 		recv(t, q2).Finish()
 	}
-	q2.Disk().Sync(ctx)
+	spillq.SyncDisk(ctx, q2)
 	if _, err := q2.Replay(ctx, 0, 10); !errors.Is(err, diskqueue.ErrNotFound) {
 		t.Fatalf("Replay of deleted records: %v", err)
 	}
@@ -536,7 +536,7 @@ func TestDeferredDoesNotPinTheLog(t *testing.T) {
 			// slow disk the seals and deletions must not fall behind the
 			// producer by the whole budget, which would test the disk's
 			// speed rather than whether the deferred message pins the log.
-			if err := q.Disk().Sync(ctx); err != nil {
+			if err := spillq.SyncDisk(ctx, q); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -551,7 +551,7 @@ func TestDeferredDoesNotPinTheLog(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := q.Disk().Sync(ctx); err != nil { // a writer round: deletions done
+	if err := spillq.SyncDisk(ctx, q); err != nil { // a writer round: deletions done
 		t.Fatal(err)
 	}
 	st, ts := q.Disk().Stats(), q.Timers().Stats()

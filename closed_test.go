@@ -41,13 +41,13 @@ func TestErrClosedOneValue(t *testing.T) {
 	if err := q.Close(); err != nil {
 		t.Fatal(err)
 	}
-	err = disk.Put(context.Background(), []byte("late"))
+	_, err = disk.ReadAt(0)
 	if err == nil {
-		t.Fatal("Put to the disk log of a closed queue succeeded")
+		t.Fatal("ReadAt on the disk log of a closed queue succeeded")
 	}
 	for _, n := range names {
 		if !errors.Is(err, n.err) {
-			t.Errorf("disk Put after Close: %v; errors.Is(err, %s.ErrClosed) is false", err, n.pkg)
+			t.Errorf("disk ReadAt after Close: %v; errors.Is(err, %s.ErrClosed) is false", err, n.pkg)
 		}
 	}
 	if _, err := q.Compact(context.Background()); !errors.Is(err, diskqueue.ErrClosed) {

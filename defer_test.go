@@ -91,7 +91,7 @@ func TestDeferredSIGKILL(t *testing.T) {
 	puts, fins, done := res.Set("put"), res.Set("fin"), res.Set("done")
 	q := open(t, dir, spillq.Options{Disk: diskqueue.Options{MaxSegmentBytes: 64 << 10, MaxDiskBytes: 1 << 20}})
 	defer q.Close()
-	if err := q.Disk().Sync(context.Background()); err != nil { // a writer round: deletions done
+	if err := spillq.SyncDisk(context.Background(), q); err != nil { // a writer round: deletions done
 		t.Fatal(err)
 	}
 	if st := q.Disk().Stats(); st.Segments > 2 || st.Depth > 1 {
@@ -266,7 +266,7 @@ func TestDeferredHeapBound(t *testing.T) {
 		delay := make([]time.Duration, n)
 		check := func() {
 			t.Helper()
-			if ts := q.TimerStats(); ts.InMemory > bound || ts.Fallback != 0 {
+			if ts := spillq.TimerStats(q); ts.InMemory > bound || ts.Fallback != 0 {
 				t.Fatalf("%d timers in memory, bound %d; %d deferred held whole", ts.InMemory, bound, ts.Fallback)
 			}
 		}
@@ -289,7 +289,7 @@ func TestDeferredHeapBound(t *testing.T) {
 			m, err := q.Receive(wait)
 			cancel()
 			if err != nil {
-				t.Fatalf("after %d delivered: %v; %+v", delivered, err, q.TimerStats())
+				t.Fatalf("after %d delivered: %v; %+v", delivered, err, spillq.TimerStats(q))
 			}
 			i := index(t, m)
 			d, ok := due[i]
@@ -326,7 +326,7 @@ func TestDeferredHeapBound(t *testing.T) {
 				t.Fatalf("message %d delivered %d times, want %d", i, seen[i], want)
 			}
 		}
-		ts := q.TimerStats()
+		ts := spillq.TimerStats(q)
 		if ts.Refills < n/bound {
 			t.Fatalf("the timer store was read through %d times for %d messages, %d in memory at a time", ts.Refills, n, bound)
 		}
@@ -361,10 +361,10 @@ func TestRestartDoesNotReadTheBacklog(t *testing.T) {
 	}
 	q = open(t, dir, spillq.Options{})
 	defer q.Close()
-	for q.TimerStats().Refills == 0 {
+	for spillq.TimerStats(q).Refills == 0 {
 		time.Sleep(time.Millisecond) // the read of the timer store at Open
 	}
-	if ts := q.TimerStats(); ts.Scanned != deferred || ts.InMemory != deferred {
+	if ts := spillq.TimerStats(q); ts.Scanned != deferred || ts.InMemory != deferred {
 		t.Fatalf("the restart read %d records to find %d deferred (%d in memory)", ts.Scanned, deferred, ts.InMemory)
 	}
 	if st := q.Stats(); st.Deferred != deferred || st.DiskDepth != backlog {

@@ -13,7 +13,7 @@ import (
 
 // receiveID receives one message from ch within 10 s, finishes it, and
 // returns its ID.
-func receiveID(t *testing.T, ch *channel.Channel) channel.ID {
+func receiveID(t *testing.T, ch consumer) channel.ID {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -55,12 +55,12 @@ func TestQueueEnqueueReceipt(t *testing.T) {
 	if n := q.Timers().Depth(); n != 1 {
 		t.Fatalf("timer store holds %d records, want the deferred message's", n)
 	}
-	receiveIDs(t, q.Channel, mem.ID, logged[0].ID, logged[1].ID, deferred.ID)
+	receiveIDs(t, q, mem.ID, logged[0].ID, logged[1].ID, deferred.ID)
 }
 
 // receiveIDs receives and finishes len(ids) messages from ch, in any
 // order, and fails unless their IDs are ids.
-func receiveIDs(t *testing.T, ch *channel.Channel, ids ...channel.ID) {
+func receiveIDs(t *testing.T, ch consumer, ids ...channel.ID) {
 	t.Helper()
 	want := map[channel.ID]bool{}
 	for _, id := range ids {
@@ -92,7 +92,7 @@ func TestTopicEnqueueReceipt(t *testing.T) {
 		rs = append(rs, r)
 	}
 	b := topicChannel(t, tp, "b", spillq.ChannelOptions{Start: diskqueue.FromSeq(0)})
-	for _, ch := range []*channel.Channel{a, b} {
+	for _, ch := range []*spillq.Channel{a, b} {
 		receiveIDs(t, ch, rs[0].ID, rs[1].ID, rs[2].ID)
 	}
 
@@ -152,7 +152,7 @@ func TestEnqueueDuplicateID(t *testing.T) {
 			defer q.Close()
 			err = q.PutWith(ctx, []byte("v3"), key)
 			check(t, err, policy, first.ID) // restored, the key names its message
-			if got := receiveID(t, q.Channel); got != first.ID {
+			if got := receiveID(t, q); got != first.ID {
 				t.Fatalf("received %d, want %d", got, first.ID)
 			}
 		})

@@ -1,9 +1,11 @@
 package spillq
 
 import (
+	"context"
 	"testing"
 	"time"
 
+	"github.com/spillq/spillq/channel"
 	"github.com/spillq/spillq/diskqueue"
 )
 
@@ -24,3 +26,18 @@ func DiskHealth(s diskqueue.Stats, opts HealthOptions) Health {
 	judgeDisk(&h, "log", s, opts)
 	return h
 }
+
+// TimerStats is q's deferred-message bookkeeping, which Queue keeps to
+// itself (see channel.Channel.TimerStats).
+func TimerStats(q *Queue) channel.TimerStats { return q.ch.TimerStats() }
+
+// KeyState snapshots q's key state as the keeper does every second, which
+// also prunes the entries the log's floor has passed.
+func KeyState(q *Queue) (channel.KeyState, bool) { return q.ch.KeyState() }
+
+// SyncDisk fsyncs q's disk log, for tests that wait for a round of its
+// writer (segments deleted), which the read-only Disk view cannot ask.
+func SyncDisk(ctx context.Context, q *Queue) error { return q.disk.Sync(ctx) }
+
+// SyncLog is SyncDisk for a topic's log.
+func SyncLog(ctx context.Context, t *Topic) error { return t.log.Sync(ctx) }

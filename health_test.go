@@ -81,7 +81,7 @@ func TestQueueHealthDiskBudget(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := q.Disk().Sync(ctx); err != nil {
+	if err := spillq.SyncDisk(ctx, q); err != nil {
 		t.Fatal(err)
 	}
 	if h := q.Health(spillq.HealthOptions{}); h.Status != spillq.HealthOK {

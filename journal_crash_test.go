@@ -151,7 +151,7 @@ func TestJournalGracefulRestart(t *testing.T) {
 	}
 	q.Put(context.Background(), []byte("a"))
 	for range 2 {
-		m := receiveQ(t, q.Channel)
+		m := receiveQ(t, q)
 		if m.Attempts != 1 {
 			t.Fatalf("after a graceful restart: %d attempts, want 1", m.Attempts)
 		}
@@ -160,9 +160,9 @@ func TestJournalGracefulRestart(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	m := receiveQ(t, q.Channel)
+	m := receiveQ(t, q)
 	m.Requeue(0)
-	if m = receiveQ(t, q.Channel); m.Attempts != 2 {
+	if m = receiveQ(t, q); m.Attempts != 2 {
 		t.Fatalf("requeued: %d attempts, want 2", m.Attempts)
 	}
 	m.Finish()
@@ -177,14 +177,14 @@ func TestJournalGracefulRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	q.Put(context.Background(), []byte("a"))
-	receiveQ(t, q.Channel)
+	receiveQ(t, q)
 	q.Close()
 	if _, err := os.Stat(filepath.Join(plain, spillq.DeliveriesDir)); !os.IsNotExist(err) {
 		t.Fatalf("a queue without MaxAttempts made %s: %v", spillq.DeliveriesDir, err)
 	}
 }
 
-func receiveQ(t *testing.T, c *channel.Channel) *channel.Message {
+func receiveQ(t *testing.T, c consumer) *channel.Message {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -248,7 +248,7 @@ func TestKeysSIGKILL(t *testing.T) {
 					}
 				case channel.KeyReplace:
 					delivered := map[string]bool{}
-					drain(t, q.Channel, func() int64 { return q.Stats().BackendDepth }, func(m *channel.Message) {
+					drain(t, q, func() int64 { return q.Stats().BackendDepth }, func(m *channel.Message) {
 						k, v := splitKV(t, m)
 						if v < newest[k] {
 							t.Fatalf("cycle %d: delivered %s:%d after the kill, superseded by %s:%d", cycle, k, v, k, newest[k])

@@ -34,13 +34,13 @@ func TestDedupStateOlderThanTheLog(t *testing.T) {
 		}
 		m.Finish()
 	}
-	q.Disk().HoldFrom(q.Disk().NextSeq()) // as a stored state would, then segments go
+	q.disk.HoldFrom(q.disk.NextSeq()) // as a stored state would, then segments go
 	deadline := time.Now().Add(10 * time.Second)
-	for q.Disk().Stats().FirstSeq == 0 {
+	for q.disk.Stats().FirstSeq == 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("no segment deleted: %+v", q.Disk().Stats())
+			t.Fatalf("no segment deleted: %+v", q.disk.Stats())
 		}
-		q.Disk().Sync(ctx)
+		q.disk.Sync(ctx)
 		time.Sleep(10 * time.Millisecond)
 	}
 	if err := q.Close(); err != nil {
@@ -81,7 +81,7 @@ func TestKeyStateVersion1(t *testing.T) {
 	if err := q.PutWith(ctx, []byte("n"), channel.PutOptions{Key: []byte("now")}); err != nil {
 		t.Fatal(err)
 	}
-	next := q.Disk().NextSeq()
+	next := q.disk.NextSeq()
 	if err := q.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -148,7 +148,7 @@ func TestKeyPolicyProperty(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			drain(t, q.Channel, func() int64 { return q.Stats().BackendDepth }, func(m *channel.Message) {
+			drain(t, q, func() int64 { return q.Stats().BackendDepth }, func(m *channel.Message) {
 				k, v := parseKV(t, m)
 				if vs := model.pending[k]; policy == channel.KeyReplace && (len(vs) == 0 || vs[len(vs)-1] != v) {
 					t.Fatalf("drain: delivered %s:%d, newest is %v", k, v, vs)
@@ -157,7 +157,7 @@ func TestKeyPolicyProperty(t *testing.T) {
 					t.Fatal(err)
 				}
 			})
-			q.KeyState() // prunes restored entries the floor has passed
+			spillq.KeyState(q) // prunes restored entries the floor has passed
 			if st := q.Stats(); policy != channel.KeyDedup && (st.KeysPending != 0 || st.KeyWaiting != 0) {
 				t.Fatalf("drained: %d keys pending, %d waiting; want none", st.KeysPending, st.KeyWaiting)
 			}
@@ -173,7 +173,7 @@ func TestKeyPolicyProperty(t *testing.T) {
 // message to each, which finishes it. A channel drops superseded versions
 // unseen, so Receive may wait in vain once the last were: depth then says
 // none are left.
-func drain(t *testing.T, ch *channel.Channel, depth func() int64, each func(m *channel.Message)) {
+func drain(t *testing.T, ch consumer, depth func() int64, each func(m *channel.Message)) {
 	t.Helper()
 	for depth() > 0 {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -227,7 +227,7 @@ func TestCompactReplace(t *testing.T) {
 	if err := q.Put(ctx, []byte("no key")); err != nil {
 		t.Fatal(err)
 	}
-	if err := q.Disk().Sync(ctx); err != nil {
+	if err := spillq.SyncDisk(ctx, q); err != nil {
 		t.Fatal(err)
 	}
 	st, err := q.Compact(ctx)
@@ -531,12 +531,12 @@ func TestReplaceCloseDropsSuperseded(t *testing.T) {
 	}
 	q = open(t, dir, opts)
 	defer q.Close()
-	drain(t, q.Channel, func() int64 { return q.Stats().BackendDepth }, func(m *channel.Message) {
+	drain(t, q, func() int64 { return q.Stats().BackendDepth }, func(m *channel.Message) {
 		if _, v := parseKV(t, m); v != 1 {
 			t.Fatalf("delivered %q after a restart; k:1 superseded it", m.Body)
 		}
 		m.Finish()
-		q.KeyState() // prunes what the floor has passed
+		spillq.KeyState(q) // prunes what the floor has passed
 	})
 	if st := q.Stats(); st.KeysPending != 0 {
 		t.Fatalf("%d keys pending after the drain", st.KeysPending)
@@ -584,7 +584,7 @@ func TestCompactHeldVersion(t *testing.T) {
 			if err := m1.Requeue(0); err != nil {
 				t.Fatal(err)
 			}
-			drain(t, q.Channel, func() int64 { return q.Stats().BackendDepth }, func(m *channel.Message) {
+			drain(t, q, func() int64 { return q.Stats().BackendDepth }, func(m *channel.Message) {
 				if string(m.Body) == "k:1" {
 					t.Fatalf("k:1 delivered again after k:2 was finished")
 				}

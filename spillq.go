@@ -8,14 +8,16 @@
 //	... work ...
 //	m.Finish()
 //
-// [Open] returns a [Queue]: a [channel.Channel] (delivery, acknowledgement,
-// requeue, deferral; see package channel) over a [diskqueue.Queue] (the
-// durable log; see package diskqueue). Use the two packages directly to
-// pair the channel with another backend or the log with another consumer.
+// [Open] returns a [Queue]: a channel (delivery, acknowledgement, requeue,
+// deferral; see package channel) over a durable disk log (see package
+// diskqueue), of which it offers what a program using a queue calls. Use
+// the two packages directly to pair the channel with another backend or
+// the log with another consumer.
 //
 // [OpenTopic] returns a [Topic]: one log read by any number of named,
-// durable channels, each message written once and delivered to every
-// channel (nsqd's topic, without a copy per channel).
+// durable channels ([Topic.Channel] returns a [Channel]), each message
+// written once and delivered to every channel (nsqd's topic, without a
+// copy per channel).
 package spillq
 
 import (
@@ -134,13 +136,17 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// Queue is a channel over a disk log in one directory. It is safe for
-// concurrent use; all channel methods are promoted (go doc lists them
-// under [channel.Channel]): Put, PutWith, and Enqueue, which returns the
-// message's ID and its record's seq ([channel.Receipt]); Receive,
-// TryReceive, Stats, Close and the rest.
+// Queue is a durable work queue in one directory: a channel (delivery,
+// acknowledgement, requeue, deferral) over a disk log. Producers Put,
+// PutWith or Enqueue (which returns the message's ID and its record's
+// seq); consumers Receive (or ReceiveBatch, TryReceive, Messages, or a
+// [Worker]) and answer each [Message] with Finish, Requeue, Touch, Release
+// or Fail. Stats, Depth, Health, Pause, Empty, Compact, Replay,
+// DeadLetters and read-only views of its logs (Disk, Timers) are for
+// watching and running it; Close stores what it holds in memory. It is
+// safe for concurrent use.
 type Queue struct {
-	*channel.Channel
+	verbs  // the channel, and the methods it shares with a topic's Channel
 	disk   *diskqueue.Queue
 	timers *diskqueue.Queue
 	dead   *DeadLetters // nil with Options.DiscardDeadLetters
@@ -305,7 +311,7 @@ func Open(dir string, opts Options) (*Queue, error) {
 		keep.start()
 	}
 	dead.setChannel(ch)
-	return &Queue{Channel: ch, disk: dq, timers: tq, dead: dead, comp: comp, backend: backend}, nil
+	return &Queue{verbs: verbs{ch}, disk: dq, timers: tq, dead: dead, comp: comp, backend: backend}, nil
 }
 
 // envelopeSample is how many of the oldest records not yet acknowledged
@@ -391,14 +397,15 @@ func openErr(err error, maxBody int) error {
 	return fmt.Errorf("spillq: %w", err)
 }
 
-// Disk returns the disk log, for its Stats and for lookups by sequence
-// number or time. Do not Read from it or Close it: the channel does.
-func (q *Queue) Disk() *diskqueue.Queue { return q.disk }
+// Disk returns a read-only view of the disk log: its Stats, its segments,
+// and lookups by sequence number (ReadAt, Scan) or time (SeekTime) that
+// move no cursor, for watching the queue and for [Queue.Replay]. The
+// queue alone writes, reads and closes the log.
+func (q *Queue) Disk() *diskqueue.View { return q.disk.View() }
 
-// Timers returns the timer store, the disk queue of the deferred messages
-// (in dir's [TimersDir]), for its Stats. Do not Put to it, Read from it,
-// Ack or Close it: the channel does.
-func (q *Queue) Timers() *diskqueue.Queue { return q.timers }
+// Timers returns a read-only view of the timer store, the disk queue of
+// the deferred messages (in dir's [TimersDir]), for its Stats and Depth.
+func (q *Queue) Timers() *diskqueue.View { return q.timers.View() }
 
 // DiskBackend adapts a disk queue as a [channel.Backend] (and
 // [channel.Replayer], [channel.BacklogScanner] and [channel.PassCounter]). The channel takes

@@ -146,6 +146,7 @@ type Topic struct {
 // openChannel is a channel open in this process and its timer store.
 type openChannel struct {
 	ch     *channel.Channel
+	user   *Channel // ch as Topic.Channel hands it out
 	timers *diskqueue.Queue
 	dead   *DeadLetters // nil: ChannelOptions.DiscardDeadLetters
 }
@@ -317,7 +318,7 @@ func (t *Topic) full(err error) error {
 // channel already open is returned as it is, whatever opts says. Closing
 // the channel leaves its place in the topic, which keeps its messages
 // until it is opened again or deleted.
-func (t *Topic) Channel(name string, opts ChannelOptions) (*channel.Channel, error) {
+func (t *Topic) Channel(name string, opts ChannelOptions) (*Channel, error) {
 	t.opMu.Lock()
 	defer t.opMu.Unlock()
 	if t.closed {
@@ -409,18 +410,19 @@ func (t *Topic) Channel(name string, opts ChannelOptions) (*channel.Channel, err
 	}
 	t.openMu.Lock()
 	dead.setChannel(ch)
-	t.open[name] = openChannel{ch, tq, dead}
+	user := &Channel{verbs{ch}}
+	t.open[name] = openChannel{ch: ch, user: user, timers: tq, dead: dead}
 	delete(t.closedTimers, name)
 	t.openings[name]++
 	t.openMu.Unlock()
-	return ch, nil
+	return user, nil
 }
 
 // openChannel returns the named channel if it is open.
-func (t *Topic) openChannel(name string) *channel.Channel {
+func (t *Topic) openChannel(name string) *Channel {
 	t.openMu.Lock()
 	defer t.openMu.Unlock()
-	return t.open[name].ch
+	return t.open[name].user
 }
 
 // closedChannel forgets an open channel its Close has closed.
@@ -439,7 +441,7 @@ func (t *Topic) Channels() []string { return t.log.Cursors() }
 // DeleteChannel removes the named channel and everything only it held: its
 // cursor, its acknowledgements, its deferred messages, and the segments of
 // the log no other channel still needs. An open channel is closed first
-// (its Receive and Put calls return [channel.ErrClosed]). It returns
+// (its Receive calls return [channel.ErrClosed]). It returns
 // [diskqueue.ErrNotFound] for a channel the topic does not have.
 func (t *Topic) DeleteChannel(name string) error {
 	t.opMu.Lock()
@@ -489,10 +491,11 @@ func (t *Topic) CompactStats() CompactStats { return t.comp.stats() }
 // stores every second), and whether it has one.
 func (t *Topic) KeyState() (channel.KeyState, bool) { return t.fan.KeyState() }
 
-// Log returns the topic's log, for its Stats and for lookups by sequence
-// number or time. Do not Put to it, open cursors on it or Close it: the
-// topic does.
-func (t *Topic) Log() *diskqueue.Log { return t.log }
+// Log returns a read-only view of the topic's log: its Stats, its
+// segments, its cursors' (one per channel) CursorStats, and lookups by
+// sequence number (ReadAt, Scan) or time (SeekTime) that move no cursor.
+// The topic alone writes to it, opens its cursors and closes it.
+func (t *Topic) Log() *diskqueue.View { return t.log.View() }
 
 // TopicStats is a snapshot of a topic.
 type TopicStats struct {

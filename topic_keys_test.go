@@ -19,7 +19,7 @@ func putKV(tp *spillq.Topic, k string, v int) error {
 }
 
 // receiveKV receives one message from ch within 10 s.
-func receiveKV(t *testing.T, ch *channel.Channel) (*channel.Message, string, int) {
+func receiveKV(t *testing.T, ch consumer) (*channel.Message, string, int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -100,7 +100,7 @@ func TestTopicKeyReplace(t *testing.T) {
 			}
 		}
 	}
-	newestOnly := func(ch *channel.Channel, n, want int) {
+	newestOnly := func(ch *spillq.Channel, n, want int) {
 		t.Helper()
 		seen := map[string]bool{}
 		for range n {
@@ -225,7 +225,7 @@ func TestTopicKeyPolicyProperty(t *testing.T) {
 			}
 			names := []string{"a", "b"}
 			var tp *spillq.Topic
-			chans := map[string]*channel.Channel{}
+			chans := map[string]*spillq.Channel{}
 			reopen := func() {
 				tp = openTopic(t, dir, opts)
 				for _, n := range names {

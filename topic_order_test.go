@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/spillq/spillq"
-	"github.com/spillq/spillq/channel"
 )
 
 // TestTopicRestartDeliversHeldFirst is the user's trial of FORMAT.md's
@@ -39,7 +38,7 @@ func TestTopicRestartDeliversHeldFirst(t *testing.T) {
 			}
 			opts := spillq.ChannelOptions{MemQueueSize: tc.mem}
 			tp := openTopic(t, dir, spillq.TopicOptions{})
-			chans := make([]*channel.Channel, len(names))
+			chans := make([]*spillq.Channel, len(names))
 			for i, name := range names {
 				chans[i] = topicChannel(t, tp, name, opts)
 			}
@@ -130,7 +129,7 @@ func TestQueueRestartHeldAfterBacklog(t *testing.T) {
 			t.Fatalf("restart %d: Close: %v", r, err)
 		}
 		q = open(t, dir, spillq.Options{})
-		got := take(t, q.Channel, perRound)
+		got := take(t, q, perRound)
 		// Among themselves in no promised order (in flight is sharded).
 		tail := slices.Sorted(slices.Values(got[perRound-inFlight:]))
 		if !slices.Equal(got[:perRound-inFlight], span(from+inFlight, from+perRound)) || !slices.Equal(tail, held) {

@@ -83,7 +83,7 @@ const DefaultShutdownTimeout = 10 * time.Second
 var ErrWorkerRunning = errors.New("spillq: worker is already running")
 
 // A Worker runs a [Handler] over the messages of a [channel.Receiver]: a
-// [Queue], a topic's channel, or an nsqbridge.Consumer reading from nsqd,
+// [Queue], a topic's [Channel], or an nsqbridge.Consumer reading from nsqd,
 // so the same handler moves between them unchanged. It is safe for
 // concurrent use; Run runs once at a time.
 type Worker struct {

@@ -21,6 +21,11 @@
 // costs a read position and one bit per record, and a segment is deleted
 // when every cursor has acknowledged all of it.
 //
+// [Log.View] and [Queue.View] hand out a read-only [View] of a log, its
+// lookups and Stats and nothing that writes, reads a cursor or closes,
+// for code that watches a log another part of the program owns (spillq's
+// Queue.Disk and Topic.Log).
+//
 // # Guarantees
 //
 //   - Order: records are read in the order their Puts took the queue's

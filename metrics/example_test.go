@@ -16,13 +16,12 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/spillq/spillq"
-	"github.com/spillq/spillq/channel"
 	"github.com/spillq/spillq/metrics"
 )
 
 // A service with two queues registers one collector for each on one
 // registry and serves it; every series carries its queue's name.
-func ExampleNewCollector() {
+func ExampleNewQueueCollector() {
 	dir, err := os.MkdirTemp("", "spillq-example")
 	if err != nil {
 		log.Fatal(err)
@@ -45,8 +44,8 @@ func ExampleNewCollector() {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
-		metrics.NewCollector("jobs", jobs.Channel, jobs.Disk()),
-		metrics.NewCollector("emails", emails.Channel, emails.Disk()),
+		metrics.NewQueueCollector("jobs", jobs),
+		metrics.NewQueueCollector("emails", emails),
 	)
 	// In a service: http.Handle("/metrics", promhttp.HandlerFor(reg, ...)).
 	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -96,7 +95,7 @@ func ExampleNewTopicCollector() {
 			log.Fatal(err)
 		}
 	}
-	for ch, n := range map[*channel.Channel]int{billing: 3, analytics: 1} {
+	for ch, n := range map[*spillq.Channel]int{billing: 3, analytics: 1} {
 		for range n {
 			m, err := ch.Receive(ctx)
 			if err != nil {

@@ -3,16 +3,18 @@
 // only if it imports this package.
 //
 //	reg.MustRegister(
-//		metrics.NewCollector("jobs", jobs.Channel, jobs.Disk()),
-//		metrics.NewCollector("emails", emails.Channel, emails.Disk()),
+//		metrics.NewQueueCollector("jobs", jobs),
+//		metrics.NewQueueCollector("emails", emails),
 //	)
 //	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 //
-// [NewQueueCollector] takes a *spillq.Queue whole, and adds the letters its
-// dead-letter store holds (spillq_channel_dead_letters_stored).
+// [NewQueueCollector] serves a *spillq.Queue: its channel, its disk log and
+// the letters its dead-letter store holds (spillq_channel_dead_letters_stored).
+// [NewCollector] serves the parts of a queue paired by hand: a
+// *channel.Channel and the *diskqueue.Queue under it.
 //
 // Each collector serves one queue, and every metric it exports carries a
-// constant "queue" label with the name given to NewCollector, so the
+// constant "queue" label with the name given to it, so the
 // collectors of a service's queues register side by side on one registry;
 // two collectors with the same name on one registry are refused
 // (prometheus.AlreadyRegisteredError), as their series would collide.
@@ -53,14 +55,14 @@ import (
 	"github.com/spillq/spillq/diskqueue"
 )
 
-// Collector is a prometheus.Collector over a channel and its disk queue
-// ([NewCollector]), or over a topic and its channels
+// Collector is a prometheus.Collector over a queue ([NewQueueCollector]),
+// a channel and its disk queue ([NewCollector]), or a topic and its channels
 // ([NewTopicCollector]). It reads their Stats at each scrape; it is safe
 // for concurrent use.
 type Collector struct {
 	// One of the two: a queue's parts (either may be nil), or a topic.
-	ch    *channel.Channel
-	dq    *diskqueue.Queue
+	ch    channelSource
+	dq    diskSource
 	topic *spillq.Topic
 	// dead is a queue's dead-letter store (NewQueueCollector; nil
 	// without), and deadStored its gauge.
@@ -79,10 +81,46 @@ type Collector struct {
 	putMetrics    []metric // topicMetrics[i]
 }
 
-// NewCollector returns a collector for the queue called name; name becomes
+// channelSource is what a collector reads of a channel: a
+// *channel.Channel's or a *spillq.Queue's.
+type channelSource interface {
+	Stats() channel.Stats
+	LatencyBuckets() (upper []time.Duration, counts []uint64)
+	LatencySumSeconds() float64
+}
+
+// syncLatency is a log's fsync histogram.
+type syncLatency interface {
+	SyncLatencyBuckets() (upper []time.Duration, counts []uint64)
+	SyncLatencySumSeconds() float64
+}
+
+// diskSource is what a collector reads of a disk log: a *diskqueue.Queue's
+// or a spillq.Queue's Disk view.
+type diskSource interface {
+	Stats() diskqueue.Stats
+	syncLatency
+}
+
+// NewCollector returns a collector for the queue called name, made of a
+// channel and the disk queue under it (either may be nil); name becomes
 // the "queue" label of every metric it exports, and must differ between
-// collectors registered on one registry.
+// collectors registered on one registry. A *spillq.Queue has its own,
+// [NewQueueCollector].
 func NewCollector(name string, ch *channel.Channel, dq *diskqueue.Queue) *Collector {
+	// A nil pointer in an interface is not a nil interface.
+	var cs channelSource
+	if ch != nil {
+		cs = ch
+	}
+	var ds diskSource
+	if dq != nil {
+		ds = dq
+	}
+	return newCollector(name, cs, ds)
+}
+
+func newCollector(name string, ch channelSource, dq diskSource) *Collector {
 	labels := prometheus.Labels{"queue": name}
 	c := &Collector{ch: ch, dq: dq}
 	for _, d := range channelMetrics {
@@ -100,12 +138,14 @@ func NewCollector(name string, ch *channel.Channel, dq *diskqueue.Queue) *Collec
 	return c
 }
 
-// NewQueueCollector returns a collector for the queue q called name: that
-// of [NewCollector] for its channel and its disk log, and
+// NewQueueCollector returns a collector for the queue q called name, which
+// becomes the "queue" label of every metric it exports and must differ
+// between collectors registered on one registry: the channel metrics
+// (spillq_channel_*), its disk log's (spillq_disk_*), and
 // spillq_channel_dead_letters_stored, the letters its dead-letter store
 // holds (none with Options.DiscardDeadLetters).
 func NewQueueCollector(name string, q *spillq.Queue) *Collector {
-	c := NewCollector(name, q.Channel, q.Disk())
+	c := newCollector(name, q, q.Disk())
 	if c.dead = q.DeadLetters(); c.dead != nil {
 		c.deadStored = deadLettersStored.metric(prometheus.Labels{"queue": name}, "channel")
 	}
@@ -114,8 +154,8 @@ func NewQueueCollector(name string, q *spillq.Queue) *Collector {
 
 // NewTopicCollector returns a collector for the topic called name, which
 // becomes the "queue" label of every metric it exports, as for
-// [NewCollector]. Each channel's series carry a "channel" label too: the
-// channel metrics of NewCollector for each channel open in this process
+// [NewQueueCollector]. Each channel's series carry a "channel" label too: the
+// channel metrics of a queue's for each channel open in this process
 // (a channel that is not has no such series), and for every channel, open
 // or not, its lag in records and in seconds (spillq_channel_lag_records,
 // spillq_channel_lag_seconds), spillq_channel_open, the messages in its
@@ -316,7 +356,7 @@ func (c *Collector) Collect(out chan<- prometheus.Metric) {
 		out <- c.deadStored.sample(float64(c.dead.Len()), "")
 	}
 	if c.dq != nil {
-		c.collectDisk(out, c.dq.Stats(), c.dq.Log)
+		c.collectDisk(out, c.dq.Stats(), c.dq)
 	}
 }
 
@@ -347,7 +387,7 @@ func (c *Collector) collectChannel(out chan<- prometheus.Metric, st channel.Stat
 }
 
 // collectDisk sends a log's series: st, and l's fsync histogram.
-func (c *Collector) collectDisk(out chan<- prometheus.Metric, st diskqueue.Stats, l *diskqueue.Log) {
+func (c *Collector) collectDisk(out chan<- prometheus.Metric, st diskqueue.Stats, l syncLatency) {
 	for i, m := range c.dqMetrics {
 		out <- m.sample(diskMetrics[i].value(st))
 	}

@@ -51,7 +51,7 @@ func workload(t *testing.T) *spillq.Queue {
 
 func TestCollectorValues(t *testing.T) {
 	q := workload(t)
-	c := metrics.NewCollector("jobs", q.Channel, q.Disk())
+	c := metrics.NewQueueCollector("jobs", q)
 	reg := prometheus.NewPedanticRegistry()
 	if err := reg.Register(c); err != nil {
 		t.Fatal(err)
@@ -102,7 +102,7 @@ spillq_disk_puts_total{queue="jobs"} 15
 
 func TestMetricNamesFollowConventions(t *testing.T) {
 	q := workload(t)
-	problems, err := testutil.CollectAndLint(metrics.NewCollector("jobs", q.Channel, q.Disk()))
+	problems, err := testutil.CollectAndLint(metrics.NewQueueCollector("jobs", q))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +115,7 @@ func TestMetricNamesFollowConventions(t *testing.T) {
 func TestScrape(t *testing.T) {
 	q := workload(t)
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(metrics.NewCollector("jobs", q.Channel, q.Disk()))
+	reg.MustRegister(metrics.NewQueueCollector("jobs", q))
 	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	defer srv.Close()
 	resp, err := http.Get(srv.URL)
@@ -138,10 +138,14 @@ func TestScrape(t *testing.T) {
 }
 
 func TestNilParts(t *testing.T) {
-	q := workload(t)
+	dq, err := diskqueue.Open(t.TempDir(), diskqueue.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dq.Close()
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(metrics.NewCollector("disk-only", nil, q.Disk()))
-	if n := testutil.CollectAndCount(metrics.NewCollector("disk-only", nil, q.Disk())); n != 18 {
+	reg.MustRegister(metrics.NewCollector("disk-only", nil, dq))
+	if n := testutil.CollectAndCount(metrics.NewCollector("disk-only", nil, dq)); n != 18 {
 		t.Fatalf("disk-only collector exports %d metrics, want 18", n)
 	}
 }
@@ -162,10 +166,10 @@ func TestTwoQueuesOnOneRegistry(t *testing.T) {
 		}
 	}
 	reg := prometheus.NewPedanticRegistry()
-	if err := reg.Register(metrics.NewCollector("jobs", jobs.Channel, jobs.Disk())); err != nil {
+	if err := reg.Register(metrics.NewQueueCollector("jobs", jobs)); err != nil {
 		t.Fatal(err)
 	}
-	if err := reg.Register(metrics.NewCollector("emails", emails.Channel, emails.Disk())); err != nil {
+	if err := reg.Register(metrics.NewQueueCollector("emails", emails)); err != nil {
 		t.Fatalf("second queue's collector: %v", err)
 	}
 	want := `
@@ -188,7 +192,7 @@ spillq_channel_puts_total{channel="",queue="jobs"} 20
 	}
 	// A second collector under a name already registered would export the
 	// same series: refused with an error, not a panic.
-	err = reg.Register(metrics.NewCollector("jobs", emails.Channel, emails.Disk()))
+	err = reg.Register(metrics.NewQueueCollector("jobs", emails))
 	var already prometheus.AlreadyRegisteredError
 	if !errors.As(err, &already) {
 		t.Fatalf("same name registered twice: got %v, want AlreadyRegisteredError", err)
@@ -229,7 +233,7 @@ func TestHistogramLayoutIsFixed(t *testing.T) {
 	}
 	defer q.Close()
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(metrics.NewCollector("jobs", q.Channel, q.Disk()))
+	reg.MustRegister(metrics.NewQueueCollector("jobs", q))
 	const latency, fsync = "spillq_channel_latency_seconds", "spillq_disk_fsync_duration_seconds"
 	before := map[string][]float64{latency: upperBounds(histogramOf(t, reg, latency)), fsync: upperBounds(histogramOf(t, reg, fsync))}
 
@@ -296,7 +300,7 @@ func TestCompactionMetrics(t *testing.T) {
 		t.Fatalf("disk Stats: %d records, %d bytes compacted; the queue's compactions: %+v", st.CompactedRecords, st.CompactedBytes, q.CompactStats())
 	}
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(metrics.NewCollector("jobs", q.Channel, q.Disk()))
+	reg.MustRegister(metrics.NewQueueCollector("jobs", q))
 	want := fmt.Sprintf(`
 # HELP spillq_disk_compacted_bytes_total Log bytes compaction freed since the queue was opened.
 # TYPE spillq_disk_compacted_bytes_total counter

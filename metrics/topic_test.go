@@ -22,7 +22,7 @@ func topicWorkload(t *testing.T) *spillq.Topic {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { tp.Close() })
-	open := func(name string) *channel.Channel {
+	open := func(name string) *spillq.Channel {
 		ch, err := tp.Channel(name, spillq.ChannelOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -39,7 +39,7 @@ func topicWorkload(t *testing.T) *spillq.Topic {
 			t.Fatal(err)
 		}
 	}
-	finish := func(ch *channel.Channel, n int) {
+	finish := func(ch *spillq.Channel, n int) {
 		for range n {
 			m, err := ch.Receive(ctx)
 			if err != nil {
@@ -151,7 +151,7 @@ func TestTopicAndQueueRegistries(t *testing.T) {
 	a, b, q := topicWorkload(t), topicWorkload(t), workload(t)
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(metrics.NewTopicCollector("a", a), metrics.NewTopicCollector("b", b))
-	if err := reg.Register(metrics.NewCollector("jobs", q.Channel, q.Disk())); err != nil {
+	if err := reg.Register(metrics.NewQueueCollector("jobs", q)); err != nil {
 		t.Fatalf("a queue's collector beside topics': %v", err)
 	}
 	want := `

@@ -35,7 +35,7 @@ func ExampleNewWorkerCollector() {
 		log.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(metrics.NewCollector("jobs", q.Channel, q.Disk()), metrics.NewWorkerCollector("jobs", w))
+	reg.MustRegister(metrics.NewQueueCollector("jobs", q), metrics.NewWorkerCollector("jobs", w))
 	q.Put(ctx, []byte("resize image 1"))
 	if err := w.Run(ctx); err != nil {
 		log.Fatal(err)

@@ -157,7 +157,16 @@ type Handler struct {
 	// mu guards topicPaused: per topic, the channels a topic pause paused,
 	// which its unpause unpauses (nil when the topic is not paused).
 	mu          sync.Mutex
-	topicPaused map[string][]*channel.Channel
+	topicPaused map[string][]pausable
+}
+
+// pausable is what the handler does to a queue or a topic's channel (a
+// *spillq.Queue or *spillq.Channel).
+type pausable interface {
+	Pause()
+	Unpause()
+	Empty() error
+	Stats() channel.Stats
 }
 
 // New returns a Handler serving opts' queues and topics. A name given to
@@ -198,7 +207,7 @@ func New(opts Options) (*Handler, error) {
 	if opts.Hostname == "" {
 		opts.Hostname, _ = os.Hostname()
 	}
-	h := &Handler{opts: opts, start: time.Now(), topicPaused: map[string][]*channel.Channel{}}
+	h := &Handler{opts: opts, start: time.Now(), topicPaused: map[string][]pausable{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /ping", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -209,9 +218,9 @@ func New(opts Options) (*Handler, error) {
 	for path, act := range map[string]func(*http.Request) error{
 		"/topic/pause":     h.pauseTopic,
 		"/topic/unpause":   h.unpauseTopic,
-		"/channel/pause":   h.channelAction(func(c *channel.Channel) error { c.Pause(); return nil }),
-		"/channel/unpause": h.channelAction(func(c *channel.Channel) error { c.Unpause(); return nil }),
-		"/channel/empty":   h.channelAction((*channel.Channel).Empty),
+		"/channel/pause":   h.channelAction(func(c pausable) error { c.Pause(); return nil }),
+		"/channel/unpause": h.channelAction(func(c pausable) error { c.Unpause(); return nil }),
+		"/channel/empty":   h.channelAction(pausable.Empty),
 		"/channel/delete":  h.deleteChannel,
 	} {
 		mux.HandleFunc(path, h.action(act))
@@ -345,7 +354,7 @@ func (h *Handler) lookup(r *http.Request, wantChannel bool) (name, ch string, q 
 // openChannel returns the channel ch of topic t if it is open in this
 // process. The handler opens none itself: a channel it opened would hold
 // its messages in memory with no consumer.
-func openChannel(t *spillq.Topic, ch string) (*channel.Channel, error) {
+func openChannel(t *spillq.Topic, ch string) (*spillq.Channel, error) {
 	for _, cs := range t.Stats().Channels {
 		if cs.Name == ch && cs.Open {
 			return t.Channel(ch, spillq.ChannelOptions{})
@@ -354,16 +363,17 @@ func openChannel(t *spillq.Topic, ch string) (*channel.Channel, error) {
 	return nil, errorf(http.StatusConflict, "CHANNEL_NOT_OPEN: channel %q is not open in this process; open it to pause or empty it", ch)
 }
 
-func (h *Handler) channelAction(do func(*channel.Channel) error) func(*http.Request) error {
+func (h *Handler) channelAction(do func(pausable) error) func(*http.Request) error {
 	return func(r *http.Request) error {
 		_, ch, q, t, err := h.lookup(r, true)
 		if err != nil {
 			return err
 		}
-		c := (*channel.Channel)(nil)
 		if q != nil {
-			c = q.Channel
-		} else if c, err = openChannel(t, ch); err != nil {
+			return do(q)
+		}
+		c, err := openChannel(t, ch)
+		if err != nil {
 			return err
 		}
 		return do(c)
@@ -383,11 +393,11 @@ func (h *Handler) deleteChannel(r *http.Request) error {
 
 // openChannels returns the channels of a queue or topic open in this
 // process.
-func openChannels(q *spillq.Queue, t *spillq.Topic) []*channel.Channel {
+func openChannels(q *spillq.Queue, t *spillq.Topic) []pausable {
 	if q != nil {
-		return []*channel.Channel{q.Channel}
+		return []pausable{q}
 	}
-	var out []*channel.Channel
+	var out []pausable
 	for _, cs := range t.Stats().Channels {
 		if !cs.Open {
 			continue
@@ -408,7 +418,7 @@ func (h *Handler) pauseTopic(r *http.Request) error {
 	defer h.mu.Unlock()
 	paused := h.topicPaused[name]
 	if paused == nil {
-		paused = []*channel.Channel{} // paused, even with no channel to pause
+		paused = []pausable{} // paused, even with no channel to pause
 	}
 	for _, c := range openChannels(q, t) {
 		if !c.Stats().Paused {

@@ -197,7 +197,7 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	// timer store.
 	d.recovered = q.Depth() + int64(q.Stats().Deferred)
 	if cfg.metrics != "" {
-		stopMetrics, err := serveMetrics(cfg.metrics, metrics.NewCollector("demo", q.Channel, q.Disk()), out)
+		stopMetrics, err := serveMetrics(cfg.metrics, metrics.NewQueueCollector("demo", q), out)
 		if err != nil {
 			q.Close()
 			return err
@@ -265,7 +265,7 @@ func (d *demo) put(ctx context.Context, n int64, b []byte) error {
 }
 
 func (d *demo) consumers() []consumer {
-	c := consumer{ch: d.q.Channel, work: d.cfg.work, fail: d.cfg.fail, requeued: &d.requeued, redelivered: &d.redelivered,
+	c := consumer{ch: d.q, work: d.cfg.work, fail: d.cfg.fail, requeued: &d.requeued, redelivered: &d.redelivered,
 		// Into the ledger before Finish: a crash between the two then
 		// shows as a message delivered again, never as one lost.
 		finishing: func(n int64) { d.ledger.record('f', n) },

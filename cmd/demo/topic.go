@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/spillq/spillq"
-	"github.com/spillq/spillq/channel"
 	"github.com/spillq/spillq/diskqueue"
 	"github.com/spillq/spillq/metrics"
 	"github.com/spillq/spillq/nsqhttp"
@@ -41,7 +40,7 @@ type topicDemo struct {
 type consumerGroup struct {
 	name       string
 	work       time.Duration
-	ch         *channel.Channel
+	ch         *spillq.Channel
 	finished   atomic.Int64
 	duplicates atomic.Int64
 

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/spillq/spillq"
 	"github.com/spillq/spillq/channel"
 )
 
@@ -144,7 +145,7 @@ func produce(ctx context.Context, cfg config, next *atomic.Int64, w workload) er
 // on each for work; a share fail of deliveries fail and are requeued with
 // a delay, the others are finished.
 type consumer struct {
-	ch   *channel.Channel
+	ch   spillq.Receiver
 	work time.Duration
 	fail float64
 	// requeued and redelivered count what their names say.

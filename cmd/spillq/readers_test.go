@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/spillq/spillq"
-	"github.com/spillq/spillq/channel"
 )
 
 // statHeader is what stat -format json says about what waits.
@@ -42,7 +41,7 @@ func putAndFinish(t *testing.T, dir string, n int, channels []string, finish ...
 	if err != nil {
 		t.Fatal(err)
 	}
-	opened := map[string]*channel.Channel{}
+	opened := map[string]*spillq.Channel{}
 	for _, name := range channels {
 		if opened[name], err = tp.Channel(name, spillq.ChannelOptions{}); err != nil {
 			t.Fatal(err)
