@@ -38,6 +38,31 @@ func testCursor(t *testing.T, open Opener) {
 		checkDepth(t, c, 0, "after acking every record given back and read again")
 	})
 
+	t.Run("UnreadWakesReader", func(t *testing.T) {
+		// A record given back is the next record for a ReadBatch already
+		// waiting, as one put would be.
+		h := newHarness(t, open, defaultConfig)
+		c := h.cursor()
+		recs := h.putN("wake", 1)
+		h.readAll(c, 1)
+		res := h.readAsync(t.Context(), c)
+		if err := c.Unread(recs); unsupported(t, "Unread", err) {
+			b := h.body("marker", 0)
+			seq := h.put(b)
+			r := h.await(res, "ReadBatch waiting when a record was put")
+			if r.err != nil || r.n != 1 {
+				t.Fatalf("ReadBatch waiting when a record was put = %d, %v; want 1 record", r.n, r.err)
+			}
+			same(t, "the next record after an unsupported Unread", r.recs, []diskqueue.Record{{Seq: seq, Body: b}})
+			return
+		}
+		r := h.await(res, "ReadBatch waiting when a record was given back")
+		if r.err != nil || r.n != 1 {
+			t.Fatalf("ReadBatch waiting when a record was given back = %d, %v; want 1 record", r.n, r.err)
+		}
+		same(t, "the record given back to a waiting ReadBatch", r.recs, recs)
+	})
+
 	t.Run("UnreadThenEmpty", func(t *testing.T) {
 		// Empty acknowledges what was given back too: it is not handed
 		// out again.

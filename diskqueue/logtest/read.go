@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"runtime"
 	"testing"
 
 	"github.com/spillq/spillq/channel"
@@ -214,6 +215,12 @@ func (h *harness) readAsync(ctx context.Context, c channel.Cursor) <-chan readRe
 		n, err := c.ReadBatch(ctx, dst)
 		res <- readResult{n, dst[:max(0, min(n, len(dst)))], err}
 	}()
+	// Give the reader the chance to start waiting. Its result must be the
+	// same whether it has or not, so this stands in for no condition; it
+	// only makes the case that tests the wake-up the likely one.
+	for range 100 {
+		runtime.Gosched()
+	}
 	return res
 }
 
