@@ -1288,7 +1288,15 @@ func (c *Cursor) syncAcks() {
 // [Log.Compact] removed before the cursor read it counts until Read passes
 // over it (Read does so without waiting, counting it acknowledged).
 func (c *Cursor) Depth() int64 {
-	return int64(c.log.nextSeq.Load()-c.ackFloor.Load()) - c.ackedAbove.Load()
+	// Without a lock the three words come from different moments, so the
+	// order matters: the floor only rises, acks leave ackedAbove before
+	// the floor rises past them, and nextSeq is never below the floor.
+	// Read in this order, each count is of records at or above the floor
+	// read and below the end read, so Depth is never negative (it was,
+	// by the records put meanwhile, when nextSeq was read first).
+	floor := c.ackFloor.Load()
+	above := c.ackedAbove.Load()
+	return int64(c.log.nextSeq.Load()-floor) - above
 }
 
 // Read returns the cursor's next record in order, waiting for one if there

@@ -73,8 +73,8 @@ func (c *Cursor) moveToEndLocked(t *tail) {
 		// does not happen; a reader without a segment finds it anyway.
 		c.rd.forget(end)
 	}
+	c.ackedAbove.Store(0) // before the floor rises: see Depth
 	c.ackFloor.Store(end)
-	c.ackedAbove.Store(0)
 	c.handed.Store(c.acks.Load()) // nothing in flight
 	c.lastAcked = nil
 	c.lastRead = nil

@@ -472,8 +472,8 @@ func (l *Log) empty() error {
 		if err := c.rd.moveTo(t.seg, t.size, t.end); err != nil {
 			c.rd.forget(t.end) // as in moveToEndLocked
 		}
+		c.ackedAbove.Store(0) // before the floor rises: see Cursor.Depth
 		c.ackFloor.Store(t.end)
-		c.ackedAbove.Store(0)
 		c.handed.Store(c.acks.Load()) // nothing in flight
 		c.readMu.Unlock()
 	}
