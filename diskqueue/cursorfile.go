@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"time"
 )
 
 // The cursor file persists the one thing that cannot be recomputed from the
@@ -156,3 +157,32 @@ func (c *cursorFile) store(readSeq uint64) error {
 }
 
 func (c *cursorFile) close() error { return c.f.Close() }
+
+// persist stores the read cursor if it moved. A failure is logged and
+// kept for Close: the cursor only decides what is delivered again after a
+// crash, never whether data is lost, so it does not stop writes. Only the
+// writer goroutine calls it.
+func (c *Cursor) persist() {
+	if err := c.store(); err != nil {
+		c.logger.Warn("diskqueue: cannot persist read cursor; acknowledged records may be delivered again after a crash", "err", err)
+		if c.persistErr == nil {
+			c.persistErr = err
+		}
+	}
+}
+
+// store writes the floor to the cursor file if it moved, fsynced unless
+// NoSync (cursorFile.store). Only the writer goroutine calls it.
+func (c *Cursor) store() error {
+	floor := c.ackFloor.Load()
+	if floor == c.persisted || c.file == nil || c.file.f == nil {
+		return nil
+	}
+	c.log.crashPoint("cursor-persist")
+	if err := c.file.store(floor); err != nil {
+		return err
+	}
+	c.persisted = floor
+	c.persistedAt = time.Now()
+	return nil
+}
