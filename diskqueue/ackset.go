@@ -21,7 +21,7 @@ type segAcks struct {
 	// off the producer's cache line.
 	known uint64
 	// listed says the state is in the cursor's open list; passed, that
-	// it is in Cursor.passed (under readMu).
+	// it is in the bitmap cache's passed (under readMu).
 	listed, passed bool
 }
 

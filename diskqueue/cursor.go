@@ -42,14 +42,9 @@ type Cursor struct {
 	segs      map[*segment]*segAcks
 	lastAcked *segAcks
 	lastRead  *segAcks
-	// open are the states whose bitmap may be open (closeFarBitmaps keeps
-	// it to those needed); sweepAt is the length past which it looks next.
-	open    []*segAcks
-	sweepAt int
-	// syncing is set while syncAcks fsyncs files it took from segs
-	// outside readMu: a bitmap closed meanwhile goes to retired, so its
-	// fsync is still done, before the close.
-	syncing bool
+	// bitmapCache is which of the bitmaps of segs are open, and the
+	// files closed owing an fsync.
+	bitmapCache
 	// closed is set when the log closes or the cursor is deleted: its
 	// files are released.
 	closed bool
@@ -63,17 +58,6 @@ type Cursor struct {
 	// whose bitmap may not be open yet; set under readMu, taken by the
 	// next Read, which opens them before it takes readMu (prepare).
 	ahead atomic.Pointer[segment]
-	// newFiles says bitmap files were created (or renamed into place) in
-	// dir since syncAcks last fsynced it: until then a power cut may lose
-	// their names, and so the acknowledgements in them.
-	newFiles atomic.Bool
-	// passed are segments the floor passed while they were still being
-	// sealed, whose bitmaps retirePassed retires once they are.
-	passed []*segAcks
-	// retired are bitmap files of segments the floor has passed, waiting
-	// for the writer goroutine to fsync and close them (retirePassed).
-	retired []file
-
 	// Written only under readMu, readable without it (Depth, Stats, the
 	// writer goroutine's housekeeping). Read and the in-order Ack change
 	// ackFloor, handed and acks with plain stores (owned.go): a locked
@@ -109,6 +93,7 @@ func (c *Cursor) Name() string { return c.name }
 
 func (l *Log) newCursor(name string) *Cursor {
 	c := &Cursor{log: l, name: name, dir: l.dir, logger: l.logger, segs: map[*segment]*segAcks{}}
+	c.bitmapCache = newBitmapCache(&l.opts, l.readOnly)
 	if name != "" {
 		c.dir = filepath.Join(l.dir, cursorsDir, name)
 		c.logger = l.logger.With("cursor", name)
