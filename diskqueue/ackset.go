@@ -6,6 +6,7 @@ import (
 	"iter"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 )
 
 // segAcks is a cursor's acknowledgement state of one segment.
@@ -35,18 +36,109 @@ func (sa *segAcks) holds(seq uint64) bool {
 	return seq < sa.known
 }
 
-// state returns the cursor's acknowledgement state of seg, making it on
-// first use. The caller holds c.readMu.
-func (c *Cursor) state(seg *segment) *segAcks {
-	sa := c.segs[seg]
+// ackSet is what a cursor knows of its acknowledgements: the floor (the
+// oldest record not yet acknowledged), the count and the highest of those
+// above it, and each segment's state, its bitmap among them. Guarded by
+// the cursor's readMu, except that ackFloor and ackedAbove are read
+// without it.
+type ackSet struct {
+	// ackedMax is the highest seq acknowledged (at Open: an upper bound of
+	// those acknowledged before). Read checks the bitmap only for records
+	// at or below it: in a steady run acks trail the reader and it costs
+	// nothing.
+	ackedMax uint64
+	// segs is the state of each segment the cursor has touched (made on
+	// first use); lastAcked caches the one the last Ack landed in,
+	// lastRead the one of the segment the last Read read.
+	segs      map[*segment]*segAcks
+	lastAcked *segAcks
+	lastRead  *segAcks
+	// ackFloor is written only under readMu, and readable without it
+	// (Depth, Stats, the writer goroutine's housekeeping). Read and the
+	// in-order Ack change it, as the cursor's handed and acks, with plain
+	// stores (owned.go): a locked instruction for each was a tenth of a
+	// drain's time.
+	ackFloor ownedUint64 // oldest record not yet acknowledged
+	// ackedAbove counts acknowledged records above ackFloor (acked out of
+	// order, or before a restart ahead of the floor).
+	ackedAbove atomic.Int64
+}
+
+// state returns the state of seg, making it on first use: a segment
+// deleted, or below the floor, is acknowledged whole.
+func (s *ackSet) state(seg *segment) *segAcks {
+	sa := s.segs[seg]
 	if sa == nil {
 		sa = &segAcks{seg: seg}
-		if end := seg.endNow(); seg.gone.Load() || end <= c.ackFloor.Load() {
+		if end := seg.endNow(); seg.gone.Load() || end <= s.ackFloor.Load() {
 			sa.acked = int64(end - seg.base)
 		}
-		c.segs[seg] = sa
+		s.segs[seg] = sa
 	}
 	return sa
+}
+
+// drop forgets seg, which is leaving the log, closing its bitmap.
+func (s *ackSet) drop(seg *segment) {
+	sa := s.segs[seg]
+	if sa == nil {
+		return
+	}
+	s.closeAck(seg)
+	delete(s.segs, seg)
+	if s.lastAcked == sa {
+		s.lastAcked = nil
+	}
+	if s.lastRead == sa {
+		s.lastRead = nil
+	}
+}
+
+// closeAck closes seg's bitmap, keeping what its state counted.
+func (s *ackSet) closeAck(seg *segment) {
+	if sa := s.segs[seg]; sa != nil && sa.ack != nil {
+		sa.ack.close()
+		sa.ack = nil
+	}
+}
+
+// closeBitmaps closes every bitmap.
+func (s *ackSet) closeBitmaps() {
+	for _, sa := range s.segs {
+		if sa.ack != nil {
+			sa.ack.close()
+			sa.ack = nil
+		}
+	}
+}
+
+// allAcked reports, for each of segs, whether every record in it is
+// acknowledged.
+func (s *ackSet) allAcked(segs []*segment) []bool {
+	floor := s.ackFloor.Load()
+	out := make([]bool, len(segs))
+	for i, seg := range segs {
+		end := seg.endNow()
+		if end <= floor || seg.gone.Load() {
+			out[i] = true
+			continue
+		}
+		if sa := s.segs[seg]; sa != nil && sa.acked >= int64(end-seg.base) {
+			out[i] = true
+		}
+	}
+	return out
+}
+
+// passGone moves the floor's accounting over a deleted segment ending at
+// end: what was counted above the floor in it is below it now.
+func (s *ackSet) passGone(floor, end uint64) {
+	s.ackedAbove.Add(-int64(end - floor))
+}
+
+// depth is the records below end not acknowledged.
+func (s *ackSet) depth(end uint64) int64 {
+	return int64(end-s.ackFloor.Load()) - s.ackedAbove.Load()
 }
 
 // forget drops the cursor's state of a segment leaving the log, closing
@@ -55,19 +147,7 @@ func (c *Cursor) forget(seg *segment) {
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
 	c.leaveLocked(seg)
-	if sa := c.segs[seg]; sa != nil {
-		if sa.ack != nil {
-			sa.ack.close()
-			sa.ack = nil
-		}
-		delete(c.segs, seg)
-		if c.lastAcked == sa {
-			c.lastAcked = nil
-		}
-		if c.lastRead == sa {
-			c.lastRead = nil
-		}
-	}
+	c.drop(seg)
 }
 
 // done reports, for each of segs, whether the cursor has acknowledged
@@ -75,19 +155,7 @@ func (c *Cursor) forget(seg *segment) {
 func (c *Cursor) done(segs []*segment) []bool {
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
-	floor := c.ackFloor.Load()
-	out := make([]bool, len(segs))
-	for i, s := range segs {
-		end := s.endNow()
-		if end <= floor || s.gone.Load() {
-			out[i] = true
-			continue
-		}
-		if sa := c.segs[s]; sa != nil && sa.acked >= int64(end-s.base) {
-			out[i] = true
-		}
-	}
-	return out
+	return c.allAcked(segs)
 }
 
 // ackCapacity is how many records seg's bitmap must have room for: those
@@ -181,7 +249,7 @@ func (c *Cursor) advanceFloorLocked(hint *segment) error {
 		}
 		segEnd := seg.endNow()
 		if seg.gone.Load() {
-			c.ackedAbove.Add(-int64(segEnd - floor))
+			c.passGone(floor, segEnd)
 			floor, crossed = segEnd, true
 			continue
 		}

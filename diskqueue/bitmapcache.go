@@ -245,10 +245,7 @@ func (c *Cursor) closeBitmap(seg *segment) {
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
 	c.leaveLocked(seg)
-	if sa := c.segs[seg]; sa != nil && sa.ack != nil {
-		sa.ack.close()
-		sa.ack = nil
-	}
+	c.closeAck(seg)
 }
 
 // syncAcks fsyncs the acknowledgement files changed since the last call,

@@ -31,17 +31,9 @@ type Cursor struct {
 	// readMu guards the fields below: the consumer side.
 	readMu sync.Mutex
 	rd     reader // the next record Read hands out
-	// ackedMax is the highest seq acknowledged (at Open: an upper bound of
-	// those acknowledged before). Read checks the bitmap only for records
-	// at or below it: in a steady run acks trail the reader and it costs
-	// nothing.
-	ackedMax uint64
-	// segs is the cursor's acknowledgement state of each segment it has
-	// touched (opened on first use); lastAcked caches the one the last Ack
-	// landed in, lastRead the one of the segment the last Read read.
-	segs      map[*segment]*segAcks
-	lastAcked *segAcks
-	lastRead  *segAcks
+	// ackSet is the floor, the count of acknowledgements above it, and
+	// each segment's acknowledgement state and bitmap.
+	ackSet
 	// bitmapCache is which of the bitmaps of segs are open, and the
 	// files closed owing an fsync.
 	bitmapCache
@@ -58,18 +50,11 @@ type Cursor struct {
 	// whose bitmap may not be open yet; set under readMu, taken by the
 	// next Read, which opens them before it takes readMu (prepare).
 	ahead atomic.Pointer[segment]
-	// Written only under readMu, readable without it (Depth, Stats, the
-	// writer goroutine's housekeeping). Read and the in-order Ack change
-	// ackFloor, handed and acks with plain stores (owned.go): a locked
-	// instruction for each was a tenth of a drain's time.
-	ackFloor ownedUint64 // oldest record not yet acknowledged
-	// ackedAbove counts acknowledged records above ackFloor (acked out of
-	// order, or before a restart ahead of the floor).
-	ackedAbove atomic.Int64
 	// handed counts the records Read handed out since Open, less those
 	// that left flight other than by Ack (Empty, the drop-when-full
 	// policy): the records in flight are handed - acks, so Ack changes
-	// one counter, not two.
+	// one counter, not two. handed and acks are written only under readMu
+	// and readable without it, as ackFloor is (ackSet).
 	handed  ownedInt64
 	acks    ownedInt64   // acknowledged since Open
 	dropped atomic.Int64 // given up by the drop-when-full policy since Open
@@ -92,7 +77,8 @@ type Cursor struct {
 func (c *Cursor) Name() string { return c.name }
 
 func (l *Log) newCursor(name string) *Cursor {
-	c := &Cursor{log: l, name: name, dir: l.dir, logger: l.logger, segs: map[*segment]*segAcks{}}
+	c := &Cursor{log: l, name: name, dir: l.dir, logger: l.logger}
+	c.segs = map[*segment]*segAcks{}
 	c.bitmapCache = newBitmapCache(&l.opts, l.readOnly)
 	if name != "" {
 		c.dir = filepath.Join(l.dir, cursorsDir, name)
@@ -231,12 +217,7 @@ func (c *Cursor) closeFilesLocked() {
 		f.Close()
 	}
 	c.retired = nil
-	for _, sa := range c.segs {
-		if sa.ack != nil {
-			sa.ack.close()
-			sa.ack = nil
-		}
-	}
+	c.closeBitmaps()
 	if c.file != nil && c.file.f != nil {
 		c.file.close()
 		c.file.f = nil

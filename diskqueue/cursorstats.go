@@ -146,5 +146,5 @@ func (c *Cursor) Stats() CursorStats {
 // [Log.Compact] removed before the cursor read it counts until Read passes
 // over it (Read does so without waiting, counting it acknowledged).
 func (c *Cursor) Depth() int64 {
-	return int64(c.log.nextSeq.Load()-c.ackFloor.Load()) - c.ackedAbove.Load()
+	return c.depth(c.log.nextSeq.Load())
 }
