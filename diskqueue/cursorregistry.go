@@ -7,7 +7,63 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 )
+
+// cursorRegistry is the set of a log's cursors. Adding or removing one
+// takes the log's mu, so appends (which create and grow each cursor's
+// bitmap of the active segment) see a fixed set; cursorList is the same
+// set for readers that hold no lock. cursors is never changed in place:
+// a holder of it (a spare's snapshot) keeps the set it took.
+type cursorRegistry struct {
+	cursors    []*Cursor
+	cursorList atomic.Pointer[[]*Cursor]
+}
+
+// addCursor registers c. The caller holds the log's mu.
+func (r *cursorRegistry) addCursor(c *Cursor) {
+	r.cursors = append(r.cursors, c)
+	r.publishCursors()
+}
+
+// removeCursor takes out the cursor named name and returns it, or nil if there
+// is none. The caller holds the log's mu.
+func (r *cursorRegistry) removeCursor(name string) *Cursor {
+	i := slices.IndexFunc(r.cursors, func(c *Cursor) bool { return c.name == name })
+	if i < 0 {
+		return nil
+	}
+	c := r.cursors[i]
+	r.cursors = slices.Delete(slices.Clone(r.cursors), i, i+1)
+	r.publishCursors()
+	return c
+}
+
+func (r *cursorRegistry) publishCursors() {
+	list := slices.Clone(r.cursors)
+	r.cursorList.Store(&list)
+}
+
+// cursorNamed returns the cursor named name, or nil. The caller holds the
+// log's mu.
+func (r *cursorRegistry) cursorNamed(name string) *Cursor {
+	for _, c := range r.cursors {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// cursorNames returns the cursors' names, sorted, without a lock.
+func (r *cursorRegistry) cursorNames() []string {
+	var names []string
+	for _, c := range *r.cursorList.Load() {
+		names = append(names, c.name)
+	}
+	slices.Sort(names)
+	return names
+}
 
 // cursorsDir is the directory of named cursors, in the log's directory.
 const cursorsDir = "cursors"
@@ -41,14 +97,7 @@ func (l *Log) Cursor(name string, start Start) (*Cursor, error) {
 }
 
 // Cursors returns the names of the log's cursors, sorted.
-func (l *Log) Cursors() []string {
-	var names []string
-	for _, c := range *l.cursorList.Load() {
-		names = append(names, c.name)
-	}
-	slices.Sort(names)
-	return names
-}
+func (l *Log) Cursors() []string { return l.cursorNames() }
 
 // cursor returns the named cursor ("" is a Queue's own), opening or
 // creating it.
@@ -58,10 +107,8 @@ func (l *Log) cursor(name string, start Start) (*Cursor, error) {
 	if l.closed {
 		return nil, ErrClosed
 	}
-	for _, c := range l.cursors {
-		if c.name == name {
-			return c, nil
-		}
+	if c := l.cursorNamed(name); c != nil {
+		return c, nil
 	}
 	if l.readOnly && name != "" {
 		return nil, fmt.Errorf("%w: cursor %q does not exist", ErrNotFound, name)
@@ -176,9 +223,7 @@ func (l *Log) registerLocked(c *Cursor) error {
 		t.acks = append(t.acks, a)
 		t.ackCap = min(t.ackCap, a.cap)
 	}
-	l.cursors = append(l.cursors, c)
-	list := slices.Clone(l.cursors)
-	l.cursorList.Store(&list)
+	l.addCursor(c)
 	l.countBitmapsLocked(1)
 	return nil
 }
@@ -250,14 +295,10 @@ func (l *Log) takeOut(name string) (*Cursor, error) {
 // its bitmaps and no housekeeping waits for it from now on. The caller
 // holds l.mu, runs on the writer goroutine, and closes the cursor's files.
 func (l *Log) unregisterLocked(name string) (*Cursor, error) {
-	i := slices.IndexFunc(l.cursors, func(c *Cursor) bool { return c.name == name })
-	if i < 0 {
+	c := l.removeCursor(name)
+	if c == nil {
 		return nil, fmt.Errorf("%w: cursor %q", ErrNotFound, name)
 	}
-	c := l.cursors[i]
-	l.cursors = slices.Delete(slices.Clone(l.cursors), i, i+1)
-	list := slices.Clone(l.cursors)
-	l.cursorList.Store(&list)
 	for _, t := range append([]*tail{l.t}, l.sealQ...) {
 		if t == nil {
 			continue
