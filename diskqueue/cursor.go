@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
-	"time"
 )
 
 // Cursor is one consumer's place in a [Log]: a read position, the
@@ -64,13 +63,8 @@ type Cursor struct {
 	// writer goroutine.
 	dropWhenFull atomic.Bool
 
-	// The cursor file, touched only by the writer goroutine once the
-	// cursor is registered with the log (and before that by whoever
-	// creates it, and by Close once the writer has returned).
-	file        *cursorFile
-	persisted   uint64    // readSeq last stored in the cursor file
-	persistedAt time.Time // when
-	persistErr  error     // the first failure to store it, for Close
+	// storedPosition is the cursor file, and what was last stored in it.
+	storedPosition
 }
 
 // Name returns the cursor's name ("" for a Queue's own cursor).
@@ -218,10 +212,7 @@ func (c *Cursor) closeFilesLocked() {
 	}
 	c.retired = nil
 	c.closeBitmaps()
-	if c.file != nil && c.file.f != nil {
-		c.file.close()
-		c.file.f = nil
-	}
+	c.closeCursorFile()
 }
 
 // leaveLocked makes the cursor's reader let go of seg, which is being
