@@ -19,8 +19,8 @@ import (
 // Each test listed here pins down a bug outside the test files that
 // TestPowerCutAtEverySync found (the first five) or a review of the crash
 // recovery did (the rest), fixed with it. Those of a cursor's bitmaps and
-// registry now live in the test file of their concept (ackfile_test.go,
-// ackset_test.go, bitmapcache_test.go, cursorregistry_test.go):
+// registry now live in the test file of their concept (bitmap_test.go,
+// ack_test.go, bitmapcache_test.go, cursors_test.go):
 //
 //   - The reader left in a segment the writer deleted under it (removeSegment
 //     does not mark it gone): it reports the tombstones after it as damage

@@ -64,7 +64,7 @@ type Log struct {
 	// mapped says appends copy into mapped, preallocated files; otherwise
 	// each Put writes with write(2). Chosen at Open.
 	mapped bool
-	// cursorRegistry is the consumers of the log (cursorregistry.go).
+	// cursorRegistry is the consumers of the log (cursors.go).
 	cursorRegistry
 	// spare is the next segment's files, made ahead by the writer
 	// goroutine (append.go); nil when there is none.
