@@ -263,8 +263,10 @@ func TestBitmapCacheListsOnceAndSaysWhenToSweep(t *testing.T) {
 		sa, _ := openState(testSeg(uint64(10*i), 10, false), false)
 		states = append(states, sa)
 	}
-	if b.list(states[0]) || b.list(states[0]) || b.list(states[1]) {
-		t.Fatal("a sweep is due before the list outgrows its bound")
+	for _, sa := range []*segAcks{states[0], states[0], states[1]} {
+		if b.list(sa) {
+			t.Fatal("a sweep is due before the list outgrows its bound")
+		}
 	}
 	if len(b.open) != 2 || b.sweepDue() {
 		t.Fatalf("listed %d (a state listed twice?), sweep due %v", len(b.open), b.sweepDue())
