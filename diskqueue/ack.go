@@ -1,586 +1,498 @@
 package diskqueue
 
 import (
-	"encoding/binary"
+	"errors"
 	"fmt"
-	"io"
-	"math/bits"
+	"iter"
 	"os"
-	"runtime/debug"
+	"path/filepath"
+	"sync/atomic"
 )
 
-// Acknowledgements. Each segment has an acknowledgement file beside it
-// (NNNN.ack): a header and a bitmap with one bit per record, set by Ack the
-// moment it is made. On Linux the file is preallocated and mapped, so an
-// Ack is a store into the page cache and survives a crash of the process;
-// elsewhere it is a one-byte write(2). After a crash exactly the records
-// whose bits are clear are delivered again. A power cut loses the bits set
-// since the last fsync of the file (the sync tick and Close fsync them), so
-// it may deliver again records finished just before it.
-//
-// The read cursor file still holds the oldest unacknowledged record (the
-// floor); it is a starting point, not the truth: Open moves the floor over
-// the bits set above it.
-//
-//	header (32 bytes):
-//	0       4     5       6          8                16              24          32
-//	| magic | ver | flags | reserved | base uint64 BE | readEnd uint64 | reserved   |
-//	bitmap: bit i (byte i/8, bit i%8, least significant first) = record base+i
-//
-// readEnd bounds the records that have ever been handed out by Read (it is
-// raised ahead of the reader, 1024 records at a time), so Open counts the
-// bits below it and no further. flags bit 0 (ackGone) marks a tombstone: every
-// record of the segment was acknowledged and its other files deleted while
-// an older segment still held unacknowledged records; the tombstone keeps
-// that gap in the log from looking like lost data.
-const (
-	ackHeaderSize = 32
-	ackVersion    = 1
-	ackGone       = 1 << 0
-	// readEndStep is how far ahead of the reader readEnd is raised, so the
-	// header is written once per that many reads.
-	readEndStep = 1024
-)
-
-var magicAck = [4]byte{'S', 'Q', 'A', 'K'}
-
-// ackFile is one cursor's acknowledgement bitmap of one segment. It is
-// guarded by the cursor's readMu, except alloc (below).
-type ackFile struct {
-	// region is the file, its mapping (header and bitmap, shared; nil on
-	// the write path) and its preallocation, which appends grow as they do
-	// the log's (reserve): alloc is guarded by the log's mu.
-	region
-	cap     uint64 // records the bitmap has room for
-	readEnd uint64 // the stored readEnd
-	name    string
-	owner   *Cursor
-	// mem says m is a private copy in memory: a read-only view's
-	// acknowledgements are never stored.
-	mem bool
-	// dirty says bits were set since the writer last fsynced the file.
-	dirty bool
-	// made says this run created the file (for a segment that had none,
-	// or whose file was damaged): its readEnd says nothing about what
-	// earlier runs read.
-	made bool
+// segAcks is a cursor's acknowledgement state of one segment.
+type segAcks struct {
+	seg *segment
+	ack *ackFile // nil until opened
+	// acked counts the segment's acknowledged records, once ack is open
+	// (or the floor has passed the segment).
+	acked int64
+	// known is an end of seg seen earlier: the records below it exist.
+	// Ack goes by it and loads the segment's extent, which every Put
+	// stores, only for a seq at or past it, so that acknowledging keeps
+	// off the producer's cache line.
+	known uint64
+	// listed says the state is in the cursor's open list; passed, that
+	// it is in the bitmap cache's passed (under readMu).
+	listed, passed bool
 }
 
-// memAckFile is a read-only view's acknowledgement state: a copy of the
-// file's bits, or none, that Ack changes in memory only.
-func memAckFile(name string, base, capacity uint64, from []byte) *ackFile {
-	m := make([]byte, ackFileSize(capacity))
-	copy(m, encodeAckHeader(base, 0, 0))
-	if len(from) > ackHeaderSize {
-		copy(m[ackHeaderSize:], from[ackHeaderSize:])
+// holds reports whether seq, at or above seg's base, is one of seg's
+// records.
+func (sa *segAcks) holds(seq uint64) bool {
+	if seq < sa.known {
+		return true
 	}
-	readEnd := uint64(0)
-	if len(from) >= ackHeaderSize {
-		readEnd = binary.BigEndian.Uint64(from[16:24])
-	}
-	return &ackFile{region: region{m: m}, cap: capacity, readEnd: readEnd, name: name, mem: true}
+	sa.known = sa.seg.endNow()
+	return seq < sa.known
 }
 
-func ackFileSize(capacity uint64) int64 { return ackHeaderSize + int64((capacity+7)/8) }
-
-func encodeAckHeader(base, readEnd uint64, flags byte) []byte {
-	b := make([]byte, ackHeaderSize)
-	copy(b, magicAck[:])
-	b[4], b[5] = ackVersion, flags
-	binary.BigEndian.PutUint64(b[8:], base)
-	binary.BigEndian.PutUint64(b[16:], readEnd)
-	return b
+// ackSet is what a cursor knows of its acknowledgements: the floor (the
+// oldest record not yet acknowledged), the count and the highest of those
+// above it, and each segment's state, its bitmap among them. Guarded by
+// the cursor's readMu, except that ackFloor and ackedAbove are read
+// without it.
+type ackSet struct {
+	// ackedMax is the highest seq acknowledged (at Open: an upper bound of
+	// those acknowledged before). Read checks the bitmap only for records
+	// at or below it: in a steady run acks trail the reader and it costs
+	// nothing.
+	ackedMax uint64
+	// segs is the state of each segment the cursor has touched (made on
+	// first use); lastAcked caches the one the last Ack landed in,
+	// lastRead the one of the segment the last Read read.
+	segs      map[*segment]*segAcks
+	lastAcked *segAcks
+	lastRead  *segAcks
+	// ackFloor is written only under readMu, and readable without it
+	// (Depth, Stats, the writer goroutine's housekeeping). Read and the
+	// in-order Ack change it, as the cursor's handed and acks, with plain
+	// stores (owned.go): a locked instruction for each was a tenth of a
+	// drain's time.
+	ackFloor ownedUint64 // oldest record not yet acknowledged
+	// ackedAbove counts acknowledged records above ackFloor (acked out of
+	// order, or before a restart ahead of the floor).
+	ackedAbove atomic.Int64
 }
 
-// decodeAckHeader checks an acknowledgement file's header.
-func decodeAckHeader(b []byte, base uint64) (readEnd uint64, flags byte, err error) {
-	if len(b) < ackHeaderSize {
-		return 0, 0, fmt.Errorf("%w: acknowledgement header is %d bytes", ErrCorrupt, len(b))
+// state returns the state of seg, making it on first use: a segment
+// deleted, or below the floor, is acknowledged whole.
+func (s *ackSet) state(seg *segment) *segAcks {
+	sa := s.segs[seg]
+	if sa == nil {
+		sa = &segAcks{seg: seg}
+		if end := seg.endNow(); seg.gone.Load() || end <= s.ackFloor.Load() {
+			sa.acked = int64(end - seg.base)
+		}
+		s.segs[seg] = sa
 	}
-	if [4]byte(b[0:4]) != magicAck {
-		return 0, 0, fmt.Errorf("%w: acknowledgement file has bad magic %q", ErrCorrupt, b[0:4])
-	}
-	if b[4] != ackVersion {
-		return 0, 0, fmt.Errorf("%w: acknowledgement format version %d (this build reads %d)", ErrUnsupportedVersion, b[4], ackVersion)
-	}
-	if got := binary.BigEndian.Uint64(b[8:16]); got != base {
-		return 0, 0, fmt.Errorf("%w: acknowledgement header has base %d, want %d", ErrCorrupt, got, base)
-	}
-	if b[5]&^ackGone != 0 {
-		return 0, 0, fmt.Errorf("%w: unknown acknowledgement flags %#x", ErrCorrupt, b[5])
-	}
-	return binary.BigEndian.Uint64(b[16:24]), b[5], nil
+	return sa
 }
 
-// guardFault ends a fault guard on a bitmap's mapping begun by
-// debug.SetPanicOnFault(true), whose old setting it restores, turning a
-// fault (the file cut short or failing underneath) into an error. It is
-// deferred itself, as defer guardFault(debug.SetPanicOnFault(true), &err,
-// name): recover stops a panic only in the deferred function's own call.
-func guardFault(old bool, err *error, what string) {
-	debug.SetPanicOnFault(old)
-	if r := recover(); r != nil {
-		*err = fmt.Errorf("%w: %s: %v", errFault, what, r)
+// drop forgets seg, which is leaving the log, closing its bitmap.
+func (s *ackSet) drop(seg *segment) {
+	sa := s.segs[seg]
+	if sa == nil {
+		return
+	}
+	s.closeAck(seg)
+	delete(s.segs, seg)
+	if s.lastAcked == sa {
+		s.lastAcked = nil
+	}
+	if s.lastRead == sa {
+		s.lastRead = nil
 	}
 }
 
-// ackChunk is the most an acknowledgement file grows by at once (room for
-// half a million records); it starts at one allocUnit and doubles.
-const ackChunk = 64 << 10
-
-// createAckFile makes a zeroed acknowledgement file for a segment, with room
-// for capacity records. Where it can be mapped (and mapped says to try),
-// it is preallocated: as records are appended when grow is set (reserve),
-// whole otherwise, so a full disk shows at Put and an Ack does not fail for
-// lack of space. On the write path it is a sparse file, whose one-byte
-// writes can still meet a full disk.
-func (c *Cursor) createAckFile(seg *segment, capacity uint64, mapped, grow bool) (*ackFile, error) {
-	return c.createAckFileAt(c.ackPath(seg), seg.base, capacity, mapped, grow)
+// closeAck closes seg's bitmap, keeping what its state counted.
+func (s *ackSet) closeAck(seg *segment) {
+	if sa := s.segs[seg]; sa != nil && sa.ack != nil {
+		sa.ack.close()
+		sa.ack = nil
+	}
 }
 
-// createAckFileAt is createAckFile under any name, with base in its header
-// (a spare segment's is rewritten when the spare is used).
-func (c *Cursor) createAckFileAt(name string, base, capacity uint64, mapped, grow bool) (*ackFile, error) {
-	f, err := c.log.fs.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, c.log.opts.FileMode)
-	if err != nil {
+// closeBitmaps closes every bitmap.
+func (s *ackSet) closeBitmaps() {
+	for _, sa := range s.segs {
+		if sa.ack != nil {
+			sa.ack.close()
+			sa.ack = nil
+		}
+	}
+}
+
+// allAcked reports, for each of segs, whether every record in it is
+// acknowledged.
+func (s *ackSet) allAcked(segs []*segment) []bool {
+	floor := s.ackFloor.Load()
+	out := make([]bool, len(segs))
+	for i, seg := range segs {
+		end := seg.endNow()
+		if end <= floor || seg.gone.Load() {
+			out[i] = true
+			continue
+		}
+		if sa := s.segs[seg]; sa != nil && sa.acked >= int64(end-seg.base) {
+			out[i] = true
+		}
+	}
+	return out
+}
+
+// passGone moves the floor's accounting over a deleted segment ending at
+// end: what was counted above the floor in it is below it now.
+func (s *ackSet) passGone(floor, end uint64) {
+	s.ackedAbove.Add(-int64(end - floor))
+}
+
+// depth is the records below end() not acknowledged. Without a lock the
+// three words come from different moments, so the order matters: the
+// floor only rises, acks leave ackedAbove before the floor rises past
+// them, and the end is never below the floor. Read in this order, each
+// count is of records at or above the floor read and below the end read,
+// so depth is never negative (it was, by the records put meanwhile, when
+// the end was read first).
+func (s *ackSet) depth(end func() uint64) int64 {
+	floor := s.ackFloor.Load()
+	above := s.ackedAbove.Load()
+	return int64(end()-floor) - above
+}
+
+// forget drops the cursor's state of a segment leaving the log, closing
+// its bitmap file.
+func (c *Cursor) forget(seg *segment) {
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	c.leaveLocked(seg)
+	c.drop(seg)
+}
+
+// done reports, for each of segs, whether the cursor has acknowledged
+// every record in it.
+func (c *Cursor) done(segs []*segment) []bool {
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	return c.allAcked(segs)
+}
+
+// ackCapacity is how many records seg's bitmap must have room for: those
+// it holds, and for the segment being written as many as it can take.
+func (c *Cursor) ackCapacity(seg *segment) uint64 {
+	capacity := seg.endNow() - seg.base
+	if seg.writing.Load() {
+		capacity = max(capacity, c.log.recordCapacity())
+	}
+	return capacity
+}
+
+// ackFor returns the cursor's acknowledgement file of seg, opening it on
+// first use, or creating it for a segment written before acknowledgement
+// files existed (format v1), one written before the cursor was, or one
+// whose file is damaged (its acknowledgements above the floor are then
+// delivered again: at-least-once). The caller holds c.readMu.
+func (c *Cursor) ackFor(seg *segment) (*ackFile, error) {
+	sa := c.state(seg)
+	if sa.ack != nil {
+		return sa.ack, nil
+	}
+	if c.closed {
+		return nil, ErrClosed
+	}
+	if seg.gone.Load() {
+		return nil, fmt.Errorf("%w: segment %d was acknowledged and deleted", ErrNotFound, seg.base)
+	}
+	c.closeFarBitmapsLocked()
+	capacity := c.ackCapacity(seg)
+	a, flags, err := c.openAckFile(seg, capacity)
+	switch {
+	case err == nil && flags&ackGone != 0:
+		// A tombstone beside a log that still exists: a crash came while
+		// the segment was being deleted. Every record was acknowledged.
+		a.close()
+		return nil, fmt.Errorf("%w: segment %d was acknowledged and is being deleted", ErrNotFound, seg.base)
+	case err == nil:
+	case c.log.readOnly:
+		// Nothing to read the bits from: start from none.
+		a = memAckFile(c.ackPath(seg), seg.base, capacity, nil)
+	case errors.Is(err, os.ErrNotExist) || errors.Is(err, ErrCorrupt):
+		if !errors.Is(err, os.ErrNotExist) {
+			c.logger.Warn("diskqueue: acknowledgement file is damaged; its records above the read cursor are delivered again", "segment", seg.base, "err", err)
+		}
+		if a, err = c.createAckFile(seg, capacity, c.log.mapped, seg.writing.Load()); err != nil {
+			if isNoSpace(err) {
+				return nil, fmt.Errorf("%w: %w", ErrDiskFull, err)
+			}
+			return nil, err
+		}
+		// Made for a segment being written (grow), it is preallocated to
+		// one allocUnit: its records already there may need more, and the
+		// next Put's reserve may be far off. Not yet installed, it is
+		// nobody else's to grow.
+		if err := a.ensure(ackFileSize(seg.endNow() - seg.base)); err != nil {
+			a.close()
+			return nil, fmt.Errorf("diskqueue: grow %s: %w", a.name, err)
+		}
+	default:
 		return nil, err
 	}
-	a := &ackFile{region: region{f: f, chunk: ackChunk}, cap: capacity, name: name, owner: c}
-	size := ackFileSize(capacity)
-	if mf, ok := f.(mapper); ok && mapped {
-		alloc := size
-		if grow {
-			alloc = min(size, allocUnit)
-		}
-		err = mf.Allocate(0, alloc)
-		if err == nil {
-			a.alloc = alloc
-			a.m, err = mf.Map(int(size))
-		}
-		if err != nil && notSupported(err) {
-			a.m, a.alloc, err = nil, 0, nil
-		}
-	}
-	if err == nil && a.m == nil {
-		err = f.Truncate(size)
-	}
-	if err == nil {
-		err = a.writeAt(encodeAckHeader(base, 0, 0), 0)
-	}
-	if err != nil {
-		a.close()
-		c.log.fs.Remove(name)
-		return nil, fmt.Errorf("diskqueue: create %s: %w", name, err)
-	}
-	c.newFiles.Store(true)
-	a.made = true
+	c.installLocked(sa, a)
 	return a, nil
 }
 
-// reserve preallocates the bitmap for the first records records, before
-// the last of them is appended. The caller holds the log's mu; Acks write only bits
-// of records that exist, inside what is preallocated.
-func (a *ackFile) reserve(records uint64) error {
-	if a.mem {
-		return nil
-	}
-	return a.ensure(ackFileSize(records))
+// ackPath is the cursor's acknowledgement file of seg.
+func (c *Cursor) ackPath(seg *segment) string {
+	return filepath.Join(c.dir, segmentName(seg.base, ackSuffix))
 }
 
-// openAckFile opens a segment's existing acknowledgement file, with room
-// for at least capacity records. It returns os.ErrNotExist (wrapped) when
-// there is none, or its header was never written to the disk, and
-// ErrCorrupt for one whose header does not check out.
-func (c *Cursor) openAckFile(seg *segment, capacity uint64) (*ackFile, byte, error) {
-	name := c.ackPath(seg)
-	if c.log.readOnly {
-		b, err := readFile(c.log.fs, name)
-		if err != nil {
-			return nil, 0, err
+// advanceFloorLocked moves the floor (the oldest unacknowledged record)
+// over every acknowledged record it now touches, segment by segment. hint,
+// if not nil, is the segment the floor is likely in. The caller holds
+// c.readMu.
+func (c *Cursor) advanceFloorLocked(hint *segment) error {
+	floor := c.ackFloor.Load()
+	crossed := false // the floor left a segment: it may be deletable now
+	var err error
+	for {
+		// Bounded by the segments' published ends, which nextSeq is the
+		// last of (read through the last segment, which a rotation
+		// replaces): the segment in hand says where its records end.
+		seg := hint
+		hint = nil
+		if seg == nil || floor < seg.base || floor >= seg.endNow() {
+			seg = c.log.segmentAt(floor)
 		}
-		_, flags, err := decodeAckHeader(b, seg.base)
-		if err != nil {
-			return nil, 0, fmt.Errorf("%s: %w", name, err)
+		if seg == nil {
+			break
 		}
-		capacity := max(uint64(max(len(b)-ackHeaderSize, 0))*8, capacity)
-		return memAckFile(name, seg.base, capacity, b), flags, nil
-	}
-	f, err := c.log.fs.OpenFile(name, os.O_RDWR, 0)
-	if err != nil {
-		return nil, 0, err
-	}
-	head := make([]byte, ackHeaderSize)
-	if n, err := f.ReadAt(head, 0); n < ackHeaderSize || allZero(head) {
-		f.Close()
-		switch {
-		case (err == nil || err == io.EOF) && allZero(head[:n]):
-			// Its header never reached the disk: a power cut came after a
-			// directory fsync made its name durable and before anything
-			// fsynced it (only a bitmap changed since it was made is), so
-			// nothing in it was promised.
-			return nil, 0, fmt.Errorf("%s was never written: %w", name, os.ErrNotExist)
-		case err == io.EOF:
-			return nil, 0, fmt.Errorf("%w: %s is %d bytes", ErrCorrupt, name, n)
+		segEnd := seg.endNow()
+		if seg.gone.Load() {
+			c.passGone(floor, segEnd)
+			floor, crossed = segEnd, true
+			continue
 		}
-		return nil, 0, fmt.Errorf("diskqueue: read %s: %w", name, err)
+		var a *ackFile
+		if a, err = c.ackFor(seg); err != nil {
+			break
+		}
+		var j uint64
+		if j, err = a.firstClear(floor-seg.base, segEnd-seg.base); err != nil {
+			break
+		}
+		next := seg.base + j
+		c.ackedAbove.Add(-int64(next - floor))
+		floor = next
+		if next < segEnd {
+			break
+		}
+		crossed = crossed || seg.sealed.Load()
+		c.retire(c.segs[seg])
 	}
-	readEnd, flags, err := decodeAckHeader(head, seg.base)
-	if err != nil {
-		f.Close()
-		return nil, 0, fmt.Errorf("%s: %w", name, err)
-	}
-	size := fileSize(f)
-	if size < 0 {
-		f.Close()
-		return nil, 0, fmt.Errorf("diskqueue: stat %s", name)
-	}
-	mapLen := max(size, ackFileSize(capacity))
-	a := &ackFile{region: region{f: f, chunk: ackChunk}, readEnd: readEnd, name: name, owner: c, cap: uint64(size-ackHeaderSize) * 8}
-	if mf, ok := f.(mapper); ok && flags&ackGone == 0 {
-		m, err := mf.Map(int(mapLen))
-		switch {
-		case err == nil:
-			a.m, a.alloc, a.cap = m, size, uint64(mapLen-ackHeaderSize)*8
-			// A power cut may leave the file shorter than its records
-			// need: a tick fsyncs it as preallocated then, and appends
-			// grow it after. The mapping faults past the file's end.
-			if err := a.ensure(ackFileSize(seg.endNow() - seg.base)); err != nil {
-				a.close()
-				return nil, 0, fmt.Errorf("diskqueue: grow %s: %w", name, err)
-			}
-		case !notSupported(err):
-			f.Close()
-			return nil, 0, fmt.Errorf("diskqueue: map %s: %w", name, err)
+	if floor != c.ackFloor.Load() {
+		c.ackFloor.Store(floor)
+		if crossed {
+			c.log.wake()
 		}
 	}
-	if a.m == nil && size < mapLen {
-		// The write path grows it sparse.
-		if err := f.Truncate(mapLen); err != nil {
-			f.Close()
-			return nil, 0, fmt.Errorf("diskqueue: grow %s: %w", name, err)
-		}
-		a.cap = uint64(mapLen-ackHeaderSize) * 8
-	}
-	return a, flags, nil
-}
-
-// markDirty notes that the file changed since the writer last fsynced
-// it. It stores only when the flag is clear: producers read the fields
-// beside it (mem, alloc) on every Put, and a store on every Ack would take
-// their cache line away from them each time.
-func (a *ackFile) markDirty() {
-	if !a.dirty {
-		a.dirty = true
-	}
-}
-
-func (a *ackFile) close() {
-	if a.m != nil && !a.mem {
-		unmap(a.m)
-	}
-	a.m = nil
-	if a.f != nil {
-		a.f.Close()
-	}
-}
-
-func (a *ackFile) writeAt(b []byte, off int64) (err error) {
-	if a.m != nil {
-		defer guardFault(debug.SetPanicOnFault(true), &err, a.name)
-		copy(a.m[off:], b)
-		return nil
-	}
-	_, err = a.f.WriteAt(b, off)
 	return err
 }
 
-// isSet reports whether record i (counted from the segment's base) is
-// acknowledged.
-func (a *ackFile) isSet(i uint64) (set bool, err error) {
-	if i >= a.cap {
-		return false, nil
+// markAckedLocked acknowledges seq, which was handed out, in seg. It
+// reports whether seq already was acknowledged (then nothing changes). The
+// caller holds c.readMu.
+func (c *Cursor) markAckedLocked(sa *segAcks, seq uint64) (bool, error) {
+	seg := sa.seg
+	a := sa.ack // Ack has the state already: no second map lookup
+	if a == nil {
+		var err error
+		if a, err = c.ackFor(seg); err != nil {
+			return false, err
+		}
 	}
-	off := ackHeaderSize + int64(i/8)
-	if a.m != nil {
-		defer guardFault(debug.SetPanicOnFault(true), &err, a.name)
-		return a.m[off]&(1<<(i%8)) != 0, nil
+	set := false
+	if seq == c.ackFloor.Load() {
+		// In order, the common case: when the next record is not
+		// acknowledged yet the floor steps over this one alone, with no
+		// round trip through ackedAbove and no scan of the bitmap. The
+		// next record is in the same segment, so no segment is done.
+		sa.holds(seq + 1) // raises known past seq+1 if that record exists
+		was, nextSet, ok, err := a.setAtFloor(seq-seg.base, sa.known-seg.base)
+		if ok && (err != nil || was) {
+			return was, err
+		}
+		if ok && !nextSet {
+			c.ackedMax = max(c.ackedMax, seq)
+			sa.acked++
+			c.ackFloor.storeOwned(seq + 1)
+			return false, nil
+		}
+		set = ok
 	}
-	var b [1]byte
-	if _, err := a.f.ReadAt(b[:], off); err != nil {
-		return false, fmt.Errorf("diskqueue: read %s: %w", a.name, err)
+	if !set {
+		if was, err := a.testAndSet(seq - seg.base); err != nil || was {
+			return was, err
+		}
 	}
-	return b[0]&(1<<(i%8)) != 0, nil
+	c.ackedMax = max(c.ackedMax, seq)
+	c.ackedAbove.Add(1)
+	sa.acked++
+	// Sealed first: the active segment's end is the line every Put stores.
+	if seg.sealed.Load() && sa.acked >= int64(seg.endNow()-seg.base) {
+		c.log.wake() // the whole segment may go
+	}
+	if seq == c.ackFloor.Load() {
+		// The acknowledgement is recorded; a floor that cannot move now
+		// (a failed read of the next segment's bitmap) moves on a later one.
+		if err := c.advanceFloorLocked(seg); err != nil {
+			c.logger.Warn("diskqueue: cannot advance the read cursor yet", "seq", seq, "err", err)
+		}
+	}
+	return false, nil
 }
 
-// set acknowledges record i.
-func (a *ackFile) set(i uint64) (err error) {
-	if i >= a.cap {
-		return fmt.Errorf("%w: %s has room for %d records, not record %d", ErrCorrupt, a.name, a.cap, i)
+// loadAcks runs when the cursor is opened, once its floor is known: it
+// opens the acknowledgement files from the floor on, counts the records
+// acknowledged above it (only up to each file's readEnd: nothing past it
+// was ever handed out, so Open reads no more than the last run's reading
+// reached), and moves the floor over them. The caller holds c.readMu.
+func (c *Cursor) loadAcks() error {
+	floor := c.ackFloor.Load()
+	c.log.segMu.RLock()
+	segs := c.log.segs
+	c.log.segMu.RUnlock()
+	// stop: past the first bitmap that says its segment was never read,
+	// where a bitmap is opened only if its header says it was (wasRead).
+	stop := false
+	for _, seg := range segs {
+		end := seg.endNow()
+		if end <= floor {
+			continue // state counts it acknowledged
+		}
+		if stop && !seg.gone.Load() && !c.wasRead(seg) {
+			continue
+		}
+		sa := c.state(seg)
+		if seg.gone.Load() {
+			c.ackedAbove.Add(int64(end - max(floor, seg.base)))
+			c.ackedMax = max(c.ackedMax, end-1)
+			continue
+		}
+		a, err := c.ackFor(seg)
+		if err != nil {
+			return err
+		}
+		lo := max(floor, seg.base)
+		hi := min(a.readEnd, end)
+		if hi <= lo {
+			sa.acked = int64(lo - seg.base)
+			if a.readEnd <= seg.base && !a.made {
+				// Never read, it says: the later ones are mostly not
+				// either, and each is opened only if it says it was
+				// (wasRead). (A file made now, its old one lost or
+				// damaged, tells nothing.)
+				stop = true
+			}
+			continue
+		}
+		n, err := a.countSet(lo-seg.base, hi-seg.base)
+		if err != nil {
+			return err
+		}
+		sa.acked = int64(lo-seg.base) + n
+		c.ackedAbove.Add(n)
+		if n > 0 {
+			c.ackedMax = max(c.ackedMax, hi-1)
+		}
 	}
-	off := ackHeaderSize + int64(i/8)
-	a.markDirty()
-	if a.m != nil {
-		defer guardFault(debug.SetPanicOnFault(true), &err, a.name)
-		a.m[off] |= 1 << (i % 8)
-		return nil
+	return c.advanceFloorLocked(nil)
+}
+
+// wasRead reports whether the cursor's bitmap of seg exists and says some
+// of seg was handed out (readEnd past its base), reading its header alone:
+// loadAcks asks it of the segments past the first bitmap that says it was
+// never read. Bitmaps reach the disk in no order a power cut respects
+// (syncAcks fsyncs oldest first, but the kernel writes a dirty mapped page
+// back when it likes, and a round fsyncs retired ones first), so a later
+// bitmap can be durable with bits set while an earlier one's raised
+// readEnd was lost; left uncounted, those records were delivered again,
+// their Acks refused as already acknowledged, and Depth never came back to
+// 0. A bitmap missing, never written or damaged counts as not read: what
+// it held is delivered again, as ackFor does with it.
+func (c *Cursor) wasRead(seg *segment) bool {
+	head, err := readHead(c.log.fs, c.ackPath(seg), ackHeaderSize)
+	if err != nil || len(head) < ackHeaderSize {
+		return false
 	}
-	var b [1]byte
-	if _, err := a.f.ReadAt(b[:], off); err != nil {
-		return fmt.Errorf("diskqueue: read %s: %w", a.name, err)
+	readEnd, _, err := decodeAckHeader(head, seg.base)
+	return err == nil && readEnd > seg.base
+}
+
+// Ack acknowledges a record returned by [Cursor.Read]. Acknowledgements
+// may come in any order. When Ack returns nil the acknowledgement is
+// recorded in the segment's acknowledgement file, in the kernel: after a
+// crash of the process the record is not delivered again to this cursor
+// (after a power cut, only acknowledgements since the last fsync may be
+// lost). The read cursor advances past the oldest record not yet
+// acknowledged, and a segment every record of which every cursor has
+// acknowledged is deleted (or retained, by Options). It returns
+// [ErrNotInFlight] for a seq not handed out or already acknowledged.
+func (c *Cursor) Ack(seq uint64) error {
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	if c.closed || c.log.isClosed.Load() {
+		// Close has released the files and the directory.
+		return ErrClosed
 	}
-	b[0] |= 1 << (i % 8)
-	if _, err := a.f.WriteAt(b[:], off); err != nil {
-		return fmt.Errorf("diskqueue: write %s: %w", a.name, err)
+	if seq < c.ackFloor.Load() || seq >= c.rd.seq {
+		return fmt.Errorf("%w: seq %d", ErrNotInFlight, seq)
 	}
+	// Acks mostly land in the segment the last one did.
+	sa := c.lastAcked
+	if sa == nil || seq < sa.seg.base || !sa.holds(seq) {
+		seg := c.log.segmentAt(seq)
+		if seg == nil || seg.gone.Load() {
+			return fmt.Errorf("%w: seq %d already acknowledged", ErrNotInFlight, seq)
+		}
+		sa = c.state(seg)
+		c.lastAcked = sa
+	}
+	if sa.seg.gone.Load() {
+		return fmt.Errorf("%w: seq %d already acknowledged", ErrNotInFlight, seq)
+	}
+	was, err := c.markAckedLocked(sa, seq)
+	if err != nil {
+		return fmt.Errorf("diskqueue: ack %d: %w", seq, err)
+	}
+	if was {
+		return fmt.Errorf("%w: seq %d already acknowledged", ErrNotInFlight, seq)
+	}
+	c.acks.addOwned(1)
 	return nil
 }
 
-// setRange acknowledges records [from, to) and returns how many of them
-// were not acknowledged before.
-func (a *ackFile) setRange(from, to uint64) (n int64, err error) {
-	if from >= to {
-		return 0, nil
-	}
-	if to > a.cap {
-		return 0, fmt.Errorf("%w: %s has room for %d records, not record %d", ErrCorrupt, a.name, a.cap, to-1)
-	}
-	lo, hi := int64(from/8), int64((to+7)/8)
-	set := func(b []byte) {
-		for k := range b {
-			i := uint64(lo+int64(k)) * 8 // the record of bit 0 of b[k]
-			mask := byte(0xff)
-			if i < from {
-				mask &= 0xff << (from - i)
-			}
-			if i+8 > to {
-				mask &= 0xff >> (i + 8 - to)
-			}
-			n += int64(bits.OnesCount8(mask &^ b[k]))
-			b[k] |= mask
-		}
-	}
-	a.markDirty()
-	if a.m != nil {
-		defer guardFault(debug.SetPanicOnFault(true), &err, a.name)
-		set(a.m[ackHeaderSize+lo : ackHeaderSize+hi])
-		return n, nil
-	}
-	b := make([]byte, hi-lo)
-	if _, err := a.f.ReadAt(b, ackHeaderSize+lo); err != nil && err != io.EOF {
-		return 0, fmt.Errorf("diskqueue: read %s: %w", a.name, err)
-	}
-	set(b)
-	if _, err := a.f.WriteAt(b, ackHeaderSize+lo); err != nil {
-		return 0, fmt.Errorf("diskqueue: write %s: %w", a.name, err)
-	}
-	return n, nil
-}
-
-// testAndSet acknowledges record i and reports whether it already was.
-func (a *ackFile) testAndSet(i uint64) (was bool, err error) {
-	if i >= a.cap {
-		return false, fmt.Errorf("%w: %s has room for %d records, not record %d", ErrCorrupt, a.name, a.cap, i)
-	}
-	off := ackHeaderSize + int64(i/8)
-	bit := byte(1) << (i % 8)
-	if a.m != nil {
-		defer guardFault(debug.SetPanicOnFault(true), &err, a.name)
-		if a.m[off]&bit != 0 {
-			return true, nil
-		}
-		a.m[off] |= bit
-		a.markDirty()
-		return false, nil
-	}
-	if was, err := a.isSet(i); err != nil || was {
-		return was, err
-	}
-	return false, a.set(i)
-}
-
-// setAtFloor is testAndSet for the record at the floor, i, with one guard
-// on the mapping for both of its reads: it also reports whether record
-// i+1 is acknowledged, so the floor can step over i alone. n is how many
-// records the segment holds. It does nothing and returns ok false unless
-// the bitmap is mapped and record i+1 is in the segment.
-func (a *ackFile) setAtFloor(i, n uint64) (was, nextSet, ok bool, err error) {
-	if a.m == nil || i+1 >= min(n, a.cap) {
-		return false, false, false, nil
-	}
-	defer guardFault(debug.SetPanicOnFault(true), &err, a.name)
-	// The next bit first: a fault there leaves record i unacknowledged.
-	j := i + 1
-	nextSet = a.m[ackHeaderSize+int64(j/8)]&(1<<(j%8)) != 0
-	off := ackHeaderSize + int64(i/8)
-	bit := byte(1) << (i % 8)
-	if a.m[off]&bit != 0 {
-		return true, false, true, nil
-	}
-	a.m[off] |= bit
-	a.markDirty()
-	return false, nextSet, true, nil
-}
-
-// clearFrom clears the bits of record i and every one after it, up to the
-// file's end, and reports whether any was set.
-func (a *ackFile) clearFrom(i uint64) (cleared bool, err error) {
-	end := a.cap
-	if a.m != nil {
-		// The mapping reaches past the file's end, where it faults and
-		// the file holds nothing.
-		end = min(end, uint64(max(a.alloc-ackHeaderSize, 0))*8)
-	}
-	if i >= end {
-		return false, nil
-	}
-	lo, hi := int64(i/8), int64((end+7)/8)
-	first, last := -1, -1 // the bytes changed, for the write(2) path
-	clear := func(b []byte) {
-		for k := range b {
-			mask := byte(0xff)
-			if k == 0 {
-				mask <<= i % 8
-			}
-			if b[k]&mask != 0 {
-				b[k] &^= mask
-				cleared = true
-				if first < 0 {
-					first = k
-				}
-				last = k
-			}
-		}
-	}
-	if a.m != nil {
-		defer guardFault(debug.SetPanicOnFault(true), &err, a.name)
-		clear(a.m[ackHeaderSize+lo : ackHeaderSize+hi])
-		return cleared, nil
-	}
-	b := make([]byte, hi-lo)
-	if _, err := a.f.ReadAt(b, ackHeaderSize+lo); err != nil && err != io.EOF {
-		return false, fmt.Errorf("diskqueue: read %s: %w", a.name, err)
-	}
-	if clear(b); cleared {
-		// Only what changed: the rest may lie past the file's end (read
-		// as zeros), and written it would fill the sparse file out to
-		// the bitmap's capacity.
-		if _, err := a.f.WriteAt(b[first:last+1], ackHeaderSize+lo+int64(first)); err != nil {
-			return false, fmt.Errorf("diskqueue: write %s: %w", a.name, err)
-		}
-	}
-	return cleared, nil
-}
-
-// raiseReadEnd records that records up to end (a seq) may have been handed
-// out, in the bitmap of the segment at base, storing a little beyond it so
-// the header is written rarely.
-//
-// The bits of the first records share the header's page, which reaches the
-// disk whole. The others are on pages of their own, which the kernel may
-// write back before the header's: a power cut could keep bits past a
-// readEnd it lost, which Open does not count, and their records came
-// again, their Acks refused as already acknowledged, Depth never back to 0.
-// So the first raise past the header's page goes to the end of the bitmap
-// at once and is made durable before it returns (before any of those
-// records is handed out): one fsync per segment and cursor.
-func (a *ackFile) raiseReadEnd(end, base uint64) error {
-	if end <= a.readEnd {
-		return nil
-	}
-	limit := base + a.cap
-	next := min(end+readEndStep, limit)
-	durable := false
-	if first := base + firstPageRecords; next > first && a.readEnd <= first {
-		next, durable = limit, !a.mem && !a.owner.log.opts.NoSync
-	}
-	var b [8]byte
-	binary.BigEndian.PutUint64(b[:], next)
-	if err := a.writeAt(b[:], 16); err != nil {
-		return err
-	}
-	if durable {
-		if err := a.sync(ackHeaderSize); err != nil {
-			return fmt.Errorf("diskqueue: fsync %s: %w", a.name, err)
-		}
-	}
-	a.readEnd = next
-	a.markDirty() // for syncAcks: Open trusts the bits only below it
-	return nil
-}
-
-// firstPageRecords is how many records' bits share a bitmap's page with its
-// header.
-var firstPageRecords = uint64(pageSize-ackHeaderSize) * 8
-
-// view calls f with the bitmap bytes holding records [from, to): the
-// mapping itself (guarded against faults), or a copy read from the file on
-// the write path. byte 0 of the slice holds record from/8*8.
-func (a *ackFile) view(from, to uint64, f func(b []byte)) (err error) {
-	to = min(to, a.cap)
-	if from >= to {
-		return nil
-	}
-	lo, hi := int64(from/8), int64((to+7)/8)
-	if a.m != nil {
-		defer guardFault(debug.SetPanicOnFault(true), &err, a.name)
-		f(a.m[ackHeaderSize+lo : ackHeaderSize+hi])
-		return nil
-	}
-	b := make([]byte, hi-lo)
-	if _, err := a.f.ReadAt(b, ackHeaderSize+lo); err != nil {
-		return fmt.Errorf("diskqueue: read %s: %w", a.name, err)
-	}
-	f(b)
-	return nil
-}
-
-// countSet counts the set bits for records [from, to).
-func (a *ackFile) countSet(from, to uint64) (int64, error) {
-	to = min(to, a.cap)
-	var n int64
-	err := a.view(from, to, func(b []byte) {
-		for i := from; i < to; {
-			v := b[i/8-from/8]
-			if i%8 == 0 && i+8 <= to {
-				n += int64(bits.OnesCount8(v))
-				i += 8
+// Unacknowledged is [Log.Scan] of the records with from <= seq < to that
+// this cursor has not acknowledged (those out of order above the read
+// cursor, before a restart too, are left out, and so are those
+// [Log.Compact] removed), as Read would hand them out. It moves no cursor.
+func (c *Cursor) Unacknowledged(from, to uint64) iter.Seq2[Record, error] {
+	return func(yield func(Record, error) bool) {
+		for rec, err := range c.log.Scan(max(from, c.ackFloor.Load()), to) {
+			if err == nil && c.acknowledged(rec.Seq) {
 				continue
 			}
-			if v&(1<<(i%8)) != 0 {
-				n++
-			}
-			i++
-		}
-	})
-	return n, err
-}
-
-// firstClear returns the first record index in [from, to) whose bit is
-// clear, or to.
-func (a *ackFile) firstClear(from, to uint64) (uint64, error) {
-	to = min(to, a.cap)
-	found := to
-	err := a.view(from, to, func(b []byte) {
-		for k, v := range b {
-			if v == 0xff {
-				continue
-			}
-			i := (from/8 + uint64(k)) * 8
-			for j := uint64(bits.TrailingZeros8(^v)); j < 8; j++ {
-				if v&(1<<j) == 0 && i+j >= from {
-					found = min(i+j, to)
-					return
-				}
+			if !yield(rec, err) {
+				return
 			}
 		}
-	})
-	return found, err
+	}
 }
 
-// recordCapacity is the most records a segment can hold under the current
-// options: the size of a new segment's bitmap.
-func (l *Log) recordCapacity() uint64 {
-	// A segment rotates before a record would take it past
-	// MaxSegmentBytes, so only a segment of one record is larger.
-	return uint64((l.opts.MaxSegmentBytes-fileHeaderSize)/recordHeaderSize + 1)
+// acknowledged reports whether seq is acknowledged: below the floor, in a
+// segment deleted as acknowledged, or with its bit set.
+func (c *Cursor) acknowledged(seq uint64) bool {
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	if seq < c.ackFloor.Load() {
+		return true
+	}
+	seg := c.log.segmentAt(seq)
+	if seg == nil || seg.gone.Load() {
+		return seg != nil
+	}
+	a, err := c.ackFor(seg)
+	if err != nil {
+		return false
+	}
+	set, _ := a.isSet(seq - seg.base)
+	return set
 }

@@ -164,137 +164,6 @@ func TestCursorsSurviveReopen(t *testing.T) {
 	expectNothing(t, b)
 }
 
-// Deleting the cursor that holds the log back frees the segments only it
-// needed, removes its files, and it is not there after a reopen.
-func TestDeleteCursor(t *testing.T) {
-	dir := t.TempDir()
-	l := openLog(t, dir, smallSegments)
-	a := openCursor(t, l, "a", diskqueue.FromOldest())
-	idle := openCursor(t, l, "idle", diskqueue.FromOldest())
-	putN(t, l, 0, 200)
-	readN(t, a, 0, 200, true)
-	readN(t, idle, 0, 5, false) // in flight when deleted
-	if err := l.Sync(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if st := l.Stats(); st.Segments < 5 {
-		t.Fatalf("Segments = %d with the idle cursor at 0, want all of them", st.Segments)
-	}
-	if err := l.DeleteCursor("idle"); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.DeleteCursor("idle"); !errors.Is(err, diskqueue.ErrNotFound) {
-		t.Errorf("second DeleteCursor: %v, want ErrNotFound", err)
-	}
-	if _, err := idle.Read(context.Background()); !errors.Is(err, diskqueue.ErrClosed) {
-		t.Errorf("Read on a deleted cursor: %v, want ErrClosed", err)
-	}
-	if err := idle.Ack(0); !errors.Is(err, diskqueue.ErrClosed) {
-		t.Errorf("Ack on a deleted cursor: %v, want ErrClosed", err)
-	}
-	if err := l.Sync(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	if st := l.Stats(); st.Segments != 1 {
-		t.Errorf("Segments = %d after the idle cursor was deleted, want 1", st.Segments)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "cursors", "idle")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the deleted cursor's directory: %v, want it gone", err)
-	}
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	l = openLog(t, dir, smallSegments)
-	defer l.Close()
-	if got := l.Cursors(); !slices.Equal(got, []string{"a"}) {
-		t.Errorf("after reopen Cursors() = %v, want [a]", got)
-	}
-}
-
-// A cursor directory left without its cursor file (a crash during its
-// creation or deletion) is removed at Open, as are a cursor's bitmaps of
-// segments no longer in the log.
-func TestCursorLeftoversRemovedAtOpen(t *testing.T) {
-	dir := t.TempDir()
-	l := openLog(t, dir, smallSegments)
-	a := openCursor(t, l, "a", diskqueue.FromOldest())
-	putN(t, l, 0, 10)
-	readN(t, a, 0, 10, true)
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	half := filepath.Join(dir, "cursors", "half")
-	if err := os.MkdirAll(half, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(half, "00000000000000000000.ack"), []byte("x"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	orphan := filepath.Join(dir, "cursors", "a", "00000000000000999999.ack")
-	if err := os.WriteFile(orphan, []byte("x"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	l = openLog(t, dir, smallSegments)
-	defer l.Close()
-	if got := l.Cursors(); !slices.Equal(got, []string{"a"}) {
-		t.Errorf("Cursors() = %v, want [a]", got)
-	}
-	for _, p := range []string{half, orphan} {
-		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("%s: %v, want it removed", p, err)
-		}
-	}
-}
-
-func TestCursorNames(t *testing.T) {
-	l := openLog(t, t.TempDir(), diskqueue.Options{})
-	defer l.Close()
-	for _, name := range []string{"", ".", "..", "a/b", "a b", string(make([]byte, 65)), "é"} {
-		if _, err := l.Cursor(name, diskqueue.FromNext()); !errors.Is(err, diskqueue.ErrBadCursorName) {
-			t.Errorf("Cursor(%q): %v, want ErrBadCursorName", name, err)
-		}
-	}
-	if _, err := l.Cursor("orders-v1.retry_2", diskqueue.FromNext()); err != nil {
-		t.Errorf("Cursor with a good name: %v", err)
-	}
-}
-
-// A cursor started at a time begins at the first record stored at or after
-// it.
-func TestCursorFromTime(t *testing.T) {
-	dir := t.TempDir()
-	l := openLog(t, dir, smallSegments)
-	putN(t, l, 0, 50)
-	// Reopened, so that record 50 is stamped with a reading of its own:
-	// one log may stamp it with a reading taken before record 49's Put
-	// (clock.go), and on a busy machine that reading was older than a mid
-	// taken with sleeps of 2 ms around it. mid lies between the two stamps.
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	l = openLog(t, dir, smallSegments)
-	defer l.Close()
-	putN(t, l, 50, 50)
-	before, err := l.ReadAt(49)
-	if err != nil {
-		t.Fatal(err)
-	}
-	after, err := l.ReadAt(50)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !after.Time.After(before.Time) {
-		t.Fatalf("record 50 is stamped %v, record 49 %v", after.Time, before.Time)
-	}
-	mid := before.Time.Add(max(after.Time.Sub(before.Time)/2, 1))
-	c := openCursor(t, l, "t", diskqueue.FromTime(mid))
-	readN(t, c, 50, 50, true)
-	expectNothing(t, c)
-	late := openCursor(t, l, "late", diskqueue.FromTime(time.Now().Add(time.Hour)))
-	putN(t, l, 100, 1)
-	readN(t, late, 100, 1, true)
-}
-
 // A Queue is a log with its own cursor: another cursor over it sees the
 // same records, and the Queue's consumption does not free segments the
 // other still needs.
@@ -381,37 +250,6 @@ func openAckFiles(t *testing.T, dir string) int {
 		}
 	}
 	return n
-}
-
-// A cursor closes its bitmap of a segment once its read position has
-// passed it, so a long retained log does not hold a descriptor per segment.
-func TestPassedBitmapsAreClosed(t *testing.T) {
-	dir := t.TempDir()
-	q := openQueue(t, dir, diskqueue.Options{MaxSegmentBytes: 1024, RetainBytes: 1 << 30})
-	defer q.Close()
-	putN(t, q, 0, 2000) // about 100 segments, all retained
-	readN(t, q, 0, 2000, true)
-	if err := q.Sync(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	st := q.Stats()
-	if st.Segments < 50 {
-		t.Fatalf("only %d segments retained", st.Segments)
-	}
-	if n := openAckFiles(t, dir); n > 3 {
-		t.Fatalf("%d acknowledgement files open across %d fully acknowledged retained segments, want at most 3", n, st.Segments)
-	}
-	// Nothing acknowledged comes back after a reopen.
-	if err := q.Close(); err != nil {
-		t.Fatal(err)
-	}
-	q = openQueue(t, dir, diskqueue.Options{MaxSegmentBytes: 1024, RetainBytes: 1 << 30})
-	defer q.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if rec, err := q.Read(ctx); err == nil {
-		t.Fatalf("after reopen Read returned seq %d, acknowledged before", rec.Seq)
-	}
 }
 
 // Rotation renames a spare segment the writer made ahead into place; no
@@ -617,65 +455,6 @@ func TestDiskBytesMatchSegments(t *testing.T) {
 	check("at the end")
 }
 
-// ReadBatch hands out the records ready, in order and in flight as from
-// Read, across segments, and waits only for the first.
-func TestReadBatch(t *testing.T) {
-	dir := t.TempDir()
-	q, err := diskqueue.Open(dir, smallSegments)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
-	ctx := context.Background()
-	if n, err := q.ReadBatch(ctx, nil); n != 0 || err != nil {
-		t.Fatalf("ReadBatch into nothing: %d, %v", n, err)
-	}
-	putN(t, q, 0, 100) // five segments
-	dst := make([]diskqueue.Record, 7)
-	var got []diskqueue.Record
-	for len(got) < 100 {
-		n, err := q.ReadBatch(ctx, dst)
-		if err != nil || n < 1 || n > len(dst) {
-			t.Fatalf("ReadBatch after %d records: %d, %v", len(got), n, err)
-		}
-		got = append(got, dst[:n]...)
-		if st := q.Stats(); st.InFlight != int64(len(got)) {
-			t.Fatalf("%d records handed out, InFlight %d", len(got), st.InFlight)
-		}
-	}
-	for i, rec := range got {
-		if rec.Seq != uint64(i) || !bytes.Equal(rec.Body, body(i)) {
-			t.Fatalf("record %d: seq %d body %q", i, rec.Seq, rec.Body)
-		}
-	}
-	done, cancel := context.WithCancel(ctx)
-	cancel()
-	if n, err := q.ReadBatch(done, dst); n != 0 || !errors.Is(err, context.Canceled) {
-		t.Fatalf("ReadBatch with nothing ready and a done ctx: %d, %v", n, err)
-	}
-	for _, rec := range got {
-		if err := q.Ack(rec.Seq); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if d := q.Depth(); d != 0 {
-		t.Fatalf("Depth %d after acknowledging everything", d)
-	}
-	// One waiting for the first record gets it once it is put.
-	res := make(chan error, 1)
-	go func() {
-		n, err := q.ReadBatch(ctx, dst)
-		if err == nil && (n != 1 || dst[0].Seq != 100) {
-			err = fmt.Errorf("got %d records, first seq %d", n, dst[0].Seq)
-		}
-		res <- err
-	}()
-	putN(t, q, 100, 1)
-	if err := <-res; err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestOpenRefusesALogsDirectory: Open of a directory with named cursors and
 // no cursor of a queue's own refuses it rather than make one at the oldest
 // record, which nobody would read and which would keep every segment. A
@@ -713,4 +492,40 @@ func TestOpenRefusesALogsDirectory(t *testing.T) {
 	q.Close()
 	q = openQueue(t, qd, diskqueue.Options{})
 	q.Close()
+}
+
+// A cursor started at a time begins at the first record stored at or after
+// it.
+func TestCursorFromTime(t *testing.T) {
+	dir := t.TempDir()
+	l := openLog(t, dir, smallSegments)
+	putN(t, l, 0, 50)
+	// Reopened, so that record 50 is stamped with a reading of its own:
+	// one log may stamp it with a reading taken before record 49's Put
+	// (clock.go), and on a busy machine that reading was older than a mid
+	// taken with sleeps of 2 ms around it. mid lies between the two stamps.
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l = openLog(t, dir, smallSegments)
+	defer l.Close()
+	putN(t, l, 50, 50)
+	before, err := l.ReadAt(49)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := l.ReadAt(50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !after.Time.After(before.Time) {
+		t.Fatalf("record 50 is stamped %v, record 49 %v", after.Time, before.Time)
+	}
+	mid := before.Time.Add(max(after.Time.Sub(before.Time)/2, 1))
+	c := openCursor(t, l, "t", diskqueue.FromTime(mid))
+	readN(t, c, 50, 50, true)
+	expectNothing(t, c)
+	late := openCursor(t, l, "late", diskqueue.FromTime(time.Now().Add(time.Hour)))
+	putN(t, l, 100, 1)
+	readN(t, late, 100, 1, true)
 }

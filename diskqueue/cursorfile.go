@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"time"
 )
 
 // The cursor file persists the one thing that cannot be recomputed from the
@@ -156,3 +157,67 @@ func (c *cursorFile) store(readSeq uint64) error {
 }
 
 func (c *cursorFile) close() error { return c.f.Close() }
+
+// storedPosition is a cursor's file and what was last stored in it. It
+// is touched only by the writer goroutine once the cursor is registered
+// with the log (and before that by whoever creates it, and by Close once
+// the writer has returned).
+type storedPosition struct {
+	file        *cursorFile
+	persisted   uint64    // readSeq last stored in the cursor file
+	persistedAt time.Time // when
+	persistErr  error     // the first failure to store it, for Close
+}
+
+// positionMoved reports whether seq differs from what is stored, and there is a
+// file to store it in.
+func (p *storedPosition) positionMoved(seq uint64) bool {
+	return seq != p.persisted && p.file != nil && p.file.f != nil
+}
+
+// savePosition stores seq, fsynced unless NoSync (cursorFile.store).
+func (p *storedPosition) savePosition(seq uint64) error {
+	if err := p.file.store(seq); err != nil {
+		return err
+	}
+	p.persisted = seq
+	p.persistedAt = time.Now()
+	return nil
+}
+
+// saveFailed keeps the first failure to store, for Close.
+func (p *storedPosition) saveFailed(err error) {
+	if p.persistErr == nil {
+		p.persistErr = err
+	}
+}
+
+// closeCursorFile closes the cursor file, once.
+func (p *storedPosition) closeCursorFile() {
+	if p.file != nil && p.file.f != nil {
+		p.file.close()
+		p.file.f = nil
+	}
+}
+
+// persist stores the read cursor if it moved. A failure is logged and
+// kept for Close: the cursor only decides what is delivered again after a
+// crash, never whether data is lost, so it does not stop writes. Only the
+// writer goroutine calls it.
+func (c *Cursor) persist() {
+	if err := c.store(); err != nil {
+		c.logger.Warn("diskqueue: cannot persist read cursor; acknowledged records may be delivered again after a crash", "err", err)
+		c.saveFailed(err)
+	}
+}
+
+// store writes the floor to the cursor file if it moved, fsynced unless
+// NoSync (cursorFile.store). Only the writer goroutine calls it.
+func (c *Cursor) store() error {
+	floor := c.ackFloor.Load()
+	if !c.positionMoved(floor) {
+		return nil
+	}
+	c.log.crashPoint("cursor-persist")
+	return c.savePosition(floor)
+}

@@ -76,3 +76,75 @@ func (l *Log) Floor() uint64 {
 // envelope) can refuse what would not fit before they build it.
 func (l *Log) MaxRecordBytes() int { return l.opts.MaxRecordBytes }
 func (l *Log) MinRecordBytes() int { return l.opts.MinRecordBytes }
+
+// floorPosition is where the floor is, as far as memory tells: the
+// reader's position when everything read is acknowledged, a segment's
+// start, or the write position at the end; otherwise the floor's segment
+// with Offset -1.
+func (c *Cursor) floorPosition(writePos Position) Position {
+	floor := c.ackFloor.Load()
+	c.readMu.Lock()
+	rd := c.rd
+	c.readMu.Unlock()
+	if rd.seg != nil && rd.seq == floor && !rd.seg.gone.Load() {
+		return Position{Segment: rd.seg.base, Offset: rd.off}
+	}
+	if floor >= c.log.nextSeq.Load() {
+		return writePos
+	}
+	seg := c.log.segmentAt(floor)
+	switch {
+	case seg == nil:
+		return writePos
+	case seg.base == floor:
+		return Position{Segment: seg.base, Offset: fileHeaderSize}
+	}
+	return Position{Segment: seg.base, Offset: -1}
+}
+
+// CursorStats is a snapshot of one cursor.
+type CursorStats struct {
+	Name string
+	// Depth is the records not yet acknowledged: the log's WriteSeq -
+	// ReadSeq, less those above ReadSeq acknowledged out of order (see
+	// [Cursor.Depth] for records compaction removed).
+	Depth int64
+	// InFlight is the records handed out by Read and not yet acknowledged.
+	InFlight int64
+	// ReadSeq is the oldest record not yet acknowledged.
+	ReadSeq uint64
+	// Acks counts the records acknowledged since Open.
+	Acks int64
+	// Dropped counts the records given up unacknowledged since Open
+	// because the cursor was set to drop when full
+	// ([Cursor.SetDropWhenFull]) and the log reached MaxDiskBytes.
+	Dropped int64
+	// DropWhenFull says the cursor is set to drop when full: it does not
+	// hold the log's space at MaxDiskBytes.
+	DropWhenFull bool
+}
+
+// Stats returns a snapshot of the cursor. It takes no lock and does no I/O.
+func (c *Cursor) Stats() CursorStats {
+	// acks before handed: every Ack follows its Read, so the difference
+	// is never below zero however the two race.
+	acks := c.acks.Load()
+	return CursorStats{
+		Name:     c.name,
+		Depth:    c.Depth(),
+		InFlight: c.handed.Load() - acks,
+		ReadSeq:  c.ackFloor.Load(),
+		Acks:     acks,
+		Dropped:  c.dropped.Load(),
+
+		DropWhenFull: c.dropWhenFull.Load(),
+	}
+}
+
+// Depth returns the number of records put and not yet acknowledged by this
+// cursor, including those handed out by Read and still in flight. A record
+// [Log.Compact] removed before the cursor read it counts until Read passes
+// over it (Read does so without waiting, counting it acknowledged).
+func (c *Cursor) Depth() int64 {
+	return c.depth(c.log.nextSeq.Load)
+}

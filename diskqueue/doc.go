@@ -150,9 +150,11 @@
 // (the preparer goroutine's use of the active segment's mapping outside mu,
 // and seal's unmapping, which waits for it), the log's mu (producer side: the active
 // segment's tail with every cursor's bitmap of it, the segments waiting to
-// be sealed, the sticky error, the set of cursors), a cursor's readMu
-// (consumer side: its reader, its acknowledgement bitmaps and counts, its
-// floor; never two cursors' at once), the log's segMu (the segment list,
+// be sealed, the sticky error, the set of cursors: cursorRegistry), a
+// cursor's readMu (consumer side: its reader; its ackSet, the floor, the
+// counts and each segment's state and bitmap; its bitmapCache, which of
+// those bitmaps are open and the files closed owing an fsync; never two
+// cursors' at once), the log's segMu (the segment list,
 // and the disk usage of segments joining, leaving or changing it), the
 // segment cache's mu (which sealed segments may hold read handles), a
 // segment's filesMu (its lazily opened read handles, their eviction, and
@@ -163,8 +165,10 @@
 // atomic word (its extent) a producer publishes after the record and its
 // index entry, so a reader sees both or neither; the writer goroutine
 // alone seals, deletes and closes write handles, so it may use the active
-// segment's handles outside mu. A cursor's file is stored only by the
-// writer goroutine.
+// segment's handles outside mu. A cursor's file (storedPosition) is stored
+// only by the writer goroutine. The cursor's ackSet floor and counts, and
+// its handed and acks, are written under its readMu and read without it
+// (Depth, Stats, housekeeping); the bitmapCache's newFiles flag is atomic.
 //
 // # Format
 //

@@ -1070,22 +1070,6 @@ func TestTimeIndexAcrossManyReopens(t *testing.T) {
 	}
 }
 
-// TestAckAfterClose: Close released the files and the directory lock; an
-// Ack after it must not open them again.
-func TestAckAfterClose(t *testing.T) {
-	q := mustOpen(t, t.TempDir(), Options{})
-	ctx := context.Background()
-	q.Put(ctx, []byte("x"))
-	rec, err := q.Read(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q.Close()
-	if err := q.Ack(rec.Seq); !errors.Is(err, ErrClosed) {
-		t.Fatalf("Ack after Close: got %v, want ErrClosed", err)
-	}
-}
-
 // TestBlockWhenFullOnlyWhenFull: with BlockWhenFull, Puts that fit the
 // budget never wait, however many run at once (the old write buffer
 // counted bytes twice for a moment, and a waiter woke only on deletions).

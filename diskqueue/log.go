@@ -64,12 +64,8 @@ type Log struct {
 	// mapped says appends copy into mapped, preallocated files; otherwise
 	// each Put writes with write(2). Chosen at Open.
 	mapped bool
-	// cursors are the consumers of the log. Adding or removing one takes
-	// mu, so appends (which create and grow each cursor's bitmap for the
-	// active segment) see a fixed set; cursorList is the same slice for
-	// readers that hold no lock.
-	cursors    []*Cursor
-	cursorList atomic.Pointer[[]*Cursor]
+	// cursorRegistry is the consumers of the log (cursors.go).
+	cursorRegistry
 	// spare is the next segment's files, made ahead by the writer
 	// goroutine (append.go); nil when there is none.
 	spare *spare
