@@ -139,7 +139,7 @@ func readAcking(t *testing.T, r interface {
 // options it opened with.
 func namedCursorsLog(t *testing.T, mfs *memFS, names ...string) (Options, *Log, []*Cursor) {
 	t.Helper()
-	opts := Options{MaxSegmentBytes: threePerSegment, SyncEvery: 1, SyncInterval: time.Hour, fsForTesting: mfs}
+	opts := Options{MaxSegmentBytes: threePerSegment, SyncEvery: 1, SyncInterval: time.Hour, FS: mfs}
 	l, err := OpenLog("/q", opts)
 	if err != nil {
 		t.Fatal(err)
@@ -167,7 +167,7 @@ const threePerSegment = fileHeaderSize + 3*recordHeaderSize + 3*10
 func fixedQueue(t *testing.T, kind memFSKind) (*memFS, Options, *Queue) {
 	t.Helper()
 	mfs := kind.new(t)
-	opts := Options{MaxSegmentBytes: threePerSegment, fsForTesting: mfs}
+	opts := Options{MaxSegmentBytes: threePerSegment, FS: mfs}
 	q, err := Open("/q", opts)
 	if err != nil {
 		t.Fatal(err)
@@ -311,7 +311,7 @@ func TestPowerCutLostRecordsAreNotDamage(t *testing.T) {
 			blocked, release := make(chan struct{}), make(chan struct{})
 			var hold atomic.Bool
 			hold.Store(true)
-			opts := Options{MaxSegmentBytes: threePerSegment, SyncEvery: 1, fsForTesting: mfs}
+			opts := Options{MaxSegmentBytes: threePerSegment, SyncEvery: 1, FS: mfs}
 			opts.crashPointForTesting = func(p string) {
 				if p == "rotate-sealed" && hold.CompareAndSwap(true, false) {
 					close(blocked)
@@ -340,10 +340,10 @@ func TestPowerCutLostRecordsAreNotDamage(t *testing.T) {
 				}
 			}
 			var clone *memFS
-			mfs.locked(func() {
-				mfs.onSync = func(op, _ string, _ bool) {
+			mfs.Locked(func() {
+				mfs.OnSync = func(op, _ string, _ bool) {
 					if op == "dirsync" && clone == nil {
-						clone = mfs.crashCloneLocked() // the power cut
+						clone = mfs.CrashCloneLocked() // the power cut
 					}
 				}
 			})
@@ -354,16 +354,16 @@ func TestPowerCutLostRecordsAreNotDamage(t *testing.T) {
 				}
 			}
 			var c *memFS
-			mfs.locked(func() { c = clone })
+			mfs.Locked(func() { c = clone })
 			if c == nil {
 				t.Fatal("no directory fsync after segment 0 was sealed")
 			}
-			defer c.release()
-			listing := c.listing("/q")
+			defer c.Release()
+			listing := listing(c, "/q")
 
 			var logs lockedBuffer
 			opts.crashPointForTesting = nil
-			opts.fsForTesting = c
+			opts.FS = c
 			opts.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 			q2, err := Open("/q", opts)
 			if err != nil {
@@ -409,7 +409,7 @@ func TestFirstReadAfterOpenWhileDeleting(t *testing.T) {
 			cancel()
 			// Records 0..5 in segments 0 and 3; 0..2 acknowledged, kept by
 			// retention so that nothing is deleted before the restart.
-			opts := Options{MaxSegmentBytes: threePerSegment, SyncEvery: 1, RetainBytes: 1 << 20, fsForTesting: mfs}
+			opts := Options{MaxSegmentBytes: threePerSegment, SyncEvery: 1, RetainBytes: 1 << 20, FS: mfs}
 			q, err := Open("/q", opts)
 			if err != nil {
 				t.Fatal(err)
@@ -439,7 +439,7 @@ func TestFirstReadAfterOpenWhileDeleting(t *testing.T) {
 				}
 			}
 			log0 := "/q/" + segmentName(0, logSuffix)
-			mfs.onRead = func(name string, off int64) {
+			mfs.OnRead = func(name string, off int64) {
 				if name == log0 && off == fileHeaderSize { // the reader's first records
 					readerOnce.Do(func() { close(readerHeld); <-readerGo })
 				}
@@ -573,7 +573,7 @@ func TestAckFileMadeAfterItsSegmentIsDurable(t *testing.T) {
 	for _, kind := range memFSKinds() {
 		t.Run(kind.name, func(t *testing.T) {
 			mfs := kind.new(t)
-			opts := Options{SyncEvery: 1, fsForTesting: mfs}
+			opts := Options{SyncEvery: 1, FS: mfs}
 			ctx := context.Background()
 			done, cancel := context.WithCancel(ctx)
 			cancel()
@@ -606,10 +606,10 @@ func TestAckFileMadeAfterItsSegmentIsDurable(t *testing.T) {
 			if err := q.Close(); err != nil { // fsyncs the bitmap
 				t.Fatal(err)
 			}
-			c := mfs.crashClone() // a power cut after Close returned
-			defer c.release()
-			listing := c.listing("/q")
-			opts.fsForTesting = c
+			c := mfs.CrashClone() // a power cut after Close returned
+			defer c.Release()
+			listing := listing(c, "/q")
+			opts.FS = c
 			q, err = Open("/q", opts)
 			if err != nil {
 				t.Fatal(err)
@@ -655,7 +655,7 @@ func TestPowerCutLostEverySegment(t *testing.T) {
 			}
 			mfs.SyncDir("/q")
 			var logs lockedBuffer
-			opts := Options{MaxSegmentBytes: threePerSegment, fsForTesting: mfs,
+			opts := Options{MaxSegmentBytes: threePerSegment, FS: mfs,
 				Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 			q, err := Open("/q", opts)
 			if err != nil {
@@ -695,7 +695,7 @@ func TestPowerCutKeptAcksOfLostRecords(t *testing.T) {
 		t.Run(kind.name, func(t *testing.T) {
 			mfs := kind.new(t)
 			ctx := context.Background()
-			opts := Options{SyncEvery: 1000, SyncInterval: time.Hour, fsForTesting: mfs}
+			opts := Options{SyncEvery: 1000, SyncInterval: time.Hour, FS: mfs}
 			q, err := Open("/q", opts)
 			if err != nil {
 				t.Fatal(err)
@@ -704,8 +704,8 @@ func TestPowerCutKeptAcksOfLostRecords(t *testing.T) {
 			if err := q.Sync(ctx); err != nil {
 				t.Fatal(err)
 			}
-			cut := mfs.crashClone() // the log durable with records 0..2
-			defer cut.release()
+			cut := mfs.CrashClone() // the log durable with records 0..2
+			defer cut.Release()
 			if err := q.Put(ctx, fixedBody(3)); err != nil {
 				t.Fatal(err)
 			}
@@ -731,7 +731,7 @@ func TestPowerCutKeptAcksOfLostRecords(t *testing.T) {
 			f.Close()
 
 			var logs lockedBuffer
-			opts = Options{SyncEvery: 1, fsForTesting: cut,
+			opts = Options{SyncEvery: 1, FS: cut,
 				Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 			q, err = Open("/q", opts)
 			if err != nil {
@@ -784,7 +784,7 @@ func TestPowerCutLostSegmentAfterTombstones(t *testing.T) {
 	for _, kind := range memFSKinds() {
 		t.Run(kind.name, func(t *testing.T) {
 			mfs := kind.new(t)
-			opts := Options{MaxSegmentBytes: threePerSegment, SyncEvery: 1, fsForTesting: mfs}
+			opts := Options{MaxSegmentBytes: threePerSegment, SyncEvery: 1, FS: mfs}
 			tombstoneFixture(t, "/q", opts)
 			for _, suffix := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
 				f, err := mfs.OpenFile("/q/"+segmentName(9, suffix), os.O_RDWR|os.O_TRUNC, 0)
@@ -794,11 +794,11 @@ func TestPowerCutLostSegmentAfterTombstones(t *testing.T) {
 				f.Sync()
 				f.Close()
 			}
-			cut := mfs.crashClone()
-			defer cut.release()
-			listing := cut.listing("/q")
+			cut := mfs.CrashClone()
+			defer cut.Release()
+			listing := listing(cut, "/q")
 			var logs lockedBuffer
-			opts.fsForTesting = cut
+			opts.FS = cut
 			opts.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 			ro, err := OpenReadOnly("/q", opts)
 			if err != nil {
@@ -846,7 +846,7 @@ func TestPowerCutShortBitmap(t *testing.T) {
 		t.Run(kind.name, func(t *testing.T) {
 			mfs := kind.new(t)
 			ctx := context.Background()
-			opts := Options{SyncEvery: 1 << 30, SyncInterval: time.Hour, fsForTesting: mfs}
+			opts := Options{SyncEvery: 1 << 30, SyncInterval: time.Hour, FS: mfs}
 			q, err := Open("/q", opts)
 			if err != nil {
 				t.Fatal(err)
@@ -883,11 +883,11 @@ func TestPowerCutShortBitmap(t *testing.T) {
 			if err := q.Sync(ctx); err != nil {
 				t.Fatal(err)
 			}
-			cut := mfs.crashClone()
-			defer cut.release()
-			listing := cut.listing("/q")
+			cut := mfs.CrashClone()
+			defer cut.Release()
+			listing := listing(cut, "/q")
 			q.Close()
-			opts.fsForTesting = cut
+			opts.FS = cut
 			q, err = Open("/q", opts)
 			if err != nil {
 				t.Fatalf("open after the cut: %v\nfiles at the cut:%s", err, listing)
@@ -924,24 +924,24 @@ func TestPowerCutEmptyBitmaps(t *testing.T) {
 	for _, kind := range memFSKinds() {
 		t.Run(kind.name, func(t *testing.T) {
 			mfs := kind.new(t)
-			opts := Options{MaxSegmentBytes: threePerSegment, SyncEvery: 1, fsForTesting: mfs}
+			opts := Options{MaxSegmentBytes: threePerSegment, SyncEvery: 1, FS: mfs}
 			q, err := Open("/q", opts)
 			if err != nil {
 				t.Fatal(err)
 			}
 			putFixed(t, q, 4)
-			cut := mfs.crashClone()
-			defer cut.release()
-			listing := cut.listing("/q")
+			cut := mfs.CrashClone()
+			defer cut.Release()
+			listing := listing(cut, "/q")
 			q.Close()
 			// Verify, before Open repairs anything, agrees with Open: the
 			// empty bitmaps, and the last segment's indexes (never fsynced
 			// before it is sealed), are no damage.
-			if rep, err := verify("/q", Options{fsForTesting: cut}); err != nil || len(rep.Problems) > 0 {
+			if rep, err := verify("/q", Options{FS: cut}); err != nil || len(rep.Problems) > 0 {
 				t.Errorf("Verify after the cut: %v, problems %v\nfiles at the cut:%s", err, rep.Problems, listing)
 			}
 			var logs lockedBuffer
-			opts.fsForTesting = cut
+			opts.FS = cut
 			opts.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 			q, err = Open("/q", opts)
 			if err != nil {
@@ -996,9 +996,9 @@ func TestPowerCutTwiceNamedBitmapComesBack(t *testing.T) {
 				f.Sync()
 				f.Close()
 			}
-			cut1 := mfs.crashClone()
-			defer cut1.release()
-			opts.fsForTesting = cut1
+			cut1 := mfs.CrashClone()
+			defer cut1.Release()
+			opts.FS = cut1
 			l, err := OpenLog("/q", opts)
 			if err != nil {
 				t.Fatal(err)
@@ -1006,12 +1006,12 @@ func TestPowerCutTwiceNamedBitmapComesBack(t *testing.T) {
 			if err := l.Put(ctx, fixedBody(3)); err != nil { // rotates to a new segment 3
 				t.Fatal(err)
 			}
-			cut2 := cut1.crashClone() // the second cut, the Put returned
-			defer cut2.release()
-			listing := cut2.listing("/q/cursors/n")
+			cut2 := cut1.CrashClone() // the second cut, the Put returned
+			defer cut2.Release()
+			listing := listing(cut2, "/q/cursors/n")
 			l.Close()
 			var logs lockedBuffer
-			opts.fsForTesting = cut2
+			opts.FS = cut2
 			opts.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 			l, err = OpenLog("/q", opts)
 			if err != nil {
@@ -1056,10 +1056,10 @@ func TestRetiredBitmapFsyncedWithItsName(t *testing.T) {
 			n := cs[0]
 			var cut *memFS
 			ack0 := "/q/cursors/n/" + segmentName(0, ackSuffix)
-			mfs.locked(func() {
-				mfs.onSync = func(op, name string, _ bool) {
+			mfs.Locked(func() {
+				mfs.OnSync = func(op, name string, _ bool) {
 					if op == "fsync" && name == ack0 && cut == nil {
-						cut = mfs.crashCloneLocked() // the power cut
+						cut = mfs.CrashCloneLocked() // the power cut
 					}
 				}
 			})
@@ -1068,14 +1068,14 @@ func TestRetiredBitmapFsyncedWithItsName(t *testing.T) {
 				t.Fatal(err)
 			}
 			var c *memFS
-			mfs.locked(func() { c, mfs.onSync = cut, nil })
+			mfs.Locked(func() { c, mfs.OnSync = cut, nil })
 			l.Close()
 			if c == nil {
 				t.Fatal("no fsync of cursor n's bitmap of segment 0")
 			}
-			defer c.release()
-			listing := c.listing("/q/cursors/n")
-			opts.fsForTesting = c
+			defer c.Release()
+			listing := listing(c, "/q/cursors/n")
+			opts.FS = c
 			l, err := OpenLog("/q", opts)
 			if err != nil {
 				t.Fatal(err)
@@ -1338,7 +1338,7 @@ func TestReadEndDurablePastTheFirstPage(t *testing.T) {
 	for _, kind := range memFSKinds() {
 		t.Run(kind.name, func(t *testing.T) {
 			mfs := kind.new(t)
-			q, err := Open("/q", Options{SyncEvery: 1 << 30, SyncInterval: time.Hour, fsForTesting: mfs})
+			q, err := Open("/q", Options{SyncEvery: 1 << 30, SyncInterval: time.Hour, FS: mfs})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -1358,8 +1358,8 @@ func TestReadEndDurablePastTheFirstPage(t *testing.T) {
 				}
 			}
 			mfs.SyncDir("/q") // the bitmap's name durable, as any later directory fsync makes it
-			cut := mfs.crashClone()
-			defer cut.release()
+			cut := mfs.CrashClone()
+			defer cut.Release()
 			f, err := cut.OpenFile("/q/"+segmentName(0, ackSuffix), os.O_RDONLY, 0)
 			if err != nil {
 				t.Fatalf("the bitmap of segment 0 after the cut: %v", err)
