@@ -14,6 +14,7 @@ import (
 
 	"github.com/spillq/spillq/channel"
 	"github.com/spillq/spillq/diskqueue"
+	"github.com/spillq/spillq/internal/vfs"
 )
 
 // DeadDir is the subdirectory that holds a channel's dead-letter store: a
@@ -301,13 +302,14 @@ func (d *DeadLetters) close() error {
 	return d.store.Close()
 }
 
-// deadDepth is the number of letters in the dead-letter store in dir,
-// read with a read-only view; 0 when there is none or it cannot be read.
-func deadDepth(dir string) int64 {
-	if _, err := os.Stat(dir); err != nil {
+// deadDepth is the number of letters in the dead-letter store in dir on
+// fsys, read with a read-only view; 0 when there is none or it cannot be
+// read.
+func deadDepth(fsys vfs.FS, dir string) int64 {
+	if _, err := fsys.Stat(dir); err != nil {
 		return 0
 	}
-	q, err := diskqueue.OpenReadOnly(dir, diskqueue.Options{})
+	q, err := diskqueue.OpenReadOnly(dir, diskqueue.Options{FS: fsys})
 	if err != nil {
 		return 0
 	}

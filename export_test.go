@@ -41,3 +41,18 @@ func SyncDisk(ctx context.Context, q *Queue) error { return q.disk.Sync(ctx) }
 
 // SyncLog is SyncDisk for a topic's log.
 func SyncLog(ctx context.Context, t *Topic) error { return t.log.Sync(ctx) }
+// StoredKeys returns the keys a stored key state file (b, the bytes of
+// dir's KeysDir/state) names, for tests that wait for a store naming a
+// key: such a store came after the key's Put, and so did the fsyncs the
+// keeper makes before it stores.
+func StoredKeys(b []byte) ([]string, error) {
+	st, err := decodeKeyState(b)
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]string, len(st.Entries))
+	for i, e := range st.Entries {
+		keys[i] = e.Key
+	}
+	return keys, nil
+}

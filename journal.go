@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"io/fs"
 	"math"
-	"os"
 	"path/filepath"
 
 	"github.com/spillq/spillq/channel"
 	"github.com/spillq/spillq/diskqueue"
+	"github.com/spillq/spillq/internal/vfs"
 )
 
 // DeliveriesDir is the subdirectory of a queue's directory (and of a
@@ -44,7 +44,7 @@ func journalOptions(t diskqueue.Options) diskqueue.Options {
 func openDeliveries(dir string, topts diskqueue.Options, maxAttempts uint16) (*diskqueue.Queue, error) {
 	jdir := filepath.Join(dir, DeliveriesDir)
 	if maxAttempts == 0 {
-		if _, err := os.Stat(jdir); errors.Is(err, fs.ErrNotExist) {
+		if _, err := vfs.Or(topts.FS).Stat(jdir); errors.Is(err, fs.ErrNotExist) {
 			return nil, nil
 		}
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/spillq/spillq/channel"
 	"github.com/spillq/spillq/diskqueue"
+	"github.com/spillq/spillq/internal/vfs"
 )
 
 // KeysDir is the subdirectory of a queue's directory that holds the key
@@ -31,15 +32,20 @@ const KeysDir = "keys"
 // second each (export_test.go); a keeper reads it once, as it starts.
 var keySaveInterval = time.Second
 
-// fileModes are the permissions of the files and directories spillq makes
-// beside its logs (the key state, a topic's channels/): the logs' own,
-// from diskqueue.Options.FileMode.
-type fileModes struct{ file, dir fs.FileMode }
+// fileModes say how spillq makes the files and directories beside its
+// logs (the key state, a topic's channels/): on the logs' file system
+// (diskqueue.Options.FS, the OS's unless a test gives one) and with the
+// logs' permissions (diskqueue.Options.FileMode).
+type fileModes struct {
+	fs        vfs.FS
+	file, dir fs.FileMode
+}
 
-// modesOf returns o's modes; logOptions has refused any it has not.
+// modesOf returns o's file system and modes; logOptions has refused any
+// mode it has not.
 func modesOf(o diskqueue.Options) fileModes {
 	file, dir, _ := o.Modes()
-	return fileModes{file, dir}
+	return fileModes{vfs.Or(o.FS), file, dir}
 }
 
 // keyStateFile is where the key state lives in dir.
@@ -158,15 +164,15 @@ func decodeKeyState(b []byte) (keyFile, error) {
 // default was 0600 is not kept readable to others.
 func saveKeyState(dir string, modes fileModes, st keyFile) error {
 	kd := filepath.Join(dir, KeysDir)
-	if err := os.MkdirAll(kd, modes.dir); err != nil {
+	if err := modes.fs.MkdirAll(kd, modes.dir); err != nil {
 		return err
 	}
 	tmp := keyStateFile(dir) + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, modes.file)
+	f, err := modes.fs.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, modes.file)
 	if err != nil {
 		return err
 	}
-	if _, err := f.Write(encodeKeyState(st)); err != nil {
+	if _, err := f.WriteAt(encodeKeyState(st), 0); err != nil {
 		f.Close()
 		return err
 	}
@@ -177,15 +183,10 @@ func saveKeyState(dir string, modes fileModes, st keyFile) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, keyStateFile(dir)); err != nil {
+	if err := modes.fs.Rename(tmp, keyStateFile(dir)); err != nil {
 		return err
 	}
-	d, err := os.Open(kd)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return modes.fs.SyncDir(kd)
 }
 
 // orDiscard returns logger, or one that discards if it is nil.
@@ -239,7 +240,7 @@ func loadKeyState(dir string, modes fileModes, q, timers keyLog, policy channel.
 	st := &channel.KeyState{Policy: policy}
 	from := q.Floor()
 	timerFrom := uint64(noTimerMark)
-	b, err := os.ReadFile(keyStateFile(dir))
+	b, err := vfs.ReadFile(modes.fs, keyStateFile(dir))
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:

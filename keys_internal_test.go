@@ -11,6 +11,7 @@ import (
 
 	"github.com/spillq/spillq/channel"
 	"github.com/spillq/spillq/diskqueue"
+	"github.com/spillq/spillq/internal/vfs"
 )
 
 // TestDedupStateOlderThanTheLog: a stored KeyDedup state whose watermark
@@ -47,7 +48,7 @@ func TestDedupStateOlderThanTheLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	// What a crash leaves when the segments after the stored state went.
-	if err := saveKeyState(dir, fileModes{0o600, 0o700}, keyFile{KeyState: channel.KeyState{Policy: channel.KeyDedup, Watermark: 0, Entries: []channel.KeyEntry{{Key: "old", ID: 1, Seq: 0, At: time.Now()}}}}); err != nil {
+	if err := saveKeyState(dir, fileModes{vfs.OS, 0o600, 0o700}, keyFile{KeyState: channel.KeyState{Policy: channel.KeyDedup, Watermark: 0, Entries: []channel.KeyEntry{{Key: "old", ID: 1, Seq: 0, At: time.Now()}}}}); err != nil {
 		t.Fatal(err)
 	}
 	q, err = Open(dir, opts)

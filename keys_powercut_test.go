@@ -4,67 +4,87 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/spillq/spillq"
 	"github.com/spillq/spillq/channel"
 	"github.com/spillq/spillq/diskqueue"
+	"github.com/spillq/spillq/internal/vfs"
 )
 
-// copyDir copies the regular files under src to dst (a live queue's
-// directory: what the kernel holds, as a crash leaves it). The key keeper
-// may store its state meanwhile, writing state.tmp and renaming it over
-// state: a file listed and gone before it is read is one a crash a moment
-// later would not have left either, so it is skipped, not an error.
-func copyDir(t *testing.T, src, dst string) {
-	t.Helper()
-	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if errors.Is(err, fs.ErrNotExist) && p != src {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		if d.IsDir() {
-			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
-		}
-		b, err := os.ReadFile(p)
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(filepath.Join(dst, rel), b, 0o644)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+// memDir is where the tests on an in-memory file system keep their queue.
+const memDir = "/q"
+
+// on returns opts with the queue's files on fsys.
+func on(fsys vfs.FS, opts spillq.Options) spillq.Options {
+	opts.Disk.FS = fsys
+	return opts
 }
 
-// waitKeySave waits until dir's key state file is rewritten.
-func waitKeySave(t *testing.T, dir string) []byte {
+// waitKeySave waits until dir's key state file on fsys (nil: the OS's) is
+// rewritten, and returns it.
+func waitKeySave(t *testing.T, fsys vfs.FS, dir string) []byte {
 	t.Helper()
 	p := filepath.Join(dir, spillq.KeysDir, "state")
-	before, _ := os.ReadFile(p)
+	before, _ := vfs.ReadFile(vfs.Or(fsys), p)
+	return waitKeyStore(t, fsys, dir, func(b []byte) bool { return !bytes.Equal(b, before) })
+}
+
+// waitKeyNamed waits until dir's key state file on fsys names key, and
+// returns it: it was stored after key's Put, and so were the fsyncs of the
+// log and the timer store the keeper makes before it stores.
+func waitKeyNamed(t *testing.T, fsys vfs.FS, dir, key string) []byte {
+	t.Helper()
+	return waitKeyStore(t, fsys, dir, func(b []byte) bool {
+		keys, err := spillq.StoredKeys(b)
+		return err == nil && slices.Contains(keys, key)
+	})
+}
+
+// waitKeyStore waits until dir's key state file on fsys is one done
+// accepts.
+func waitKeyStore(t *testing.T, fsys vfs.FS, dir string, done func([]byte) bool) []byte {
+	t.Helper()
+	p := filepath.Join(dir, spillq.KeysDir, "state")
 	// Not 5 s: the keeper waits 20 times as long as its last store took
 	// (an fsync of the log, then of the state), and on a busy machine a
 	// store of 250 ms puts the next one 5 s off.
 	deadline := time.Now().Add(time.Minute)
 	for {
-		b, err := os.ReadFile(p)
-		if err == nil && !bytes.Equal(b, before) {
+		b, err := vfs.ReadFile(vfs.Or(fsys), p)
+		if err == nil && done(b) {
 			return b
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("the key state was not stored within a minute")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// plant stores b as name on fsys durably (file and directory fsynced).
+func plant(t *testing.T, fsys vfs.FS, name string, b []byte) {
+	t.Helper()
+	f, err := fsys.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.WriteAt(b, 0)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = fsys.SyncDir(filepath.Dir(name))
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -81,35 +101,29 @@ func waitKeySave(t *testing.T, dir string) []byte {
 // (by an older build, or a file system that reorders), and stores it at
 // once.
 //
-// The power cut is built from copies of a live queue's directory (a review
-// of the key state's crash paths found it): the log as it was before the
-// second Put (its last fsync), with the key state stored after it.
+// The power cut is a real one (vfs.MemFS.CrashClone: what was fsynced)
+// taken after the state naming A was stored, so the log holds A alone; the
+// state stored after B is planted in it, as the older build stored it
+// without an fsync of the log first.
 func TestKeyStateAheadOfTheLog(t *testing.T) {
 	spillq.SetKeySaveInterval(t, 20*time.Millisecond)
 	ctx := context.Background()
-	opts := spillq.Options{Keys: channel.KeyUnique}
-	dir := t.TempDir()
-	q := open(t, dir, opts)
+	mem := vfs.NewCrashableMem()
+	opts := on(mem, spillq.Options{Keys: channel.KeyUnique})
+	q := open(t, memDir, opts)
 	defer q.Close()
 	if err := q.PutWith(ctx, []byte("A"), channel.PutOptions{Key: []byte("A")}); err != nil {
 		t.Fatal(err)
 	}
-	waitKeySave(t, dir)
-	synced := t.TempDir()
-	copyDir(t, dir, synced) // the log as of its last fsync
+	waitKeyNamed(t, mem, memDir, "A")
+	cut := mem.CrashClone() // the log as of its last fsync: A
 	if err := q.PutWith(ctx, []byte("B"), channel.PutOptions{Key: []byte("B")}); err != nil {
 		t.Fatal(err)
 	}
-	state := waitKeySave(t, dir) // names B, its watermark past it
-	// The power cut: the log and its bitmaps as last fsynced, the key
-	// state as last stored.
-	cut := t.TempDir()
-	copyDir(t, synced, cut)
-	if err := os.WriteFile(filepath.Join(cut, spillq.KeysDir, "state"), state, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	state := waitKeyNamed(t, mem, memDir, "B") // its watermark past B
+	plant(t, cut, filepath.Join(memDir, spillq.KeysDir, "state"), state)
 
-	q1, err := spillq.Open(cut, opts)
+	q1, err := spillq.Open(memDir, on(cut, opts))
 	if err != nil {
 		t.Fatalf("Open after a power cut that took the log's unsynced tail (allowed by the default policy) and left the key state stored after it: %v", err)
 	}
@@ -125,10 +139,9 @@ func TestKeyStateAheadOfTheLog(t *testing.T) {
 	if err := q1.PutWith(ctx, []byte("X"), channel.PutOptions{Key: []byte("X")}); err != nil {
 		t.Fatal(err)
 	}
-	crashed := t.TempDir()
-	copyDir(t, cut, crashed)
+	crashed := cut.KillClone() // the process dies: the kernel keeps all it wrote
 	q1.Close()
-	q2 := open(t, crashed, opts)
+	q2 := open(t, memDir, on(crashed, opts))
 	defer q2.Close()
 	if err := q2.PutWith(ctx, []byte("X again"), channel.PutOptions{Key: []byte("X")}); !errors.Is(err, channel.ErrDuplicate) {
 		t.Errorf("after a crash that followed, Put of key X (its message put and pending): %v, want ErrDuplicate", err)
@@ -154,7 +167,7 @@ func TestKeyStateStoredAfterTheLogIsSynced(t *testing.T) {
 		if err := q.PutWith(ctx, []byte(k), channel.PutOptions{Key: []byte(k)}); err != nil {
 			t.Fatal(err)
 		}
-		waitKeySave(t, dir)
+		waitKeySave(t, nil, dir)
 		if after := q.Disk().Stats().Syncs; after <= before {
 			t.Errorf("the key state naming %s was stored with no fsync of the log since its Put (%d fsyncs before, %d after)", k, before, after)
 		}
@@ -201,12 +214,12 @@ func TestKeyStateStoredAfterTheTimerStoreIsSynced(t *testing.T) {
 	if err := q.PutWith(ctx, []byte("A"), channel.PutOptions{Key: []byte("A")}); err != nil {
 		t.Fatal(err)
 	}
-	waitKeySave(t, dir)
+	waitKeySave(t, nil, dir)
 	before := q.Timers().Stats().Syncs
 	if err := q.PutWith(ctx, []byte("K"), channel.PutOptions{Key: []byte("K"), Delay: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	waitKeySave(t, dir) // names K
+	waitKeySave(t, nil, dir) // names K
 	if after := q.Timers().Stats().Syncs; after == before {
 		t.Errorf("the key state naming K (its message in the timer store) was stored with no fsync of the timer store since K's Put (%d fsyncs)", after)
 	}
@@ -217,37 +230,56 @@ func TestKeyStateStoredAfterTheTimerStoreIsSynced(t *testing.T) {
 // a second): its message waits in the timer store, and the rebuild read
 // only the log's tail (a user's trial let a producer's retry in so). The
 // state now stores the timer store's next seq too, and Open reads the
-// timer store's records from there. The crash is a copy of the live
-// directory (what the kernel holds): one key deferred before the last
-// store, one after.
+// timer store's records from there. One key is deferred before the last
+// store, one after; then the process dies (the kernel keeps what it
+// wrote: both keys hold), or the power goes (A holds: the keeper fsynced
+// the timer store before it stored the state naming A; B may be lost with
+// its record, and then its key must be free).
 func TestDedupDelayedKeyAcrossCrash(t *testing.T) {
-	spillq.SetKeySaveInterval(t, 20*time.Millisecond)
-	ctx := context.Background()
-	opts := spillq.Options{Keys: channel.KeyDedup, DedupWindow: time.Hour}
-	dir := t.TempDir()
-	q := open(t, dir, opts)
-	defer q.Close()
-	if err := q.PutWith(ctx, []byte("A"), channel.PutOptions{Key: []byte("A"), Delay: time.Hour}); err != nil {
-		t.Fatal(err)
-	}
-	waitKeySave(t, dir)
-	if err := q.PutWith(ctx, []byte("B"), channel.PutOptions{Key: []byte("B"), Delay: time.Hour}); err != nil {
-		t.Fatal(err)
-	}
-	crashed := t.TempDir()
-	copyDir(t, dir, crashed)
-	if _, err := os.Stat(filepath.Join(crashed, spillq.KeysDir, "state")); err != nil {
-		t.Fatal(err)
-	}
-	q2 := open(t, crashed, opts)
-	defer q2.Close()
-	for _, k := range []string{"A", "B"} {
-		if err := q2.PutWith(ctx, []byte(k+" again"), channel.PutOptions{Key: []byte(k)}); !errors.Is(err, channel.ErrDuplicate) {
-			t.Errorf("after a crash, Put of key %s (put a moment before with a Delay, waiting in the timer store): %v, want ErrDuplicate", k, err)
-		}
-	}
-	if d := q2.Stats().Deferred; d != 2 {
-		t.Errorf("after the crash %d messages deferred, want 2", d)
+	for _, crash := range []struct {
+		name  string
+		clone func(*vfs.MemFS) *vfs.MemFS
+	}{{"kill", (*vfs.MemFS).KillClone}, {"power cut", (*vfs.MemFS).CrashClone}} {
+		t.Run(crash.name, func(t *testing.T) {
+			spillq.SetKeySaveInterval(t, 20*time.Millisecond)
+			ctx := context.Background()
+			mem := vfs.NewCrashableMem()
+			opts := spillq.Options{Keys: channel.KeyDedup, DedupWindow: time.Hour}
+			q := open(t, memDir, on(mem, opts))
+			defer q.Close()
+			if err := q.PutWith(ctx, []byte("A"), channel.PutOptions{Key: []byte("A"), Delay: time.Hour}); err != nil {
+				t.Fatal(err)
+			}
+			waitKeyNamed(t, mem, memDir, "A")
+			if err := q.PutWith(ctx, []byte("B"), channel.PutOptions{Key: []byte("B"), Delay: time.Hour}); err != nil {
+				t.Fatal(err)
+			}
+			crashed := crash.clone(mem)
+			if _, err := crashed.Stat(filepath.Join(memDir, spillq.KeysDir, "state")); err != nil {
+				t.Fatal(err)
+			}
+			q2 := open(t, memDir, on(crashed, opts))
+			defer q2.Close()
+			deferred := q2.Stats().Deferred
+			if crash.name == "kill" && deferred != 2 {
+				t.Errorf("after the crash %d messages deferred, want 2", deferred)
+			}
+			if deferred < 1 || deferred > 2 {
+				t.Fatalf("after the power cut %d messages deferred, want A's and maybe B's", deferred)
+			}
+			for _, k := range []string{"A", "B"} {
+				err := q2.PutWith(ctx, []byte(k+" again"), channel.PutOptions{Key: []byte(k)})
+				if k == "B" && deferred == 1 {
+					if err != nil {
+						t.Errorf("after a power cut that took B's record, Put of key B: %v, want it accepted", err)
+					}
+					continue
+				}
+				if !errors.Is(err, channel.ErrDuplicate) {
+					t.Errorf("after a %s, Put of key %s (put a moment before with a Delay, waiting in the timer store): %v, want ErrDuplicate", crash.name, k, err)
+				}
+			}
+		})
 	}
 }
 
@@ -275,7 +307,7 @@ func TestDedupTimerHoldMovesWithRequeues(t *testing.T) {
 			t.Fatal(err)
 		}
 		if i%50 == 49 {
-			waitKeySave(t, dir)
+			waitKeySave(t, nil, dir)
 		}
 	}
 	// 300 records of 4 KiB went through the timer store, about 1.2 MB:
@@ -303,9 +335,9 @@ func TestDedupTimerHoldMovesWithRequeues(t *testing.T) {
 func TestDedupKeyOfAMemoryMessageRequeuedToTimers(t *testing.T) {
 	spillq.SetKeySaveInterval(t, 20*time.Millisecond)
 	ctx := context.Background()
-	opts := spillq.Options{Keys: channel.KeyDedup, DedupWindow: time.Hour, MemQueueSize: 10}
-	dir := t.TempDir()
-	q := open(t, dir, opts)
+	mem := vfs.NewCrashableMem()
+	opts := on(mem, spillq.Options{Keys: channel.KeyDedup, DedupWindow: time.Hour, MemQueueSize: 10})
+	q := open(t, memDir, opts)
 	defer q.Close()
 	if err := q.PutWith(ctx, []byte("K"), channel.PutOptions{Key: []byte("K")}); err != nil {
 		t.Fatal(err)
@@ -317,10 +349,9 @@ func TestDedupKeyOfAMemoryMessageRequeuedToTimers(t *testing.T) {
 	if err := m.Requeue(time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	waitKeySave(t, dir) // its timer mark past K's record
-	crashed := t.TempDir()
-	copyDir(t, dir, crashed)
-	q2 := open(t, crashed, opts)
+	waitKeySave(t, mem, memDir) // its timer mark past K's record
+	// The process dies: the kernel keeps what it wrote.
+	q2 := open(t, memDir, on(mem.KillClone(), opts))
 	defer q2.Close()
 	if d := q2.Stats().Deferred; d != 1 {
 		t.Fatalf("after the crash %d messages deferred, want 1 (K, from the timer store)", d)

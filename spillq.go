@@ -25,13 +25,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/spillq/spillq/channel"
 	"github.com/spillq/spillq/diskqueue"
+	"github.com/spillq/spillq/internal/vfs"
 )
 
 // Options configures [Open]. The zero value is valid; each field says what
@@ -93,6 +93,11 @@ type Options struct {
 	// Disk.FileMode is the mode of every file Open makes in dir (the log,
 	// the timer store, the key state), directories getting the same bits
 	// plus search: 0600 and 0700 by default, the owner alone.
+	//
+	// Disk.FS, for this module's tests, puts every file Open reads or
+	// writes in dir (the logs, the key state, the dead-letter store) on
+	// that file system: a power-cut test runs the whole queue on one that
+	// keeps only what was fsynced.
 	Disk diskqueue.Options
 
 	// MaxDeferredInMemory bounds how many deferred messages the queue
@@ -181,7 +186,7 @@ type Queue struct {
 // CompactDirtyRatio, and [channel.ErrInvalidOptions] for the channel's
 // (MemQueueSize, MsgTimeout, Keys, DedupWindow and the like).
 func Open(dir string, opts Options) (*Queue, error) {
-	if fi, err := os.Stat(filepath.Join(dir, ChannelsDir)); err == nil && fi.IsDir() {
+	if fi, err := vfs.Or(opts.Disk.FS).Stat(filepath.Join(dir, ChannelsDir)); err == nil && fi.IsDir() {
 		return nil, fmt.Errorf("spillq: %w: %s is a topic's directory (it has %s/); open it with OpenTopic", diskqueue.ErrInvalidOptions, dir, ChannelsDir)
 	}
 	dopts, maxBody, err := logOptions(opts.Disk, opts.Logger)

@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/spillq/spillq/channel"
 	"github.com/spillq/spillq/diskqueue"
+	"github.com/spillq/spillq/internal/vfs"
 )
 
 // ChannelsDir is the subdirectory of a topic's directory that holds its
@@ -119,6 +119,7 @@ type Topic struct {
 	log      *diskqueue.Log
 	fan      *channel.Fanout
 	topts    diskqueue.Options // each channel's timer store
+	fs       vfs.FS            // dir's: Disk.FS, or the OS's
 	syncEach bool
 
 	// opMu serialises Channel, DeleteChannel and Close.
@@ -167,10 +168,11 @@ func OpenTopic(dir string, opts TopicOptions) (*Topic, error) {
 	if err := fopts.Check(); err != nil { // before the directory is made
 		return nil, fmt.Errorf("spillq: %w", err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "cursor")); err == nil {
+	fsys := vfs.Or(dopts.FS)
+	if _, err := fsys.Stat(filepath.Join(dir, "cursor")); err == nil {
 		return nil, fmt.Errorf("spillq: %w: %s is a queue's directory (it has a cursor of its own); open it with Open", diskqueue.ErrInvalidOptions, dir)
 	}
-	if err := os.MkdirAll(filepath.Join(dir, ChannelsDir), modesOf(dopts).dir); err != nil {
+	if err := fsys.MkdirAll(filepath.Join(dir, ChannelsDir), modesOf(dopts).dir); err != nil {
 		return nil, fmt.Errorf("spillq: open topic: %w", err)
 	}
 	dopts.HoldAtOpen = keepsKeyState(opts.Keys) // see Open
@@ -196,7 +198,7 @@ func OpenTopic(dir string, opts TopicOptions) (*Topic, error) {
 		return nil, fmt.Errorf("spillq: %w", err)
 	}
 	t := &Topic{
-		dir: dir, log: l, fan: fan, topts: timerOptions(dopts), syncEach: dopts.SyncEvery == 1,
+		dir: dir, log: l, fan: fan, topts: timerOptions(dopts), fs: fsys, syncEach: dopts.SyncEvery == 1,
 		open: map[string]openChannel{}, sources: map[string]*cursorSource{},
 		closedTimers: map[string]int64{}, openings: map[string]uint64{},
 	}
@@ -232,7 +234,7 @@ func OpenTopic(dir string, opts TopicOptions) (*Topic, error) {
 // removeOrphans removes the timer stores of channels the log has no cursor
 // for: a crash cut their deletion short (the cursor goes first).
 func (t *Topic) removeOrphans(logger *slog.Logger) error {
-	entries, err := os.ReadDir(filepath.Join(t.dir, ChannelsDir))
+	entries, err := t.fs.ReadDir(filepath.Join(t.dir, ChannelsDir))
 	if err != nil {
 		return fmt.Errorf("spillq: open topic: %w", err)
 	}
@@ -241,7 +243,7 @@ func (t *Topic) removeOrphans(logger *slog.Logger) error {
 		if _, found := slices.BinarySearch(names, e.Name()); found || !e.IsDir() {
 			continue
 		}
-		if err := os.RemoveAll(filepath.Join(t.dir, ChannelsDir, e.Name())); err != nil {
+		if err := t.fs.RemoveAll(filepath.Join(t.dir, ChannelsDir, e.Name())); err != nil {
 			return fmt.Errorf("spillq: open topic: remove the timer store of deleted channel %q: %w", e.Name(), err)
 		}
 		if logger != nil {
@@ -368,7 +370,7 @@ func (t *Topic) Channel(name string, opts ChannelOptions) (*Channel, error) {
 		}
 		delete(t.sources, name)
 		t.fan.SetDurable(len(t.log.Cursors()))
-		os.RemoveAll(filepath.Join(t.dir, ChannelsDir, name))
+		t.fs.RemoveAll(filepath.Join(t.dir, ChannelsDir, name))
 	}
 	src.c.SetDropWhenFull(opts.DropWhenFull)
 	tq, err := diskqueue.Open(filepath.Join(t.dir, ChannelsDir, name), t.topts)
@@ -462,7 +464,7 @@ func (t *Topic) DeleteChannel(name string) error {
 	delete(t.closedTimers, name)
 	t.openMu.Unlock()
 	t.fan.SetDurable(len(t.log.Cursors()))
-	if err := os.RemoveAll(filepath.Join(t.dir, ChannelsDir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := t.fs.RemoveAll(filepath.Join(t.dir, ChannelsDir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("spillq: delete channel %q: remove its timer store: %w", name, err)
 	}
 	return nil
@@ -561,7 +563,7 @@ func (t *Topic) Stats() TopicStats {
 			cs.DeadLetters = oc.dead.Len()
 		} else {
 			cs.Timers = t.closedTimerDepth(cur.Name)
-			cs.DeadLetters = deadDepth(deadLetterDir(t.dir, cur.Name))
+			cs.DeadLetters = deadDepth(t.fs, deadLetterDir(t.dir, cur.Name))
 		}
 		st.Channels = append(st.Channels, cs)
 	}
@@ -581,10 +583,10 @@ func (t *Topic) closedTimerDepth(name string) int64 {
 		return n
 	}
 	dir := filepath.Join(t.dir, ChannelsDir, name)
-	if _, err := os.Stat(dir); err != nil {
+	if _, err := t.fs.Stat(dir); err != nil {
 		return 0 // none yet: the channel never kept anything there
 	}
-	q, err := diskqueue.OpenReadOnly(dir, diskqueue.Options{})
+	q, err := diskqueue.OpenReadOnly(dir, diskqueue.Options{FS: t.fs})
 	if err != nil {
 		return 0
 	}

@@ -18,7 +18,7 @@ func TestCursorEmptySurvivesPowerCut(t *testing.T) {
 	for _, kind := range memFSKinds() {
 		t.Run(kind.name, func(t *testing.T) {
 			mfs := kind.new(t)
-			opts := Options{SyncEvery: 1, MaxSegmentBytes: 512, fsForTesting: mfs}
+			opts := Options{SyncEvery: 1, MaxSegmentBytes: 512, FS: mfs}
 			l, err := OpenLog("/q", opts)
 			if err != nil {
 				t.Fatal(err)
@@ -40,9 +40,9 @@ func TestCursorEmptySurvivesPowerCut(t *testing.T) {
 			if err := a.Empty(); err != nil {
 				t.Fatal(err)
 			}
-			cut := mfs.crashClone()
-			defer cut.release()
-			opts.fsForTesting = cut
+			cut := mfs.CrashClone()
+			defer cut.Release()
+			opts.FS = cut
 			l2, err := OpenLog("/q", opts)
 			if err != nil {
 				t.Fatalf("open after a power cut: %v", err)
@@ -70,7 +70,7 @@ func TestPutBatchSurvivesPowerCut(t *testing.T) {
 	for _, kind := range memFSKinds() {
 		t.Run(kind.name, func(t *testing.T) {
 			mfs := kind.new(t)
-			opts := Options{SyncEvery: 1, MaxSegmentBytes: 1024, fsForTesting: mfs}
+			opts := Options{SyncEvery: 1, MaxSegmentBytes: 1024, FS: mfs}
 			l, err := OpenLog("/q", opts)
 			if err != nil {
 				t.Fatal(err)
@@ -83,9 +83,9 @@ func TestPutBatchSurvivesPowerCut(t *testing.T) {
 			if n, err := l.PutBatch(context.Background(), batch); n != len(batch) || err != nil {
 				t.Fatalf("PutBatch: %d, %v", n, err)
 			}
-			cut := mfs.crashClone()
-			defer cut.release()
-			opts.fsForTesting = cut
+			cut := mfs.CrashClone()
+			defer cut.Release()
+			opts.FS = cut
 			l2, err := OpenLog("/q", opts)
 			if err != nil {
 				t.Fatalf("open after a power cut: %v", err)
@@ -114,12 +114,12 @@ func TestDropWhenFullSurvivesPowerCut(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/pinned=%v", kind.name, pinned), func(t *testing.T) {
 				mfs := kind.new(t)
 				var cuts []*memFS
-				mfs.onSync = func(op, name string, changed bool) {
+				mfs.OnSync = func(op, name string, changed bool) {
 					if changed && (op == "dirsync" || filepath.Base(name) == cursorName) {
-						cuts = append(cuts, mfs.crashCloneLocked())
+						cuts = append(cuts, mfs.CrashCloneLocked())
 					}
 				}
-				opts := Options{SyncEvery: 1, MaxSegmentBytes: 1024, MaxDiskBytes: 8 << 10, fsForTesting: mfs}
+				opts := Options{SyncEvery: 1, MaxSegmentBytes: 1024, MaxDiskBytes: 8 << 10, FS: mfs}
 				l, err := OpenLog("/q", opts)
 				if err != nil {
 					t.Fatal(err)
@@ -128,7 +128,7 @@ func TestDropWhenFullSurvivesPowerCut(t *testing.T) {
 				drop, _ := l.Cursor("drop", FromOldest())
 				drop.SetDropWhenFull(true)
 				var start int // cuts before are of the log's creation
-				mfs.locked(func() { start = len(cuts) })
+				mfs.Locked(func() { start = len(cuts) })
 				ctx := context.Background()
 				var held []uint64 // read by hold, acknowledged 40 records later
 				for i := 0; i < 600; i++ {
@@ -156,9 +156,9 @@ func TestDropWhenFullSurvivesPowerCut(t *testing.T) {
 				if err := l.Close(); err != nil {
 					t.Fatal(err)
 				}
-				mfs.onSync = nil
+				mfs.OnSync = nil
 				for _, cut := range cuts[:start] {
-					cut.release()
+					cut.Release()
 				}
 				cuts = cuts[start:]
 				if len(cuts) < 20 {
@@ -177,9 +177,9 @@ func dropBody(i int) []byte { return []byte(fmt.Sprintf("record-%06d", i)) }
 
 func checkDropCut(t *testing.T, k int, cut *memFS, opts Options) {
 	t.Helper()
-	defer cut.release()
+	defer cut.Release()
 	var logs lockedBuffer
-	opts.fsForTesting = cut
+	opts.FS = cut
 	opts.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	l, err := OpenLog("/q", opts)
 	if err != nil {

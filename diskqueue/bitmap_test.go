@@ -24,7 +24,7 @@ func TestPowerCutShortBitmap(t *testing.T) {
 		t.Run(kind.name, func(t *testing.T) {
 			mfs := kind.new(t)
 			ctx := context.Background()
-			opts := Options{SyncEvery: 1 << 30, SyncInterval: time.Hour, fsForTesting: mfs}
+			opts := Options{SyncEvery: 1 << 30, SyncInterval: time.Hour, FS: mfs}
 			q, err := Open("/q", opts)
 			if err != nil {
 				t.Fatal(err)
@@ -61,11 +61,11 @@ func TestPowerCutShortBitmap(t *testing.T) {
 			if err := q.Sync(ctx); err != nil {
 				t.Fatal(err)
 			}
-			cut := mfs.crashClone()
-			defer cut.release()
-			listing := cut.listing("/q")
+			cut := mfs.CrashClone()
+			defer cut.Release()
+			listing := listing(cut, "/q")
 			q.Close()
-			opts.fsForTesting = cut
+			opts.FS = cut
 			q, err = Open("/q", opts)
 			if err != nil {
 				t.Fatalf("open after the cut: %v\nfiles at the cut:%s", err, listing)
@@ -102,24 +102,24 @@ func TestPowerCutEmptyBitmaps(t *testing.T) {
 	for _, kind := range memFSKinds() {
 		t.Run(kind.name, func(t *testing.T) {
 			mfs := kind.new(t)
-			opts := Options{MaxSegmentBytes: threePerSegment, SyncEvery: 1, fsForTesting: mfs}
+			opts := Options{MaxSegmentBytes: threePerSegment, SyncEvery: 1, FS: mfs}
 			q, err := Open("/q", opts)
 			if err != nil {
 				t.Fatal(err)
 			}
 			putFixed(t, q, 4)
-			cut := mfs.crashClone()
-			defer cut.release()
-			listing := cut.listing("/q")
+			cut := mfs.CrashClone()
+			defer cut.Release()
+			listing := listing(cut, "/q")
 			q.Close()
 			// Verify, before Open repairs anything, agrees with Open: the
 			// empty bitmaps, and the last segment's indexes (never fsynced
 			// before it is sealed), are no damage.
-			if rep, err := verify("/q", Options{fsForTesting: cut}); err != nil || len(rep.Problems) > 0 {
+			if rep, err := verify("/q", Options{FS: cut}); err != nil || len(rep.Problems) > 0 {
 				t.Errorf("Verify after the cut: %v, problems %v\nfiles at the cut:%s", err, rep.Problems, listing)
 			}
 			var logs lockedBuffer
-			opts.fsForTesting = cut
+			opts.FS = cut
 			opts.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 			q, err = Open("/q", opts)
 			if err != nil {
@@ -151,7 +151,7 @@ func TestReadEndDurablePastTheFirstPage(t *testing.T) {
 	for _, kind := range memFSKinds() {
 		t.Run(kind.name, func(t *testing.T) {
 			mfs := kind.new(t)
-			q, err := Open("/q", Options{SyncEvery: 1 << 30, SyncInterval: time.Hour, fsForTesting: mfs})
+			q, err := Open("/q", Options{SyncEvery: 1 << 30, SyncInterval: time.Hour, FS: mfs})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -171,8 +171,8 @@ func TestReadEndDurablePastTheFirstPage(t *testing.T) {
 				}
 			}
 			mfs.SyncDir("/q") // the bitmap's name durable, as any later directory fsync makes it
-			cut := mfs.crashClone()
-			defer cut.release()
+			cut := mfs.CrashClone()
+			defer cut.Release()
 			f, err := cut.OpenFile("/q/"+segmentName(0, ackSuffix), os.O_RDONLY, 0)
 			if err != nil {
 				t.Fatalf("the bitmap of segment 0 after the cut: %v", err)

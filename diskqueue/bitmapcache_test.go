@@ -111,7 +111,7 @@ func TestAckFileMadeAfterItsSegmentIsDurable(t *testing.T) {
 	for _, kind := range memFSKinds() {
 		t.Run(kind.name, func(t *testing.T) {
 			mfs := kind.new(t)
-			opts := Options{SyncEvery: 1, fsForTesting: mfs}
+			opts := Options{SyncEvery: 1, FS: mfs}
 			ctx := context.Background()
 			done, cancel := context.WithCancel(ctx)
 			cancel()
@@ -144,10 +144,10 @@ func TestAckFileMadeAfterItsSegmentIsDurable(t *testing.T) {
 			if err := q.Close(); err != nil { // fsyncs the bitmap
 				t.Fatal(err)
 			}
-			c := mfs.crashClone() // a power cut after Close returned
-			defer c.release()
-			listing := c.listing("/q")
-			opts.fsForTesting = c
+			c := mfs.CrashClone() // a power cut after Close returned
+			defer c.Release()
+			listing := listing(c, "/q")
+			opts.FS = c
 			q, err = Open("/q", opts)
 			if err != nil {
 				t.Fatal(err)
@@ -188,10 +188,10 @@ func TestRetiredBitmapFsyncedWithItsName(t *testing.T) {
 			n := cs[0]
 			var cut *memFS
 			ack0 := "/q/cursors/n/" + segmentName(0, ackSuffix)
-			mfs.locked(func() {
-				mfs.onSync = func(op, name string, _ bool) {
+			mfs.Locked(func() {
+				mfs.OnSync = func(op, name string, _ bool) {
 					if op == "fsync" && name == ack0 && cut == nil {
-						cut = mfs.crashCloneLocked() // the power cut
+						cut = mfs.CrashCloneLocked() // the power cut
 					}
 				}
 			})
@@ -200,14 +200,14 @@ func TestRetiredBitmapFsyncedWithItsName(t *testing.T) {
 				t.Fatal(err)
 			}
 			var c *memFS
-			mfs.locked(func() { c, mfs.onSync = cut, nil })
+			mfs.Locked(func() { c, mfs.OnSync = cut, nil })
 			l.Close()
 			if c == nil {
 				t.Fatal("no fsync of cursor n's bitmap of segment 0")
 			}
-			defer c.release()
-			listing := c.listing("/q/cursors/n")
-			opts.fsForTesting = c
+			defer c.Release()
+			listing := listing(c, "/q/cursors/n")
+			opts.FS = c
 			l, err := OpenLog("/q", opts)
 			if err != nil {
 				t.Fatal(err)

@@ -38,22 +38,22 @@ func TestCompactCrashAtEveryStep(t *testing.T) {
 			mfs := kind.new(t)
 			var cuts []compactCut
 			compacting := false
-			mfs.onSync = func(op, name string, changed bool) {
+			mfs.OnSync = func(op, name string, changed bool) {
 				if compacting && changed {
-					cuts = append(cuts, compactCut{what: fmt.Sprintf("power cut after %s %s", op, filepath.Base(name)), fs: mfs.crashCloneLocked()})
+					cuts = append(cuts, compactCut{what: fmt.Sprintf("power cut after %s %s", op, filepath.Base(name)), fs: mfs.CrashCloneLocked()})
 				}
 			}
 			points := map[string]int{}
-			opts := Options{SyncEvery: 1, MaxSegmentBytes: 512, fsForTesting: mfs}
+			opts := Options{SyncEvery: 1, MaxSegmentBytes: 512, FS: mfs}
 			opts.crashPointForTesting = func(p string) {
 				if !strings.HasPrefix(p, "compact-") {
 					return
 				}
 				points[p]++
-				mfs.locked(func() {
+				mfs.Locked(func() {
 					cuts = append(cuts,
-						compactCut{what: "power cut at " + p, point: p, fs: mfs.crashCloneLocked()},
-						compactCut{what: "kill at " + p, point: p, fs: mfs.killCloneLocked(), kill: true})
+						compactCut{what: "power cut at " + p, point: p, fs: mfs.CrashCloneLocked()},
+						compactCut{what: "kill at " + p, point: p, fs: mfs.KillCloneLocked(), kill: true})
 				})
 			}
 			l, err := OpenLog("/q", opts)
@@ -110,9 +110,9 @@ func TestCompactCrashAtEveryStep(t *testing.T) {
 				// Under the file system's lock, as onSync reads it and
 				// appends to cuts from the writer's goroutine.
 				var before int
-				mfs.locked(func() { before, compacting = len(cuts), true })
+				mfs.Locked(func() { before, compacting = len(cuts), true })
 				st, err := l.Compact(ctx, s.seg.Base, func(rec Record) bool { return s.keep(rec.Seq) })
-				mfs.locked(func() { compacting = false })
+				mfs.Locked(func() { compacting = false })
 				if err != nil || st.Removed == 0 {
 					t.Fatalf("Compact(%d): %+v, %v", s.seg.Base, st, err)
 				}
@@ -134,7 +134,7 @@ func TestCompactCrashAtEveryStep(t *testing.T) {
 							t.Errorf("%s: compacted %v, want %v", cut.what, compacted, wantNew)
 						}
 					}
-					cut.fs.release()
+					cut.fs.Release()
 				}
 				if outcomes[false] == 0 || outcomes[true] == 0 {
 					t.Errorf("compaction of %d: %d cuts left the old segment, %d the new; want some of each", s.seg.Base, outcomes[false], outcomes[true])
@@ -163,7 +163,7 @@ func checkCompactCut(t *testing.T, cut compactCut, kind memFSKind, n uint64, ack
 		t.Helper()
 		t.Fatalf("%s: %s", cut.what, fmt.Sprintf(format, args...))
 	}
-	opts := Options{SyncEvery: 1, MaxSegmentBytes: 512, fsForTesting: cut.fs}
+	opts := Options{SyncEvery: 1, MaxSegmentBytes: 512, FS: cut.fs}
 	l, err := OpenLog("/q", opts)
 	if err != nil {
 		fail("open: %v", err)
@@ -248,7 +248,7 @@ func checkCompactCut(t *testing.T, cut compactCut, kind memFSKind, n uint64, ack
 		fail("Depth %d, %d in flight, after reading everything", c.Depth(), c.Stats().InFlight)
 	}
 	l.Close()
-	rep, err := verify("/q", Options{fsForTesting: cut.fs})
+	rep, err := verify("/q", Options{FS: cut.fs})
 	// memFS's ReadDir lists no directories, so Verify finds no named
 	// cursor and says the log has none: not what is checked here.
 	problems := slices.DeleteFunc(rep.Problems, func(p Problem) bool { return strings.Contains(p.Err.Error(), "no valid cursor") })

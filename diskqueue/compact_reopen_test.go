@@ -38,9 +38,9 @@ func TestReopenAfterFailedSwap(t *testing.T) {
 			if kind == opRename {
 				nth = 3 // the marker, the log, then the index
 			}
-			efs.arm(kind, nth, syscall.EIO, false)
+			efs.Arm(kind, nth, syscall.EIO, false)
 			_, err := l.Compact(context.Background(), target.Base, func(r Record) bool { return r.Seq%2 == 0 })
-			efs.heal()
+			efs.Heal()
 			t.Logf("Compact: %v", err)
 			if err == nil {
 				t.Fatal("the fault did not hit the swap")
@@ -81,9 +81,9 @@ func TestReadAfterFailedSwap(t *testing.T) {
 	if _, err := l.ReadAt(target.Base); err != nil {
 		t.Fatal(err)
 	}
-	efs.arm(opSyncDir, 2, syscall.EIO, false)
+	efs.Arm(opSyncDir, 2, syscall.EIO, false)
 	_, err = l.Compact(context.Background(), target.Base, func(r Record) bool { return r.Seq%2 == 0 })
-	efs.heal()
+	efs.Heal()
 	if err == nil {
 		t.Fatal("the fault did not hit the swap")
 	}

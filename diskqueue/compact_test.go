@@ -24,7 +24,7 @@ func compactFixture(t testing.TB, dir string, fsys fileSystem, n int, opts Optio
 		opts.MaxSegmentBytes = 1024
 	}
 	if fsys != nil {
-		opts.fsForTesting = fsys
+		opts.FS = fsys
 	}
 	l, err := OpenLog(dir, opts)
 	if err != nil {

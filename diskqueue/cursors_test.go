@@ -25,7 +25,7 @@ func TestPowerCutKeptAcksOfLostRecords(t *testing.T) {
 		t.Run(kind.name, func(t *testing.T) {
 			mfs := kind.new(t)
 			ctx := context.Background()
-			opts := Options{SyncEvery: 1000, SyncInterval: time.Hour, fsForTesting: mfs}
+			opts := Options{SyncEvery: 1000, SyncInterval: time.Hour, FS: mfs}
 			q, err := Open("/q", opts)
 			if err != nil {
 				t.Fatal(err)
@@ -34,8 +34,8 @@ func TestPowerCutKeptAcksOfLostRecords(t *testing.T) {
 			if err := q.Sync(ctx); err != nil {
 				t.Fatal(err)
 			}
-			cut := mfs.crashClone() // the log durable with records 0..2
-			defer cut.release()
+			cut := mfs.CrashClone() // the log durable with records 0..2
+			defer cut.Release()
 			if err := q.Put(ctx, fixedBody(3)); err != nil {
 				t.Fatal(err)
 			}
@@ -61,7 +61,7 @@ func TestPowerCutKeptAcksOfLostRecords(t *testing.T) {
 			f.Close()
 
 			var logs lockedBuffer
-			opts = Options{SyncEvery: 1, fsForTesting: cut,
+			opts = Options{SyncEvery: 1, FS: cut,
 				Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 			q, err = Open("/q", opts)
 			if err != nil {
@@ -131,9 +131,9 @@ func TestPowerCutTwiceNamedBitmapComesBack(t *testing.T) {
 				f.Sync()
 				f.Close()
 			}
-			cut1 := mfs.crashClone()
-			defer cut1.release()
-			opts.fsForTesting = cut1
+			cut1 := mfs.CrashClone()
+			defer cut1.Release()
+			opts.FS = cut1
 			l, err := OpenLog("/q", opts)
 			if err != nil {
 				t.Fatal(err)
@@ -141,12 +141,12 @@ func TestPowerCutTwiceNamedBitmapComesBack(t *testing.T) {
 			if err := l.Put(ctx, fixedBody(3)); err != nil { // rotates to a new segment 3
 				t.Fatal(err)
 			}
-			cut2 := cut1.crashClone() // the second cut, the Put returned
-			defer cut2.release()
-			listing := cut2.listing("/q/cursors/n")
+			cut2 := cut1.CrashClone() // the second cut, the Put returned
+			defer cut2.Release()
+			listing := listing(cut2, "/q/cursors/n")
 			l.Close()
 			var logs lockedBuffer
-			opts.fsForTesting = cut2
+			opts.FS = cut2
 			opts.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 			l, err = OpenLog("/q", opts)
 			if err != nil {

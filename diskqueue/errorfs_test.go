@@ -5,137 +5,30 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
+
+	"github.com/spillq/spillq/internal/vfs"
 )
 
 // opKind names a kind of file-system call errorFS can fail.
-type opKind string
+type opKind = vfs.Op
 
 const (
-	opOpen     opKind = "open"
-	opWrite    opKind = "write"
-	opSync     opKind = "sync"
-	opTruncate opKind = "truncate"
-	opRename   opKind = "rename"
-	opRemove   opKind = "remove"
-	opSyncDir  opKind = "syncdir"
-	opRead     opKind = "read"
+	opOpen     = vfs.OpOpen
+	opWrite    = vfs.OpWrite
+	opSync     = vfs.OpSync
+	opTruncate = vfs.OpTruncate
+	opRename   = vfs.OpRename
+	opRemove   = vfs.OpRemove
+	opSyncDir  = vfs.OpSyncDir
+	opRead     = vfs.OpRead
 )
 
-// errorFS wraps the real file system and fails calls of one kind: the Nth
-// one and, if sticky, every one after it, until healed.
-type errorFS struct {
-	osFS
-	mu     sync.Mutex
-	kind   opKind
-	nth    int   // fail when count reaches nth (1-based); 0 disables
-	sticky bool  // keep failing after the first
-	err    error // what to fail with
-	count  int
-	fired  int
-	// shortWrite makes a failing write write half its bytes first.
-	shortWrite bool
-}
-
-func (e *errorFS) arm(kind opKind, nth int, err error, sticky bool) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.kind, e.nth, e.err, e.sticky, e.count, e.fired = kind, nth, err, sticky, 0, 0
-}
-
-func (e *errorFS) heal() {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.nth = 0
-}
-
-func (e *errorFS) fail(kind opKind) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.nth == 0 || kind != e.kind {
-		return nil
-	}
-	e.count++
-	if e.count == e.nth || (e.sticky && e.count > e.nth) {
-		e.fired++
-		return e.err
-	}
-	return nil
-}
-
-func (e *errorFS) OpenFile(name string, flag int, perm fs.FileMode) (file, error) {
-	if err := e.fail(opOpen); err != nil {
-		return nil, &fs.PathError{Op: "open", Path: name, Err: err}
-	}
-	f, err := e.osFS.OpenFile(name, flag, perm)
-	if err != nil {
-		return nil, err
-	}
-	return &errorFile{file: f, fs: e, name: name}, nil
-}
-
-func (e *errorFS) Rename(o, n string) error {
-	if err := e.fail(opRename); err != nil {
-		return &fs.PathError{Op: "rename", Path: o, Err: err}
-	}
-	return e.osFS.Rename(o, n)
-}
-
-func (e *errorFS) Remove(name string) error {
-	if err := e.fail(opRemove); err != nil {
-		return &fs.PathError{Op: "remove", Path: name, Err: err}
-	}
-	return e.osFS.Remove(name)
-}
-
-func (e *errorFS) SyncDir(dir string) error {
-	if err := e.fail(opSyncDir); err != nil {
-		return &fs.PathError{Op: "fsync", Path: dir, Err: err}
-	}
-	return e.osFS.SyncDir(dir)
-}
-
-type errorFile struct {
-	file
-	fs   *errorFS
-	name string
-}
-
-func (f *errorFile) WriteAt(b []byte, off int64) (int, error) {
-	if err := f.fs.fail(opWrite); err != nil {
-		n := 0
-		if f.fs.shortWrite && len(b) > 1 {
-			n, _ = f.file.WriteAt(b[:len(b)/2], off)
-		}
-		return n, &fs.PathError{Op: "write", Path: f.name, Err: err}
-	}
-	return f.file.WriteAt(b, off)
-}
-
-func (f *errorFile) ReadAt(b []byte, off int64) (int, error) {
-	if err := f.fs.fail(opRead); err != nil {
-		return 0, &fs.PathError{Op: "read", Path: f.name, Err: err}
-	}
-	return f.file.ReadAt(b, off)
-}
-
-func (f *errorFile) Sync() error {
-	if err := f.fs.fail(opSync); err != nil {
-		return &fs.PathError{Op: "fsync", Path: f.name, Err: err}
-	}
-	return f.file.Sync()
-}
-
-func (f *errorFile) Truncate(n int64) error {
-	if err := f.fs.fail(opTruncate); err != nil {
-		return &fs.PathError{Op: "truncate", Path: f.name, Err: err}
-	}
-	return f.file.Truncate(n)
-}
+// errorFS wraps the real file system and fails calls of one kind (see
+// vfs.ErrorFS).
+type errorFS = vfs.ErrorFS
 
 func faultBody(i int) []byte { return []byte(fmt.Sprintf("fault-%05d", i)) }
 
@@ -166,9 +59,9 @@ func readAll(t *testing.T, q *Queue) [][]byte {
 // nothing of it behind; nothing Put accepted is dropped; once space
 // returns, Put works again.
 func TestENOSPCRefusesAndRecovers(t *testing.T) {
-	efs := &errorFS{shortWrite: true}
+	efs := &errorFS{ShortWrite: true}
 	dir := t.TempDir()
-	q, err := Open(dir, Options{fsForTesting: efs, SyncEvery: 1000})
+	q, err := Open(dir, Options{FS: efs, SyncEvery: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +77,7 @@ func TestENOSPCRefusesAndRecovers(t *testing.T) {
 	if err := q.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	efs.arm(opWrite, 1, syscall.ENOSPC, true)
+	efs.Arm(opWrite, 1, syscall.ENOSPC, true)
 	var fullErr error
 	for i := 10; fullErr == nil; i++ {
 		err := q.Put(ctx, faultBody(i))
@@ -200,7 +93,7 @@ func TestENOSPCRefusesAndRecovers(t *testing.T) {
 	if err := q.Put(ctx, []byte("still full")); !errors.Is(err, ErrDiskFull) {
 		t.Fatalf("second Put on a full disk: got %v", err)
 	}
-	efs.heal()
+	efs.Heal()
 	if err := q.Sync(ctx); err != nil {
 		t.Fatalf("Sync after space returned: %v", err)
 	}
@@ -228,7 +121,7 @@ func TestENOSPCRefusesAndRecovers(t *testing.T) {
 func TestFsyncFailureIsSticky(t *testing.T) {
 	efs := &errorFS{}
 	dir := t.TempDir()
-	q, err := Open(dir, Options{fsForTesting: efs, SyncEvery: 1})
+	q, err := Open(dir, Options{FS: efs, SyncEvery: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +134,7 @@ func TestFsyncFailureIsSticky(t *testing.T) {
 	if st := q.Stats(); st.WriteErr != nil || st.Closed {
 		t.Fatalf("Stats before the fault: WriteErr %v, Closed %v", st.WriteErr, st.Closed)
 	}
-	efs.arm(opSync, 1, syscall.EIO, false)
+	efs.Arm(opSync, 1, syscall.EIO, false)
 	err = q.Put(ctx, faultBody(5))
 	if !errors.Is(err, syscall.EIO) {
 		t.Fatalf("Put with failing fsync: got %v, want EIO", err)
@@ -292,10 +185,10 @@ func TestFaultAtEveryCallSite(t *testing.T) {
 		for _, injected := range errs {
 			for nth := 1; nth <= 12; nth += faultStride() {
 				name := fmt.Sprintf("%s/%v/%d", kind, injected, nth)
-				efs := &errorFS{shortWrite: nth%2 == 0}
+				efs := &errorFS{ShortWrite: nth%2 == 0}
 				dir := t.TempDir()
 				durable := runFaultWorkload(t, dir, efs, kind, nth, injected)
-				fired[kind] += efs.fired
+				fired[kind] += efs.Fired()
 				q, err := Open(dir, Options{MaxSegmentBytes: 300})
 				if err != nil {
 					t.Fatalf("%s: clean reopen: %v", name, err)
@@ -337,8 +230,8 @@ func faultStride() int {
 // consumed.
 func runFaultWorkload(t *testing.T, dir string, efs *errorFS, kind opKind, nth int, injected error) [][]byte {
 	t.Helper()
-	efs.arm(kind, nth, injected, false)
-	q, err := Open(dir, Options{fsForTesting: efs, MaxSegmentBytes: 300, SyncEvery: 4})
+	efs.Arm(kind, nth, injected, false)
+	q, err := Open(dir, Options{FS: efs, MaxSegmentBytes: 300, SyncEvery: 4})
 	if err != nil {
 		// The fault hit Open: it must say so and hold nothing.
 		if !errors.Is(err, injected) {
@@ -394,7 +287,7 @@ func runFaultWorkload(t *testing.T, dir string, efs *errorFS, kind opKind, nth i
 func TestTransientReadErrorIsNotCorruption(t *testing.T) {
 	efs := &errorFS{}
 	dir := t.TempDir()
-	q, err := Open(dir, Options{fsForTesting: efs})
+	q, err := Open(dir, Options{FS: efs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -402,7 +295,7 @@ func TestTransientReadErrorIsNotCorruption(t *testing.T) {
 	ctx := context.Background()
 	q.Put(ctx, faultBody(0))
 	q.Sync(ctx)
-	efs.arm(opRead, 1, syscall.EIO, false)
+	efs.Arm(opRead, 1, syscall.EIO, false)
 	if _, err := q.Read(ctx); !errors.Is(err, syscall.EIO) {
 		t.Fatalf("Read during an I/O error: got %v, want EIO", err)
 	}

@@ -5,13 +5,14 @@ import (
 
 	"github.com/spillq/spillq/internal/closed"
 	"github.com/spillq/spillq/internal/notdurable"
+	"github.com/spillq/spillq/internal/vfs"
 )
 
 // Errors returned when opening a queue.
 var (
 	// ErrLocked is returned by [Open] when another Queue, in this process or
 	// another, has the directory open.
-	ErrLocked = errors.New("diskqueue: directory is locked by another open queue")
+	ErrLocked = vfs.ErrLocked
 
 	// ErrUnsupportedVersion is returned by [Open] and the read methods when a
 	// file was written in a format version this build does not read.

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/spillq/spillq/internal/vfs"
 )
 
 func mustOpen(t testing.TB, dir string, opts Options) *Queue {
@@ -1240,8 +1242,8 @@ func (f gatedFile) Sync() error {
 // not tell a record that will be delivered from one that will not.
 func TestPutCtxAndDurability(t *testing.T) {
 	dir := t.TempDir()
-	g := gatedSyncFS{fileSystem: osFS{}, hold: new(atomic.Bool), release: make(chan struct{})}
-	q := mustOpen(t, dir, Options{SyncEvery: 1, fsForTesting: g})
+	g := gatedSyncFS{fileSystem: vfs.OS, hold: new(atomic.Bool), release: make(chan struct{})}
+	q := mustOpen(t, dir, Options{SyncEvery: 1, FS: g})
 	defer q.Close()
 	ended, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -1347,7 +1349,7 @@ func TestResyncOverDamageReadsLittle(t *testing.T) {
 		t.Fatal(err)
 	}
 	var read atomic.Int64
-	rep, err := verify(dir, Options{fsForTesting: countingFS{osFS{}, &read}})
+	rep, err := verify(dir, Options{FS: countingFS{vfs.OS, &read}})
 	if err != nil || len(rep.Problems) == 0 {
 		t.Fatalf("Verify: %v, problems %v; want the damage reported", err, rep.Problems)
 	}

@@ -140,7 +140,7 @@ func readAcking(t *testing.T, r interface {
 // options it opened with.
 func namedCursorsLog(t *testing.T, mfs *memFS, names ...string) (Options, *Log, []*Cursor) {
 	t.Helper()
-	opts := Options{MaxSegmentBytes: threePerSegment, SyncEvery: 1, SyncInterval: time.Hour, fsForTesting: mfs}
+	opts := Options{MaxSegmentBytes: threePerSegment, SyncEvery: 1, SyncInterval: time.Hour, FS: mfs}
 	l, err := OpenLog("/q", opts)
 	if err != nil {
 		t.Fatal(err)
@@ -168,7 +168,7 @@ const threePerSegment = fileHeaderSize + 3*recordHeaderSize + 3*10
 func fixedQueue(t *testing.T, kind memFSKind) (*memFS, Options, *Queue) {
 	t.Helper()
 	mfs := kind.new(t)
-	opts := Options{MaxSegmentBytes: threePerSegment, fsForTesting: mfs}
+	opts := Options{MaxSegmentBytes: threePerSegment, FS: mfs}
 	q, err := Open("/q", opts)
 	if err != nil {
 		t.Fatal(err)
@@ -312,7 +312,7 @@ func TestPowerCutLostRecordsAreNotDamage(t *testing.T) {
 			blocked, release := make(chan struct{}), make(chan struct{})
 			var hold atomic.Bool
 			hold.Store(true)
-			opts := Options{MaxSegmentBytes: threePerSegment, SyncEvery: 1, fsForTesting: mfs}
+			opts := Options{MaxSegmentBytes: threePerSegment, SyncEvery: 1, FS: mfs}
 			opts.crashPointForTesting = func(p string) {
 				if p == "rotate-sealed" && hold.CompareAndSwap(true, false) {
 					close(blocked)
@@ -341,10 +341,10 @@ func TestPowerCutLostRecordsAreNotDamage(t *testing.T) {
 				}
 			}
 			var clone *memFS
-			mfs.locked(func() {
-				mfs.onSync = func(op, _ string, _ bool) {
+			mfs.Locked(func() {
+				mfs.OnSync = func(op, _ string, _ bool) {
 					if op == "dirsync" && clone == nil {
-						clone = mfs.crashCloneLocked() // the power cut
+						clone = mfs.CrashCloneLocked() // the power cut
 					}
 				}
 			})
@@ -355,16 +355,16 @@ func TestPowerCutLostRecordsAreNotDamage(t *testing.T) {
 				}
 			}
 			var c *memFS
-			mfs.locked(func() { c = clone })
+			mfs.Locked(func() { c = clone })
 			if c == nil {
 				t.Fatal("no directory fsync after segment 0 was sealed")
 			}
-			defer c.release()
-			listing := c.listing("/q")
+			defer c.Release()
+			listing := listing(c, "/q")
 
 			var logs lockedBuffer
 			opts.crashPointForTesting = nil
-			opts.fsForTesting = c
+			opts.FS = c
 			opts.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 			q2, err := Open("/q", opts)
 			if err != nil {
@@ -410,7 +410,7 @@ func TestFirstReadAfterOpenWhileDeleting(t *testing.T) {
 			cancel()
 			// Records 0..5 in segments 0 and 3; 0..2 acknowledged, kept by
 			// retention so that nothing is deleted before the restart.
-			opts := Options{MaxSegmentBytes: threePerSegment, SyncEvery: 1, RetainBytes: 1 << 20, fsForTesting: mfs}
+			opts := Options{MaxSegmentBytes: threePerSegment, SyncEvery: 1, RetainBytes: 1 << 20, FS: mfs}
 			q, err := Open("/q", opts)
 			if err != nil {
 				t.Fatal(err)
@@ -440,7 +440,7 @@ func TestFirstReadAfterOpenWhileDeleting(t *testing.T) {
 				}
 			}
 			log0 := "/q/" + segmentName(0, logSuffix)
-			mfs.onRead = func(name string, off int64) {
+			mfs.OnRead = func(name string, off int64) {
 				if name == log0 && off == fileHeaderSize { // the reader's first records
 					readerOnce.Do(func() { close(readerHeld); <-readerGo })
 				}
@@ -585,7 +585,7 @@ func TestPowerCutLostEverySegment(t *testing.T) {
 			}
 			mfs.SyncDir("/q")
 			var logs lockedBuffer
-			opts := Options{MaxSegmentBytes: threePerSegment, fsForTesting: mfs,
+			opts := Options{MaxSegmentBytes: threePerSegment, FS: mfs,
 				Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 			q, err := Open("/q", opts)
 			if err != nil {
@@ -627,7 +627,7 @@ func TestPowerCutLostSegmentAfterTombstones(t *testing.T) {
 	for _, kind := range memFSKinds() {
 		t.Run(kind.name, func(t *testing.T) {
 			mfs := kind.new(t)
-			opts := Options{MaxSegmentBytes: threePerSegment, SyncEvery: 1, fsForTesting: mfs}
+			opts := Options{MaxSegmentBytes: threePerSegment, SyncEvery: 1, FS: mfs}
 			tombstoneFixture(t, "/q", opts)
 			for _, suffix := range []string{logSuffix, indexSuffix, timeIndexSuffix} {
 				f, err := mfs.OpenFile("/q/"+segmentName(9, suffix), os.O_RDWR|os.O_TRUNC, 0)
@@ -637,11 +637,11 @@ func TestPowerCutLostSegmentAfterTombstones(t *testing.T) {
 				f.Sync()
 				f.Close()
 			}
-			cut := mfs.crashClone()
-			defer cut.release()
-			listing := cut.listing("/q")
+			cut := mfs.CrashClone()
+			defer cut.Release()
+			listing := listing(cut, "/q")
 			var logs lockedBuffer
-			opts.fsForTesting = cut
+			opts.FS = cut
 			opts.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 			ro, err := OpenReadOnly("/q", opts)
 			if err != nil {

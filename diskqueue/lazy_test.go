@@ -11,11 +11,13 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+
+	"github.com/spillq/spillq/internal/vfs"
 )
 
 // openCounter counts the files opened per name.
 type openCounter struct {
-	osFS
+	fileSystem
 	mu     sync.Mutex
 	opened map[string]int
 }
@@ -24,7 +26,7 @@ func (c *openCounter) OpenFile(name string, flag int, perm fs.FileMode) (file, e
 	c.mu.Lock()
 	c.opened[filepath.Base(name)]++
 	c.mu.Unlock()
-	return c.osFS.OpenFile(name, flag, perm)
+	return c.fileSystem.OpenFile(name, flag, perm)
 }
 
 func (c *openCounter) count(prefix string) int {
@@ -63,8 +65,8 @@ func TestOpenLeavesSealedSegmentsClosed(t *testing.T) {
 	dir := t.TempDir()
 	putFixture(t, dir, 200)
 	first := segmentName(0, "")
-	c := &openCounter{opened: map[string]int{}}
-	q, err := Open(dir, Options{MaxSegmentBytes: 300, fsForTesting: c})
+	c := &openCounter{fileSystem: vfs.OS, opened: map[string]int{}}
+	q, err := Open(dir, Options{MaxSegmentBytes: 300, FS: c})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,16 +107,16 @@ func TestLazyOpenFailureIsTransient(t *testing.T) {
 	dir := t.TempDir()
 	putFixture(t, dir, 50)
 	efs := &errorFS{}
-	q, err := Open(dir, Options{MaxSegmentBytes: 300, fsForTesting: efs})
+	q, err := Open(dir, Options{MaxSegmentBytes: 300, FS: efs})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer q.Close()
-	efs.arm(opOpen, 1, syscall.EMFILE, true)
+	efs.Arm(opOpen, 1, syscall.EMFILE, true)
 	if _, err := q.Read(context.Background()); !errors.Is(err, syscall.EMFILE) {
 		t.Fatalf("Read while opens fail: got %v, want EMFILE", err)
 	}
-	efs.heal()
+	efs.Heal()
 	if _, err := q.ReadAt(20); err != nil {
 		t.Fatalf("ReadAt after the fault: %v", err)
 	}

@@ -216,7 +216,7 @@ func newLog(dir string, o Options) *Log {
 		started:     now,
 		startedNano: now.UnixNano(),
 		opts:        o,
-		fs:          o.fsForTesting,
+		fs:          o.FS,
 		logger:      o.Logger.With("queue", dir),
 		syncAlways:  o.SyncEvery == 1,
 		wakeCh:      make(chan struct{}, 1),

@@ -7,13 +7,15 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/spillq/spillq/internal/vfs"
 )
 
 // TestDropWrittenKeepsData: the pages dropWritten takes out of the mapping
 // keep their bytes for pread, for the mapping (touched again) and for
 // SyncMapped; the page holding end stays mapped.
 func TestDropWrittenKeepsData(t *testing.T) {
-	f, err := osFS{}.OpenFile(filepath.Join(t.TempDir(), "f"), os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := vfs.OS.OpenFile(filepath.Join(t.TempDir(), "f"), os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}

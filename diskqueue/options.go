@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"math"
 	"time"
+
+	"github.com/spillq/spillq/internal/vfs"
 )
 
 // Options configures a [Queue]. The zero value is valid and means "all
@@ -118,13 +120,20 @@ type Options struct {
 	// Windows keeps only the read-only bit, which FileMode never sets.
 	FileMode fs.FileMode
 
+	// FS is the file system the log works on; nil means the operating
+	// system's. It is for this module's tests: its type is internal
+	// (internal/vfs), so only they can set it, to run a queue on a file
+	// system that loses power (vfs.MemFS, whose CrashClone keeps what was
+	// fsynced alone) or fails the calls they pick (vfs.ErrorFS). A queue
+	// on a MemFS made by vfs.NewCrashableMem appends with write(2), as
+	// off Linux; one made by vfs.NewCrashableMappedMem maps its segments
+	// as on Linux.
+	FS vfs.FS
+
 	// dirMode is the directories' permission, derived from FileMode by
 	// withDefaults.
 	dirMode fs.FileMode
 
-	// fsForTesting replaces the operating system's file system; tests use it
-	// to inject faults.
-	fsForTesting fileSystem
 	// noIndexForTesting skips writing the sequence and time indexes, so a
 	// benchmark can measure what maintaining them costs on the Put path.
 	// The resulting queue cannot be reopened.
@@ -206,9 +215,7 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	if o.fsForTesting == nil {
-		o.fsForTesting = osFS{}
-	}
+	o.FS = vfs.Or(o.FS)
 	var err error
 	if o.FileMode, o.dirMode, err = o.Modes(); err != nil {
 		return o, err

@@ -167,11 +167,11 @@ func newCutHarness(t *testing.T, kind memFSKind, opts Options, seed uint64) *cut
 	}
 	opts.MaxSegmentBytes = 700
 	opts.MaxRecordBytes = 256
-	opts.fsForTesting = h.fs
+	opts.FS = h.fs
 	h.opts = opts
 	h.fs.MkdirAll(pcDir, 0o755)
-	h.cuts = []powerCut{{what: "start", fs: h.fs.crashClone()}}
-	h.fs.onSync = h.onSync
+	h.cuts = []powerCut{{what: "start", fs: h.fs.CrashClone()}}
+	h.fs.OnSync = h.onSync
 	return h
 }
 
@@ -184,7 +184,7 @@ func (h *cutHarness) onSync(op, name string, changed bool) {
 		h.syncs[name] = append(h.syncs[name], h.ticket)
 	}
 	if changed {
-		h.cuts = append(h.cuts, powerCut{ticket: h.ticket, what: op + " " + filepath.Base(name), fs: h.fs.crashCloneLocked(), synced: h.synced})
+		h.cuts = append(h.cuts, powerCut{ticket: h.ticket, what: op + " " + filepath.Base(name), fs: h.fs.CrashCloneLocked(), synced: h.synced})
 	}
 }
 
@@ -201,7 +201,7 @@ func (h *cutHarness) noteSyncedLocked() {
 // cut made after it, the event after it after every cut made before it.
 func (h *cutHarness) observe() int64 {
 	var tk int64
-	h.fs.locked(func() {
+	h.fs.Locked(func() {
 		h.noteSyncedLocked()
 		h.ticket++
 		tk = h.ticket
@@ -289,7 +289,7 @@ func (h *cutHarness) run() {
 	if d := q.Depth(); d != 0 {
 		st := q.Stats()
 		q.Close()
-		h.t.Fatalf("everything delivered and acknowledged, and Depth is %d; queue %+v\nfiles: %s", d, st, h.fs.listing(pcDir))
+		h.t.Fatalf("everything delivered and acknowledged, and Depth is %d; queue %+v\nfiles: %s", d, st, listing(h.fs, pcDir))
 	}
 	h.close(q)
 	h.t.Logf("%d records put, %d cuts", len(h.returned), len(h.cuts))
@@ -525,19 +525,17 @@ func (h *cutHarness) checkCut(k int) {
 	t := h.t
 	t.Helper()
 	cut := h.cuts[k]
-	defer cut.fs.release()
+	defer cut.fs.Release()
 	var logs lockedBuffer // the checked queue's writer goroutine logs too
 	opts := h.opts
-	opts.fsForTesting = cut.fs
+	opts.FS = cut.fs
 	opts.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	where := fmt.Sprintf("power cut %d of %d (after %s)", k, len(h.cuts), cut.what)
-	listing := cut.fs.listing(pcDir) // before Open changes anything
+	listing := listing(cut.fs, pcDir) // before Open changes anything
 	names := map[string]bool{}
-	cut.fs.locked(func() {
-		for name := range cut.fs.names {
-			names[name] = true
-		}
-	})
+	for _, name := range cut.fs.Files() {
+		names[name] = true
+	}
 	failf := func(format string, args ...any) {
 		t.Helper()
 		t.Errorf("%s: %s\nfiles at the cut: %s\nwarnings after it:\n%s", where, fmt.Sprintf(format, args...), listing, logs.String())
@@ -811,7 +809,7 @@ func (h *cutHarness) putAfterCut(opts Options, failf func(format string, args ..
 }
 
 // listing describes dir's files: name and size.
-func (m *memFS) listing(dir string) string {
+func listing(m *memFS, dir string) string {
 	entries, err := m.ReadDir(dir)
 	if err != nil {
 		return err.Error()

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/spillq/spillq/internal/vfs"
 )
 
 // TestSegmentCutUnderReader: another process cutting a sealed segment's
@@ -221,7 +223,7 @@ func TestEnteringSegmentsOutsideReadMu(t *testing.T) {
 	var mu sync.Mutex
 	var under []string
 	var cur *Cursor
-	h := hookFS{fileSystem: osFS{}, onOpen: func(name string) {
+	h := hookFS{fileSystem: vfs.OS, onOpen: func(name string) {
 		mu.Lock()
 		defer mu.Unlock()
 		if cur == nil || !(strings.HasSuffix(name, logSuffix) || strings.HasSuffix(name, indexSuffix) || strings.HasSuffix(name, ackSuffix)) {
@@ -239,7 +241,7 @@ func TestEnteringSegmentsOutsideReadMu(t *testing.T) {
 		}
 		cur.readMu.Unlock()
 	}}
-	q = mustOpen(t, dir, Options{MaxSegmentBytes: 4 << 10, NoSync: true, fsForTesting: h})
+	q = mustOpen(t, dir, Options{MaxSegmentBytes: 4 << 10, NoSync: true, FS: h})
 	defer q.Close()
 	if n := len(q.Segments()); n < 5 {
 		t.Fatalf("%d segments, want several", n)

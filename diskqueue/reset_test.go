@@ -16,7 +16,7 @@ func TestResetCursor(t *testing.T) {
 	for _, kind := range memFSKinds() {
 		t.Run(kind.name, func(t *testing.T) {
 			mfs := kind.new(t)
-			opts := Options{SyncEvery: 1, MaxSegmentBytes: 1024, fsForTesting: mfs}
+			opts := Options{SyncEvery: 1, MaxSegmentBytes: 1024, FS: mfs}
 			l, err := OpenLog("/q", opts)
 			if err != nil {
 				t.Fatal(err)
@@ -53,15 +53,15 @@ func TestResetCursor(t *testing.T) {
 			}
 			// Back to 30: 30..99 again, the acknowledged ones included.
 			var cuts []*memFS
-			mfs.locked(func() {
-				mfs.onSync = func(op, _ string, _ bool) { cuts = append(cuts, mfs.crashCloneLocked()) }
+			mfs.Locked(func() {
+				mfs.OnSync = func(op, _ string, _ bool) { cuts = append(cuts, mfs.CrashCloneLocked()) }
 			})
 			if err := l.ResetCursor("c", FromSeq(30)); err != nil {
 				t.Fatalf("ResetCursor: %v", err)
 			}
-			mfs.locked(func() {
-				mfs.onSync = nil
-				cuts = append(cuts, mfs.crashCloneLocked()) // just after: the new place
+			mfs.Locked(func() {
+				mfs.OnSync = nil
+				cuts = append(cuts, mfs.CrashCloneLocked()) // just after: the new place
 			})
 			if _, err := c.Read(ctx); !errors.Is(err, ErrClosed) {
 				t.Errorf("Read on the old handle: %v, want ErrClosed", err)
@@ -93,7 +93,7 @@ func TestResetCursor(t *testing.T) {
 			}
 			for i, cut := range cuts {
 				o := opts
-				o.fsForTesting = cut
+				o.FS = cut
 				l2, err := OpenLog("/q", o)
 				if err != nil {
 					t.Fatalf("cut %d: open: %v", i, err)
@@ -116,7 +116,7 @@ func TestResetCursor(t *testing.T) {
 					t.Errorf("a cut after ResetCursor returned finds the cursor at %d with depth %d, want 30 and 70", first, d)
 				}
 				l2.Close()
-				cut.release()
+				cut.Release()
 			}
 		})
 	}

@@ -1,6 +1,6 @@
 //go:build windows
 
-package diskqueue
+package vfs
 
 import (
 	"errors"

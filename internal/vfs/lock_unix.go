@@ -1,6 +1,6 @@
 //go:build unix
 
-package diskqueue
+package vfs
 
 import (
 	"errors"
