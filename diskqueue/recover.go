@@ -611,7 +611,7 @@ func (l *Log) segmentHeaderOK(f file, magic [4]byte, base uint64) (ok, compacted
 func (l *Log) recoverTail(seg *segment, size int64) (*tail, error) {
 	log := seg.files.Load().log // opened by openSegment
 	if l.readOnly {
-		return nil, l.scanTail(seg, log, size)
+		return nil, l.viewTail(seg, log, size)
 	}
 	w := &tail{seg: seg, maxTime: l.lastMaxTime}
 	var err error
@@ -669,44 +669,8 @@ func (l *Log) recoverTailFiles(w *tail, seg *segment, log file, size int64) (*ta
 	} else if indexSize > 0 {
 		indexDamaged = true
 	}
-	entry := func(j int64) (int64, bool) {
-		off, err := readIndexEntry(wIndex, j)
-		if err != nil {
-			return 0, false
-		}
-		h, _, _, err := l.readFrameAt(log, off, size)
-		return off, err == nil && h.seq == seg.base+uint64(j)
-	}
-	trusted := int64(-1) // entries [0, trusted] are believed
-	entriesSuspect := false
-	if entries > 0 {
-		if _, ok := entry(entries - 1); ok {
-			trusted = entries - 1
-		} else {
-			// Entries are written in order, so the good ones form a prefix
-			// (from the first record kept, when some were freed: its entry
-			// was fsynced before they were).
-			lo, hi := int64(-1), entries-1
-			if j := int64(keptSeq - seg.base); punched && j < hi {
-				if _, ok := entry(j); ok {
-					lo = j
-				}
-			}
-			for hi-lo > 1 {
-				mid := (lo + hi) / 2
-				if _, ok := entry(mid); ok {
-					lo = mid
-				} else {
-					hi = mid
-				}
-			}
-			trusted = lo
-			// Damage, unless the entries past it point at records kept
-			// as damage (wholeFrames), as rebuilding them would: checked
-			// once the scan has rebuilt them.
-			entriesSuspect = true
-		}
-	}
+	entry := checkedEntry(l, wIndex, log, seg.base, size)
+	trusted, entriesSuspect := trustedEntries(entry, entries, keptSeq-seg.base, punched)
 
 	// Time-index entries kept: those for records the index vouches for.
 	// Only the end of the file is read, so Open does not grow with the
@@ -737,41 +701,21 @@ func (l *Log) recoverTailFiles(w *tail, seg *segment, log file, size int64) (*ta
 		startSeq, startOff = keptSeq, keptOff
 	}
 	keepIndex := int64(startSeq - seg.base) // index entries before startSeq are kept
-	sc := newScanner(log, startOff, startSeq, size)
-	goodEnd := startOff
-	for {
-		for sc.Next() {
-			off, h, _ := sc.Record()
-			b.add(off, h)
-		}
-		goodEnd = sc.Offset()
-		if sc.Err() == nil {
-			break
-		}
-		if !errors.Is(sc.Err(), ErrCorrupt) && !errors.Is(sc.Err(), errShortFrame) {
-			return nil, fmt.Errorf("diskqueue: open: recover %s: %w", seg.path(logSuffix), sc.Err())
-		}
-		// Valid records after the bad one mean damage inside the log, not
-		// a torn tail. Looking 64 index entries ahead bounds Open's cost.
-		const lookahead = 64
-		stop := min(seg.base+uint64(entries), sc.seq+1+lookahead)
-		off, seq, ok := l.resumeAfter(seg.base, &segFiles{log: log, index: wIndex}, sc.Offset(), sc.seq, size, stop)
-		if !ok {
-			break
-		}
-		l.logger.Warn("diskqueue: damaged records in the last segment; keeping them for readers to skip", "segment", seg.base, "offset", sc.Offset(), "first_seq", sc.seq, "records", seq-sc.seq)
-		b.damaged(sc.Offset(), seq-sc.seq)
-		sc = newScanner(log, off, seq, size)
+	goodEnd, end, err := l.scanTail(log, wIndex, seg.base, seg.base+uint64(entries), startOff, startSeq, size, b.add,
+		func(off int64, first, count uint64, whole bool) {
+			if whole {
+				// Closed whole, then damaged at rest: not a torn write.
+				l.logger.Warn("diskqueue: damaged records at the end of the last segment, which ends where they do (written whole); keeping them for readers to skip", "segment", seg.base, "offset", off, "first_seq", first, "records", count)
+			} else {
+				l.logger.Warn("diskqueue: damaged records in the last segment; keeping them for readers to skip", "segment", seg.base, "offset", off, "first_seq", first, "records", count)
+			}
+			b.damaged(off, count)
+		})
+	if err != nil {
+		return nil, fmt.Errorf("diskqueue: open: recover %s: %w", seg.path(logSuffix), err)
 	}
-	end := sc.seq
 	if goodEnd < size {
-		if n := wholeFrames(log, goodEnd, size); n > 0 {
-			// Closed whole, then damaged at rest: not a torn write.
-			l.logger.Warn("diskqueue: damaged records at the end of the last segment, which ends where they do (written whole); keeping them for readers to skip", "segment", seg.base, "offset", goodEnd, "first_seq", end, "records", n)
-			b.damaged(goodEnd, n)
-			end += n
-			goodEnd = size
-		} else if err := l.cutTail(seg, wLog, goodEnd, size); err != nil {
+		if err := l.cutTail(seg, wLog, goodEnd, size); err != nil {
 			return nil, err
 		}
 	}
@@ -836,10 +780,96 @@ func entriesStored(index file, from int64, idx []byte) bool {
 	return n == len(idx) && bytes.Equal(got, idx)
 }
 
-// scanTail is recoverTail for a read-only queue: it finds where the last
-// segment's good records end without changing any file, and marks how far
-// the index can be trusted (ReadAt scans the log past that).
-func (l *Log) scanTail(seg *segment, log file, size int64) error {
+// checkedEntry returns a function that reads entry j of the last segment's
+// index and says whether it points at its record.
+func checkedEntry(l *Log, index, log file, base uint64, size int64) func(j int64) (int64, bool) {
+	return func(j int64) (int64, bool) {
+		off, err := readIndexEntry(index, j)
+		if err != nil {
+			return 0, false
+		}
+		h, _, _, err := l.readFrameAt(log, off, size)
+		return off, err == nil && h.seq == base+uint64(j)
+	}
+}
+
+// trustedEntries finds the last of the written entries of the last
+// segment's index that can be believed (-1: none): the last one if it
+// points at its record; else, entries being written in order, the good
+// ones form a prefix (from the first record kept, when some were freed in
+// place, kept: its entry was fsynced before they were), found by binary
+// search. suspect says entries past it did not check out.
+func trustedEntries(entry func(int64) (int64, bool), entries int64, kept uint64, punched bool) (trusted int64, suspect bool) {
+	if entries == 0 {
+		return -1, false
+	}
+	if _, ok := entry(entries - 1); ok {
+		return entries - 1, false
+	}
+	lo, hi := int64(-1), entries-1
+	if j := int64(kept); punched && j < hi {
+		if _, ok := entry(j); ok {
+			lo = j
+		}
+	}
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		if _, ok := entry(mid); ok {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo, true
+}
+
+// tailLookahead bounds the index entries the resync of the last segment
+// tries after each damage, so that Open's cost does not grow with it.
+const tailLookahead = 64
+
+// scanTail scans the last segment's log from startOff, where the record
+// startSeq checks out, to size: recovery's and a read-only view's policy
+// on the segment scanner. Each record goes to record; damage the resync
+// gets past, and damage at the end that was written whole (wholeFrames),
+// goes to damaged: readers skip it. It returns where the records kept end
+// and the seq after them; bytes from there to size are a torn write (or
+// one in progress, to a view). index (nil: none) holds entries of seqs
+// below indexEnd; base is the segment's.
+func (l *Log) scanTail(log, index file, base, indexEnd uint64, startOff int64, startSeq uint64, size int64,
+	record func(off int64, h recordHeader), damaged func(off int64, first, count uint64, whole bool)) (int64, uint64, error) {
+	sc := newScanner(log, startOff, startSeq, size)
+	sc.resync = &resyncPolicy{before: maxSeq, maxBody: resyncMaxBody(l.opts.MaxRecordBytes)}
+	if index != nil {
+		sc.resync.useIndex(index, base, false, indexEnd, tailLookahead)
+	}
+	for sc.Next() {
+		if d, ok := sc.Damage(); ok {
+			if d.resumed {
+				damaged(d.from, d.first, d.next-d.first, false)
+			}
+			continue
+		}
+		off, h, _ := sc.Record()
+		record(off, h)
+	}
+	if err := sc.Err(); err != nil {
+		return 0, 0, err
+	}
+	goodEnd, end := sc.Offset(), sc.seq
+	if goodEnd < size {
+		if n := wholeFrames(log, goodEnd, size); n > 0 {
+			damaged(goodEnd, end, n, true)
+			goodEnd, end = size, end+n
+		}
+	}
+	return goodEnd, end, nil
+}
+
+// viewTail is recoverTail for a read-only queue: the same scan (scanTail),
+// resuming past damage as recovery does, finds where the last segment's
+// records end without changing any file, and marks how far the index can
+// be trusted (ReadAt scans the log past that).
+func (l *Log) viewTail(seg *segment, log file, size int64) error {
 	idx, err := l.fs.OpenFile(seg.path(indexSuffix), os.O_RDONLY, 0)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("diskqueue: open: %w", err)
@@ -847,30 +877,29 @@ func (l *Log) scanTail(seg *segment, log file, size int64) error {
 	if idx != nil {
 		seg.setFiles(log, idx)
 	}
-	startSeq, startOff := seg.base, int64(fileHeaderSize)
-	if idx != nil && l.headerOK(idx, magicIndex, seg.base) {
-		// Walk back from the last entry to one that points at its record.
-		for j := writtenEntries(idx, indexEntriesIn(fileSize(idx)), indexEntrySize) - 1; j >= 0; j-- {
-			off, err := readIndexEntry(idx, j)
-			if err != nil {
-				break
-			}
-			if h, _, _, err := l.readFrameAt(log, off, size); err == nil && h.seq == seg.base+uint64(j) {
-				startSeq, startOff = h.seq, off
-				break
-			}
-		}
+	// Acknowledged records freed in place (punch.go) read as zeros.
+	keptOff, keptSeq, punched, found := l.punchedPrefix(log, seg.base, size)
+	punched = punched && found
+	if punched {
+		seg.keptFrom.Store(keptSeq)
 	}
-	seg.partialIndex, seg.indexedEnd = true, startSeq+1
-	if startSeq == seg.base && startOff == fileHeaderSize {
-		seg.indexedEnd = seg.base
-		// Acknowledged records freed in place (punch.go) read as zeros.
-		if off, seq, punched, found := l.punchedPrefix(log, seg.base, size); punched && found {
-			seg.keptFrom.Store(seq)
-			startSeq, startOff = seq, off
-		}
-	} else if _, seq, punched, found := l.punchedPrefix(log, seg.base, size); punched && found {
-		seg.keptFrom.Store(seq)
+	var entries int64
+	index := idx // nil unless its header checks out
+	if idx != nil && l.headerOK(idx, magicIndex, seg.base) {
+		entries = writtenEntries(idx, indexEntriesIn(fileSize(idx)), indexEntrySize)
+	} else {
+		index = nil
+	}
+	entry := checkedEntry(l, idx, log, seg.base, size)
+	trusted, _ := trustedEntries(entry, entries, keptSeq-seg.base, punched)
+	startSeq, startOff := seg.base, int64(fileHeaderSize)
+	seg.partialIndex, seg.indexedEnd = true, seg.base
+	if trusted >= 0 {
+		startSeq = seg.base + uint64(trusted)
+		startOff, _ = entry(trusted)
+		seg.indexedEnd = startSeq + 1
+	} else if punched {
+		startSeq, startOff = keptSeq, keptOff
 	}
 	// The newest timestamp: the time index's running maximum up to the
 	// trusted records, then the records scanned after them.
@@ -895,23 +924,17 @@ func (l *Log) scanTail(seg *segment, log file, size int64) error {
 		}
 		tidx.Close()
 	}
-	sc := newScanner(log, startOff, startSeq, size)
-	for sc.Next() {
-		_, h, _ := sc.Record()
-		maxTime = max(maxTime, h.ts)
-	}
-	extent, end := sc.Offset(), sc.seq
-	if extent < size {
-		// Damage written whole (see recoverTailFiles) is in the log, for
-		// Verify to report; a torn write is not.
-		if n := wholeFrames(log, extent, size); n > 0 {
-			extent, end = size, end+n
-		}
+	// Damage is left in the log, for readers to skip and Verify to
+	// report; bytes after the records that do not check out are a torn
+	// write or one in progress, which Open would cut.
+	extent, end, err := l.scanTail(log, index, seg.base, seg.base+uint64(entries), startOff, startSeq, size,
+		func(_ int64, h recordHeader) { maxTime = max(maxTime, h.ts) },
+		func(int64, uint64, uint64, bool) {})
+	if err != nil {
+		return fmt.Errorf("diskqueue: open: scan %s: %w", seg.path(logSuffix), err)
 	}
 	seg.setExtent(extent, end)
 	seg.maxTime.Store(maxTime)
-	// Bytes past sc.Offset() that do not check out are a torn write or one
-	// in progress; Verify reports them, and Open would cut them.
 	if n := fileSize(idx); n >= fileHeaderSize {
 		seg.indexBytes.Store(indexBytesFor(writtenEntries(idx, indexEntriesIn(n), indexEntrySize)))
 	}
