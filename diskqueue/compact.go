@@ -301,6 +301,8 @@ func (l *Log) rewriteSegment(ctx context.Context, seg *segment, old *segFiles, k
 		}
 	}
 
+	// The scanner's strict policy (no resync): a segment with damage is
+	// left as it is, for Verify to report, not rewritten without it.
 	sc := newScanner(old.log, fileHeaderSize, seg.base, limit)
 	sc.win.chunk = compactBufferBytes
 	if old.compacted {

@@ -61,8 +61,8 @@
 //   - Integrity: every record carries a CRC-32C. A record that fails it is
 //     never returned as data: Read skips it, copies its bytes to a .bad file,
 //     logs a warning and counts it in [Stats]; the records around it stay
-//     readable, found through the sequence index when the damage hides
-//     where the next one starts.
+//     readable: the next one is found where the damaged frame's length
+//     says, else through the sequence index, else by searching the bytes.
 //   - Compaction: [Log.Compact] keeps a sealed segment's seqs and
 //     one-index-read lookups; [Log.ReadAt] of a removed record returns
 //     [ErrCompacted], Scan skips it, and a cursor's Read passes over the
@@ -88,7 +88,14 @@
 // sequence-index entry that points at its record, forward. Zeros after the
 // records are preallocated space; a torn final record (short, or failing
 // its CRC with nothing valid after it) is cut off and saved to a .bad file;
-// damage with valid records after it is kept for readers to skip. Sealed
+// damage with valid records after it is kept for readers to skip. One
+// scanner walks every log (scanner.go): past damage it resumes at the next
+// record that checks out, found the same way readers find it (the damaged
+// frame's length, the sequence index, a search of the bytes), so Open,
+// a read-only view ([OpenReadOnly], [Verify]), an index rebuild and readers
+// agree on where damage ends. A read-only view reads the last segment's
+// tail as Open does, changing nothing: it finds the records after damage
+// in the middle of it, and leaves a torn tail for the next Open to cut. Sealed
 // segments are taken from the directory listing and their files opened and
 // checked on first use, so Open costs about the same for ten million
 // records as for ten thousand. Index files are derived data, rebuilt from

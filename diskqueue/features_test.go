@@ -3,7 +3,6 @@ package diskqueue
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -933,80 +932,6 @@ func TestWritePathFallback(t *testing.T) {
 	}
 }
 
-// TestVerifyTombstones: segments deleted behind a held record leave
-// tombstones, which are not damage.
-func TestVerifyTombstones(t *testing.T) {
-	dir := t.TempDir()
-	q := mustOpen(t, dir, Options{MaxSegmentBytes: 1 << 10})
-	ctx := context.Background()
-	for i := 0; i < 200; i++ {
-		if err := q.Put(ctx, faultBody(i)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i := 0; i < 200; i++ {
-		rec, err := q.Read(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if i > 0 { // seq 0 stays in flight and pins its segment
-			if err := q.Ack(rec.Seq); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if err := q.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if tombs, _ := filepath.Glob(filepath.Join(dir, "*"+ackSuffix)); len(tombs) < 3 {
-		t.Fatalf("acknowledgement files %v: want tombstones behind the pinned segment", tombs)
-	}
-	if rep, err := Verify(dir); err != nil || !rep.OK() {
-		t.Fatalf("Verify of a queue with tombstones: %v %+v", err, rep.Problems)
-	}
-}
-
-// TestVerifyReportsAckDamage: Verify checks each acknowledgement file's
-// header; a damaged one is a problem (its acknowledgements above the cursor
-// would come back), and Open recovers by recreating it.
-func TestVerifyReportsAckDamage(t *testing.T) {
-	dir := t.TempDir()
-	q := mustOpen(t, dir, Options{MaxSegmentBytes: 1 << 10})
-	ctx := context.Background()
-	for i := 0; i < 100; i++ {
-		if err := q.Put(ctx, faultBody(i)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := q.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if rep, err := Verify(dir); err != nil || !rep.OK() {
-		t.Fatalf("Verify of a healthy queue: %v %+v", err, rep.Problems)
-	}
-	ack := filepath.Join(dir, segmentName(0, ackSuffix))
-	b, err := os.ReadFile(ack)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b[0] ^= 0xff
-	if err := os.WriteFile(ack, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	rep, err := Verify(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rep.OK() || rep.Problems[0].File != segmentName(0, ackSuffix) {
-		t.Fatalf("Verify of a damaged acknowledgement file: %+v", rep.Problems)
-	}
-	q = mustOpen(t, dir, Options{MaxSegmentBytes: 1 << 10})
-	defer q.Close()
-	if got := len(readAll(t, q)); got != 100 {
-		t.Fatalf("read %d of 100 after the acknowledgement file was damaged", got)
-	}
-}
-
 // TestEmptyRacesProducers: Put rolls segments itself, so Empty must delete
 // only what came before the segment it rolled to. Producers roll two more
 // segments inside Empty's window here: what they put survives, and the
@@ -1099,48 +1024,6 @@ func TestBlockWhenFullOnlyWhenFull(t *testing.T) {
 	if st := q.Stats(); st.RetriedWrites != 0 {
 		t.Fatalf("%d Puts waited for space although every one fitted (%d of %d bytes used)", st.RetriedWrites, st.DiskBytes, 2000*frame)
 	}
-}
-
-// TestVerifyUnderLiveWrites: Verify of a queue being written reports no
-// problem: what the writer has not published yet is a write in progress.
-// The cursor drops its oldest segments at a 4 MiB budget, so Verify also
-// meets segments deleted under it, and the log stays a few hundred
-// segments however long the 30 runs take (unbounded, a slow machine let it
-// grow past the descriptors a process may hold).
-func TestVerifyUnderLiveWrites(t *testing.T) {
-	dir := t.TempDir()
-	q := mustOpen(t, dir, Options{MaxSegmentBytes: 16 << 10, MaxDiskBytes: 4 << 20})
-	defer q.Close()
-	q.c.SetDropWhenFull(true)
-	ctx := context.Background()
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if err := q.Put(ctx, faultBody(i)); err != nil {
-				t.Error(err)
-				return
-			}
-		}
-	}()
-	for i := 0; i < 30; i++ {
-		rep, err := Verify(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !rep.OK() {
-			t.Fatalf("Verify %d of a healthy queue under live writes: %v", i, rep.Problems)
-		}
-	}
-	close(stop)
-	wg.Wait()
 }
 
 // TestRecordsOverTheOpenersLimit: MaxRecordBytes is not in the files, so a
@@ -1299,65 +1182,6 @@ func (f countingFile) ReadAt(b []byte, off int64) (int, error) {
 	return n, err
 }
 
-// TestResyncOverDamageReadsLittle: after a damaged record, Verify looks
-// for the next good frame at every byte offset. Readers take any record
-// length (a log opened with a smaller MaxRecordBytes than it was written
-// under reads every record), and with that bound resync read and
-// checksummed, at every offset whose bytes looked like a frame, up to the
-// rest of the segment: a damaged 8 KiB body of small big-endian integers
-// made Verify read gigabytes (11 s; a review found it). Here the body is
-// frame headers announcing 2 MiB. Resync bounds a
-// try by the configured limit, so Verify reads about the segment once.
-func TestResyncOverDamageReadsLittle(t *testing.T) {
-	dir := t.TempDir()
-	ctx := context.Background()
-	q := mustOpen(t, dir, Options{})
-	if err := q.Put(ctx, []byte("first")); err != nil {
-		t.Fatal(err)
-	}
-	// Bytes that look like frame headers of the next record: a length of
-	// 2 MiB (within the rest of the segment) and seq 2.
-	var body []byte
-	for len(body) < 8<<10 {
-		body = binary.BigEndian.AppendUint32(body, 2<<20)
-		body = append(body, 0, 0, 0, 0, 0)
-		body = binary.BigEndian.AppendUint64(body, 2)
-		body = binary.BigEndian.AppendUint64(body, 0)
-	}
-	if err := q.Put(ctx, body); err != nil {
-		t.Fatal(err)
-	}
-	for range 8 {
-		if err := q.Put(ctx, bytes.Repeat([]byte("f"), 1<<20-64)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := q.Close(); err != nil {
-		t.Fatal(err)
-	}
-	logs, err := filepath.Glob(filepath.Join(dir, "*"+logSuffix))
-	if err != nil || len(logs) != 1 {
-		t.Fatalf("logs %v, %v", logs, err)
-	}
-	b, err := os.ReadFile(logs[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	i := bytes.Index(b, body[:64])
-	b[i+len(body)-1] ^= 0xff
-	if err := os.WriteFile(logs[0], b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var read atomic.Int64
-	rep, err := verify(dir, Options{FS: countingFS{vfs.OS, &read}})
-	if err != nil || len(rep.Problems) == 0 {
-		t.Fatalf("Verify: %v, problems %v; want the damage reported", err, rep.Problems)
-	}
-	if r := read.Load(); r > 4*int64(len(b)) {
-		t.Fatalf("Verify read %d bytes of a %d-byte log", r, len(b))
-	}
-}
-
 // TestLookupsAfterClose: ReadAt, Scan, SeekTime, Position and
 // Unacknowledged after Close return ErrClosed. They returned ErrNotFound
 // ("segment 0 was deleted"), as if the records had been consumed (a user
@@ -1395,73 +1219,6 @@ func TestLookupsAfterClose(t *testing.T) {
 			if !errors.Is(err, ErrClosed) {
 				t.Errorf("readOnly %v: Unacknowledged after Close: %v", readOnly, err)
 			}
-		}
-	}
-}
-
-// TestResyncFindsALargeRecordAfterDamage: a log written with
-// MaxRecordBytes 4 MiB and opened with the default limit (a tool), a
-// record's length field damaged and the segment's index gone: the rebuild
-// resyncs past the damage, and the 2 MiB record after it must be found,
-// not taken into the damage (and so lost when the rebuilt index is
-// written), and Verify must report only the damaged record. resync's
-// bound, taken from the options of the open, passed over it (a review
-// found it).
-func TestResyncFindsALargeRecordAfterDamage(t *testing.T) {
-	ctx := context.Background()
-	for _, rebuild := range []bool{true, false} {
-		dir := t.TempDir()
-		q := mustOpen(t, dir, Options{MaxRecordBytes: 4 << 20, MaxSegmentBytes: 3 << 20})
-		big := bytes.Repeat([]byte("B"), 2<<20)
-		for _, b := range [][]byte{[]byte("first"), []byte("second-damaged"), big, []byte("fourth"), bytes.Repeat([]byte("R"), 2<<20), []byte("last")} {
-			if err := q.Put(ctx, b); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := q.Close(); err != nil {
-			t.Fatal(err)
-		}
-		logs, _ := filepath.Glob(filepath.Join(dir, "*"+logSuffix))
-		if len(logs) < 2 {
-			t.Fatalf("want 2 segments or more, have %v", logs)
-		}
-		b, err := os.ReadFile(logs[0])
-		if err != nil {
-			t.Fatal(err)
-		}
-		h := bytes.Index(b, []byte("second-damaged")) - recordHeaderSize
-		if binary.BigEndian.Uint64(b[h+9:h+17]) != 1 {
-			t.Fatal("record 1's header not found")
-		}
-		binary.BigEndian.PutUint32(b[h:h+4], 0xfffffff0) // its length
-		if err := os.WriteFile(logs[0], b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if !rebuild {
-			rep, err := Verify(dir)
-			if err != nil || len(rep.Problems) != 1 || rep.Problems[0].End > int64(h)+100 {
-				t.Fatalf("Verify: %v, %+v; want one problem, record 1 alone", err, rep.Problems)
-			}
-			continue
-		}
-		if err := os.Remove(logs[0][:len(logs[0])-len(logSuffix)] + indexSuffix); err != nil {
-			t.Fatal(err)
-		}
-		q = mustOpen(t, dir, Options{})
-		var got []uint64
-		done, cancel := context.WithCancel(ctx)
-		cancel()
-		for {
-			rec, err := q.Read(done)
-			if err != nil {
-				break
-			}
-			got = append(got, rec.Seq)
-			q.Ack(rec.Seq)
-		}
-		q.Close()
-		if fmt.Sprint(got) != "[0 2 3 4 5]" {
-			t.Fatalf("read %v, want [0 2 3 4 5]: the 2 MiB record 2 lost", got)
 		}
 	}
 }

@@ -215,33 +215,27 @@ func (b *indexBuilder) finish(size int64, base, end uint64) {
 func (l *Log) rebuildIndexes(seg *segment, log file, compacted bool) error {
 	end, size := seg.endNow(), seg.sizeNow()
 	b := indexBuilder{lastTimeSeq: maxSeq}
-	newScan := func(off int64, seq uint64) *scanner {
-		sc := newScanner(log, off, seq, size)
-		if compacted {
-			sc.allowGaps(end)
-		}
-		return sc
+	sc := newScanner(log, fileHeaderSize, seg.base, size)
+	if compacted {
+		sc.allowGaps(end)
 	}
-	sc := newScan(fileHeaderSize, seg.base)
-	for {
-		for next := sc.seq; sc.Next(); next = sc.seq {
-			off, h, _ := sc.Record()
-			b.removed(h.seq - next)
-			b.add(off, h)
+	// The index is what is rebuilt: the resync searches the log.
+	sc.resync = &resyncPolicy{before: end, maxBody: resyncMaxBody(l.opts.MaxRecordBytes)}
+	cleanEnd := true // the scan ended at the log's end, not at damage
+	for next := sc.seq; sc.Next(); next = sc.seq {
+		if d, ok := sc.Damage(); ok {
+			if d.next > d.first { // (damage past the segment's end holds none of its seqs)
+				b.damaged(d.from, d.next-d.first)
+			}
+			cleanEnd = d.resumed
+			continue
 		}
-		if sc.Err() == nil || sc.seq >= end {
-			break
-		}
-		if !isDamage(sc.Err()) {
-			return fmt.Errorf("diskqueue: open: rebuild index of %s: %w", seg.path(logSuffix), sc.Err())
-		}
-		off, seq, ok := resync(&sc.win, sc.off, size, sc.seq, end, resyncMaxBody(l.opts.MaxRecordBytes))
-		if !ok {
-			b.damaged(sc.off, end-sc.seq)
-			break
-		}
-		b.damaged(sc.off, seq-sc.seq)
-		sc = newScan(off, seq)
+		off, h, _ := sc.Record()
+		b.removed(h.seq - next)
+		b.add(off, h)
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("diskqueue: open: rebuild index of %s: %w", seg.path(logSuffix), err)
 	}
 	if n := uint64(len(b.idx) / indexEntrySize); n != end-seg.base {
 		// The log holds more records than its neighbour's base allows, or
@@ -252,7 +246,7 @@ func (l *Log) rebuildIndexes(seg *segment, log file, compacted bool) error {
 		case len(b.idx) > want:
 			b.idx = b.idx[:want]
 			b.pending = min(b.pending, want/indexEntrySize)
-		case compacted && sc.Err() == nil:
+		case compacted && cleanEnd:
 			b.removed((end - seg.base) - n)
 		default:
 			b.damaged(size, (end-seg.base)-n)

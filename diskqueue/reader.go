@@ -681,23 +681,37 @@ func (l *Log) readAtSlow(seg *segment, f *segFiles, seq uint64, limit int64, cau
 	r := &reader{l: l, seg: seg, files: f, off: fileHeaderSize, seq: seg.base}
 	r.win.reset(f.log)
 	r.win.m, _ = f.maps(l, seg)
-	for r.off < limit {
-		rec, n, err := r.decodeAt(r.off, limit)
-		if err != nil {
-			break
+	sc := newScanner(f.log, fileHeaderSize, seg.base, limit)
+	if f.compacted {
+		sc.allowGaps(seg.endNow())
+	}
+	sc.resync = &resyncPolicy{before: max(seg.endNow(), seq+1), maxBody: resyncMaxBody(l.opts.MaxRecordBytes)}
+	clean := true // no damage hides seq
+	for sc.Next() {
+		if d, ok := sc.Damage(); ok {
+			if !d.resumed || seq < d.next {
+				clean = false
+				break
+			}
+			continue
 		}
-		if rec.Seq > seq {
+		off, h, _ := sc.Record()
+		if h.seq > seq {
 			// Only a compacted log skips seqs.
 			return Record{}, fmt.Errorf("%w: seq %d", ErrCompacted, seq)
 		}
-		if rec.Seq == seq {
+		if h.seq == seq {
+			r.off, r.seq = off, seq
+			rec, _, err := r.decodeAt(off, limit)
+			if err != nil {
+				clean = false
+				break
+			}
 			l.logger.Warn("diskqueue: index disagrees with log; found the record by scanning the segment (Verify reports the entry)", "segment", seg.base, "seq", seq, "err", cause)
 			return rec, nil
 		}
-		r.off += int64(n)
-		r.seq = rec.Seq + 1
 	}
-	if f.compacted && r.off >= limit {
+	if f.compacted && clean && sc.Err() == nil {
 		return Record{}, fmt.Errorf("%w: seq %d", ErrCompacted, seq)
 	}
 	return Record{}, fmt.Errorf("%w: segment %s: seq %d: %v", ErrCorrupt, segmentName(seg.base, logSuffix), seq, cause)

@@ -201,13 +201,6 @@ func (l *Log) verifySegment(seg *segment, rep *Report) {
 			rep.Problems = append(rep.Problems, Problem{File: indexName, Offset: indexEntryAt(i), Seq: seq, Err: err})
 		}
 	}
-	newScan := func(off int64, seq uint64) *scanner {
-		sc := newScanner(f.log, off, seq, size)
-		if f.compacted {
-			sc.allowGaps(end)
-		}
-		return sc
-	}
 	start, startSeq := int64(fileHeaderSize), seg.base
 	if off, seq, punched, found := l.punchedPrefix(f.log, seg.base, size); punched && !f.compacted {
 		// Acknowledged records freed in place (punch.go): none of their
@@ -217,40 +210,37 @@ func (l *Log) verifySegment(seg *segment, rep *Report) {
 			start, startSeq = off, seq
 		}
 	}
-	sc := newScan(start, startSeq)
-	for {
-		for next := sc.seq; sc.Next(); next = sc.seq {
-			off, h, _ := sc.Record()
-			rep.Records++
-			for s := next; s < h.seq; s++ {
-				checkEntry(s, off, true)
-			}
-			checkEntry(h.seq, off, false)
-		}
-		if sc.Err() == nil {
-			if f.compacted {
-				for s := sc.seq; s < end; s++ {
-					checkEntry(s, size, true) // removed after the last record kept
-				}
-				rep.Removed += compactedCount(index, int64(end-seg.base))
-			}
-			break
-		}
-		p := Problem{File: logName, Offset: sc.Offset(), Seq: sc.seq, Err: sc.Err()}
-		off, seq, ok := resync(&sc.win, sc.Offset(), size, sc.seq, end, resyncMaxBody(l.opts.MaxRecordBytes))
-		if errors.Is(p.Err, ErrCorrupt) || errors.Is(p.Err, errShortFrame) {
-			p.End = size // nothing after the damage checks out
-			if ok {
-				p.End = off
-			}
-		}
-		rep.Problems = append(rep.Problems, p)
-		if !ok {
-			break
-		}
-		sc = newScan(off, seq)
+	sc := newScanner(f.log, start, startSeq, size)
+	if f.compacted {
+		sc.allowGaps(end)
 	}
-	if seg.sealed.Load() && sc.seq != end && sc.Err() == nil && !f.compacted {
+	// The index is what is checked: the resync searches the log.
+	sc.resync = &resyncPolicy{before: end, maxBody: resyncMaxBody(l.opts.MaxRecordBytes)}
+	cleanEnd := true
+	for next := sc.seq; sc.Next(); next = sc.seq {
+		if d, ok := sc.Damage(); ok {
+			rep.Problems = append(rep.Problems, Problem{File: logName, Offset: d.from, Seq: d.first, Err: d.cause, End: d.to})
+			cleanEnd = d.resumed
+			continue
+		}
+		off, h, _ := sc.Record()
+		rep.Records++
+		for s := next; s < h.seq; s++ {
+			checkEntry(s, off, true)
+		}
+		checkEntry(h.seq, off, false)
+	}
+	if err := sc.Err(); err != nil {
+		rep.Problems = append(rep.Problems, Problem{File: logName, Offset: sc.Offset(), Seq: sc.seq, Err: err})
+		cleanEnd = false
+	}
+	if cleanEnd && f.compacted {
+		for s := sc.seq; s < end; s++ {
+			checkEntry(s, size, true) // removed after the last record kept
+		}
+		rep.Removed += compactedCount(index, int64(end-seg.base))
+	}
+	if seg.sealed.Load() && sc.seq != end && cleanEnd && !f.compacted {
 		rep.Problems = append(rep.Problems, Problem{File: logName, Offset: -1,
 			Err: fmt.Errorf("holds seqs up to %d, but the next segment starts at %d", sc.seq, end)})
 	}
