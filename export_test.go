@@ -41,6 +41,7 @@ func SyncDisk(ctx context.Context, q *Queue) error { return q.disk.Sync(ctx) }
 
 // SyncLog is SyncDisk for a topic's log.
 func SyncLog(ctx context.Context, t *Topic) error { return t.log.Sync(ctx) }
+
 // StoredKeys returns the keys a stored key state file (b, the bytes of
 // dir's KeysDir/state) names, for tests that wait for a store naming a
 // key: such a store came after the key's Put, and so did the fsyncs the
