@@ -1,0 +1,190 @@
+package diskqueue
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+)
+
+// ReadAt returns the record with sequence number seq, whether or not it has
+// been read or acknowledged, without moving any cursor. It costs one read of
+// the sequence index and one read of the log, whatever the queue's size:
+// the segment is found by binary search over the segment bases held in
+// memory, and the index entry sits at a computed offset. A compacted
+// segment costs the same.
+//
+// It returns [ErrNotFound] for a seq never written or no longer retained,
+// [ErrCompacted] for one whose record [Log.Compact] removed, and
+// [ErrCorrupt] if the record's bytes fail their checks. A ReadAt racing a
+// compaction of the record's segment returns the record, or ErrCompacted if
+// the compaction removed it.
+func (l *Log) ReadAt(seq uint64) (Record, error) {
+	if l.isClosed.Load() {
+		// Close released the files: a lookup would find every segment
+		// gone and say ErrNotFound, as if its records had been consumed.
+		return Record{}, ErrClosed
+	}
+	seg, err := l.segmentFor(seq)
+	if err != nil {
+		return Record{}, err
+	}
+	f, err := l.acquireFiles(seg)
+	if err != nil {
+		return Record{}, err
+	}
+	defer f.release()
+	if seg.punchedBelow(seq) {
+		return Record{}, notKept(seg, seq)
+	}
+	limit, end := seg.bounds()
+	if f.size > 0 {
+		limit = f.size
+	}
+	if f.index == nil || (seg.partialIndex && seq >= seg.indexedEnd) {
+		return l.readAtSlow(seg, f, seq, limit, errors.New("no index entry to trust"))
+	}
+	if seg.partialIndex {
+		end = min(end, seg.indexedEnd)
+	}
+	count := 1
+	if seq+1 < end {
+		count = 2 // the next entry bounds the frame, so one read fetches it whole
+	}
+	var entries [2]uint32
+	offs := entries[:count]
+	// Once per ReadAt: each call counts toward mapping a reopened
+	// generation (mapAfterLookups).
+	logMap, indexMap := f.mapsForLookup(l, seg)
+	if err := l.readIndexEntries(seg, f, indexMap, seq, offs); err != nil {
+		return Record{}, err
+	}
+	off, removed := indexOffset(offs[0], f.compacted)
+	stop, nextRemoved := limit, false
+	if count == 2 {
+		stop, nextRemoved = indexOffset(offs[1], f.compacted)
+	}
+	if removed {
+		// A removed entry points where the next record kept starts, as
+		// the next entry does (or at the end): a check of the index
+		// against itself, since it has no checksum; the log decides when
+		// it fails.
+		if stop == off && (count == 2 || !nextRemoved) {
+			return Record{}, fmt.Errorf("%w: seq %d", ErrCompacted, seq)
+		}
+		return l.readAtSlow(seg, f, seq, limit, fmt.Errorf("index entry of a removed record points at %d, the next at %d", off, stop))
+	}
+	if off < fileHeaderSize || stop <= off || stop > limit {
+		return l.readAtSlow(seg, f, seq, limit, fmt.Errorf("index entry %d is out of range", off))
+	}
+	buf := make([]byte, stop-off)
+	if err := f.readLog(seg, logMap, buf, off); err != nil {
+		return Record{}, err
+	}
+	h, body, _, err := decodeRecord(buf, maxReadBody)
+	if err == nil && h.seq == seq {
+		return makeRecord(h, body, nil) // buf is this call's own: no second copy
+	}
+	if err == nil {
+		err = fmt.Errorf("record at the indexed offset has seq %d", h.seq)
+	}
+	return l.readAtSlow(seg, f, seq, limit, err)
+}
+
+// readLog fills b with the log bytes of generation f (held by the caller)
+// at off: a copy out of m, f's log mapping, or a pread where there is
+// none or touching it faults. Bytes past the end of the file read as zeros
+// (the frame's checks then fail), as from pread.
+func (f *segFiles) readLog(seg *segment, m, b []byte, off int64) error {
+	if copyMapped(b, m, off) {
+		return nil
+	}
+	if _, err := f.log.ReadAt(b, off); err != nil && err != io.EOF {
+		return readError(seg, off, err)
+	}
+	return nil
+}
+
+// readAtSlow is ReadAt when the index disagrees with the log: the log wins.
+// It walks the segment (generation f, held by the caller) from the start.
+// (Open repairs the last segment's index; a sealed segment's index is
+// rebuilt only when its size or header is wrong, so an entry scribbled over
+// in place keeps costing a scan, and Verify reports it.)
+func (l *Log) readAtSlow(seg *segment, f *segFiles, seq uint64, limit int64, cause error) (Record, error) {
+	r := &reader{l: l, seg: seg, files: f, off: fileHeaderSize, seq: seg.base}
+	r.win.reset(f.log)
+	r.win.m, _ = f.maps(l, seg)
+	for r.off < limit {
+		rec, n, err := r.decodeAt(r.off, limit)
+		if err != nil {
+			break
+		}
+		if rec.Seq > seq {
+			// Only a compacted log skips seqs.
+			return Record{}, fmt.Errorf("%w: seq %d", ErrCompacted, seq)
+		}
+		if rec.Seq == seq {
+			l.logger.Warn("diskqueue: index disagrees with log; found the record by scanning the segment (Verify reports the entry)", "segment", seg.base, "seq", seq, "err", cause)
+			return rec, nil
+		}
+		r.off += int64(n)
+		r.seq = rec.Seq + 1
+	}
+	if f.compacted && r.off >= limit {
+		return Record{}, fmt.Errorf("%w: seq %d", ErrCompacted, seq)
+	}
+	return Record{}, fmt.Errorf("%w: segment %s: seq %d: %v", ErrCorrupt, segmentName(seg.base, logSuffix), seq, cause)
+}
+
+// Scan returns an iterator over the records with from <= seq < to, in
+// order, without moving any cursor; it suits replay from retained segments.
+// Pass [math.MaxUint64] as to for "up to the newest record". Records that
+// fail their checks are yielded as an error wrapping [ErrCorrupt] and the
+// scan goes on; a from older than the first retained record yields
+// [ErrNotFound] and stops. Records [Log.Compact] removed are skipped, as if
+// never put (their seqs are missing from the sequence); a Scan racing a
+// compaction yields each record of the segment once, from the old files or
+// the new, and skips only records the compaction removed.
+func (l *Log) Scan(from, to uint64) iter.Seq2[Record, error] {
+	return func(yield func(Record, error) bool) {
+		if l.isClosed.Load() {
+			yield(Record{}, ErrClosed) // as ReadAt
+			return
+		}
+		if _, err := l.segmentFor(from); err != nil && errors.Is(err, ErrNotFound) && from < l.firstSeq() {
+			yield(Record{}, err)
+			return
+		}
+		if seg, err := l.segmentFor(from); err == nil {
+			if f, err := l.acquireFiles(seg); err == nil {
+				f.release()
+				if seg.punchedBelow(from) {
+					yield(Record{}, notKept(seg, from))
+					return
+				}
+			}
+		}
+		r := &reader{l: l, seq: from}
+		defer r.forget(0)
+		for r.seq < to {
+			rec, err := r.next()
+			if err == errNoData {
+				return
+			}
+			if err != nil {
+				var d *damageError
+				if !errors.As(err, &d) {
+					yield(Record{}, err)
+					return
+				}
+				if !yield(Record{Seq: d.first}, fmt.Errorf("%w: %v", ErrCorrupt, d)) {
+					return
+				}
+				continue
+			}
+			if rec.Seq >= to || !yield(rec, nil) {
+				return
+			}
+		}
+	}
+}
