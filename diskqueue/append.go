@@ -785,7 +785,7 @@ func (l *Log) seal(t *tail) error {
 	// on it is final.
 	t.seg.maxTime.Store(t.maxTime)
 	t.seg.writing.Store(false)
-	l.cacheOpen(t.seg) // its read handles are open: the cache bounds them from now on
+	l.openSegs.add(t.seg) // its read handles are open: the cache bounds them from now on
 	return err
 }
 

@@ -109,10 +109,8 @@ type Log struct {
 	written broadcast.Broadcast // new records are readable
 	freed   broadcast.Broadcast // disk space was freed
 
-	// segMu guards segs. Rotation (under mu) appends to it; the writer
-	// goroutine removes from it.
-	segMu sync.RWMutex
-	segs  []*segment // sorted by base; the last one is being written
+	// segSet is the segment list, l.segs under l.segMu (segset.go).
+	segSet
 	// openSegs are the sealed segments whose read handles may be open,
 	// kept to a bound (segment.go).
 	openSegs segCache
@@ -230,6 +228,7 @@ func newLog(dir string, o Options) *Log {
 		prepCh:      make(chan struct{}, 1),
 		prepDone:    make(chan struct{}),
 		compactCh:   make(chan struct{}, 1),
+		openSegs:    segCache{bound: o.openSealedForTesting},
 
 		holdPressure: make(chan struct{}, 1),
 	}
@@ -864,23 +863,9 @@ func (l *Log) stats(c *Cursor) Stats {
 	}
 	p := l.syncLatency.Percentiles(0.5, 0.99)
 	st.SyncP50, st.SyncP99 = p[0], p[1]
-	l.segMu.RLock()
 	// Segments deleted as acknowledged behind an older one are not on disk.
-	first := true
-	for _, s := range l.segs {
-		if s.gone.Load() {
-			continue
-		}
-		st.Segments++
-		if first {
-			st.FirstSeq, first = max(s.base, s.keptFrom.Load()), false
-		}
-	}
-	if len(l.segs) > 0 {
-		last := l.segs[len(l.segs)-1]
-		st.WritePos = Position{Segment: last.base, Offset: last.sizeNow()}
-	}
-	l.segMu.RUnlock()
+	sum := l.summary()
+	st.Segments, st.FirstSeq, st.WritePos = sum.onDisk, sum.firstSeq, sum.writePos
 	st.ReadPos = st.WritePos
 	if c != nil {
 		st.ReadPos = c.floorPosition(st.WritePos)

@@ -3,8 +3,8 @@ package diskqueue
 import (
 	"errors"
 	"fmt"
-	"io"
 	"iter"
+	"sort"
 )
 
 // ReadAt returns the record with sequence number seq, whether or not it has
@@ -91,20 +91,6 @@ func (l *Log) ReadAt(seq uint64) (Record, error) {
 	return l.readAtSlow(seg, f, seq, limit, err)
 }
 
-// readLog fills b with the log bytes of generation f (held by the caller)
-// at off: a copy out of m, f's log mapping, or a pread where there is
-// none or touching it faults. Bytes past the end of the file read as zeros
-// (the frame's checks then fail), as from pread.
-func (f *segFiles) readLog(seg *segment, m, b []byte, off int64) error {
-	if copyMapped(b, m, off) {
-		return nil
-	}
-	if _, err := f.log.ReadAt(b, off); err != nil && err != io.EOF {
-		return readError(seg, off, err)
-	}
-	return nil
-}
-
 // readAtSlow is ReadAt when the index disagrees with the log: the log wins.
 // It walks the segment (generation f, held by the caller) from the start.
 // (Open repairs the last segment's index; a sealed segment's index is
@@ -187,4 +173,89 @@ func (l *Log) Scan(from, to uint64) iter.Seq2[Record, error] {
 			}
 		}
 	}
+}
+
+// locate finds where seq starts: its segment, that segment's current
+// generation of files (held: the caller releases it) and the offset there.
+// A seq older than the oldest segment (its records were acknowledged and
+// deleted) moves to the oldest record kept. A seq compaction removed
+// starts where the next record kept does, which a reader tells by its seq.
+func (l *Log) locate(seq uint64) (*segment, *segFiles, int64, uint64, error) {
+	l.segMu.RLock()
+	segs := l.segs
+	l.segMu.RUnlock()
+	if len(segs) == 0 {
+		return nil, nil, 0, 0, ErrClosed
+	}
+	i := sort.Search(len(segs), func(i int) bool { return segs[i].base > seq }) - 1
+	if i < 0 {
+		i, seq = 0, segs[0].base
+	}
+	for i+1 < len(segs) && segs[i].gone.Load() {
+		i++
+		seq = max(seq, segs[i].base)
+	}
+	at := func(seg *segment, off func(*segFiles) (int64, error), seq uint64) (*segment, *segFiles, int64, uint64, error) {
+		f, err := l.acquireFiles(seg)
+		if err != nil {
+			return nil, nil, 0, 0, err
+		}
+		if k := seg.keptFrom.Load(); seq < k {
+			// Freed in place (punch.go): start at the first record kept,
+			// or past the segment; the reader passes the seqs between.
+			off = func(f *segFiles) (int64, error) {
+				if k >= seg.endNow() {
+					return seg.limit(f), nil
+				}
+				offs, err := l.indexEntries(seg, f, k, 1)
+				off, _ := indexOffset(offs[0], f.compacted)
+				return off, err
+			}
+		}
+		o, err := off(f)
+		if err != nil {
+			f.release()
+			return nil, nil, 0, 0, err
+		}
+		return seg, f, o, seq, nil
+	}
+	start := func(*segFiles) (int64, error) { return fileHeaderSize, nil }
+	if i < len(segs) && segs[i].base == seq && segs[i].endNow() > seq {
+		return at(segs[i], start, seq)
+	}
+	seg := segs[i]
+	sealed := seg.sealed.Load()
+	size, end := seg.bounds()
+	if seq >= end {
+		if sealed && i+1 < len(segs) {
+			return at(segs[i+1], start, segs[i+1].base)
+		}
+		if seq > end {
+			return nil, nil, 0, 0, fmt.Errorf("%w: seq %d is past the end %d", ErrNotFound, seq, end)
+		}
+		return at(seg, func(f *segFiles) (int64, error) {
+			if f.size > 0 {
+				return f.size, nil
+			}
+			return size, nil
+		}, end)
+	}
+	return at(seg, func(f *segFiles) (int64, error) {
+		offs, err := l.indexEntries(seg, f, seq, 1)
+		if err != nil {
+			return 0, err
+		}
+		off, _ := indexOffset(offs[0], f.compacted)
+		return off, nil
+	}, seq)
+}
+
+// position returns where seq starts, for Stats.
+func (l *Log) position(seq uint64) (Position, error) {
+	seg, f, off, _, err := l.locate(seq)
+	if err != nil {
+		return Position{}, err
+	}
+	f.release()
+	return Position{Segment: seg.base, Offset: off}, nil
 }
