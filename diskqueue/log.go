@@ -718,12 +718,7 @@ func (l *Log) closeFiles() {
 	}
 	if t := l.t; t != nil {
 		// Open failed after the active segment was readied.
-		for _, r := range []*region{&t.log, &t.index, &t.timeIdx} {
-			r.release()
-			if r.f != nil {
-				r.f.Close()
-			}
-		}
+		t.close()
 		l.t = nil
 	}
 }
