@@ -3,7 +3,6 @@ package diskqueue
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -11,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -238,59 +236,6 @@ func TestSealedSegmentBeforeTombstonesKeepsItsEnd(t *testing.T) {
 	}
 }
 
-// TestReadPastDeletedSegmentAndTombstones: the reader sits at the end of a
-// sealed segment whose last record it just handed out, with tombstones
-// after it. Acknowledging that record lets the writer delete the segment
-// and the tombstones in one go (removeSegment, which unlike ghostSegment
-// does not mark the segment gone). The next Read finds its segment missing
-// from the list, takes the first one left for its successor, and reports
-// the tombstones' seqs, all acknowledged, as damage ("segments missing"):
-// counted in CorruptRecords and logged as skipped damaged records. A Scan
-// overtaken by a deletion there yields ErrCorrupt for them the same way.
-func TestReadPastDeletedSegmentAndTombstones(t *testing.T) {
-	dir := t.TempDir()
-	var logs lockedBuffer
-	opts := Options{
-		MaxSegmentBytes: threePerSegment,
-		SyncEvery:       1,
-		SyncInterval:    5 * time.Millisecond, // see TestSealedSegmentBeforeTombstonesKeepsItsEnd
-		Logger:          slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	}
-	tombstoneFixture(t, dir, opts)
-	ctx := context.Background()
-	done, cancel := context.WithCancel(ctx)
-	cancel()
-	q, err := Open(dir, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
-	rec, err := q.Read(done)
-	if err != nil || rec.Seq != 2 {
-		t.Fatalf("after a restart Read gave seq %d, %v; want the unacknowledged 2", rec.Seq, err)
-	}
-	if err := q.Ack(2); err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(10 * time.Second); q.Stats().ReadSeq != 12; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the read cursor stays at %d", q.Stats().ReadSeq)
-		}
-	}
-	if err := q.Sync(ctx); err != nil { // segment 0 and the tombstones are deleted
-		t.Fatal(err)
-	}
-	if st := q.Stats(); st.FirstSeq != 9 {
-		t.Fatalf("the oldest segment left is %d, want 9", st.FirstSeq)
-	}
-	if rec, err := q.Read(done); !errors.Is(err, context.Canceled) {
-		t.Errorf("Read after everything was acknowledged: seq %d, %v", rec.Seq, err)
-	}
-	if st := q.Stats(); st.CorruptRecords != 0 {
-		t.Errorf("Read counted %d corrupt records where segments were deleted as acknowledged\nwarnings:\n%s", st.CorruptRecords, logs.String())
-	}
-}
-
 // TestPowerCutLostRecordsAreNotDamage: a power cut may lose records never
 // promised durable, and Open should drop them as it drops a torn tail.
 // But syncNow fsyncs the directory after sealing the segments it took at
@@ -385,177 +330,6 @@ func TestPowerCutLostRecordsAreNotDamage(t *testing.T) {
 					got, st.CorruptRecords, st.BadFiles, scanErrs, listing, logs.String())
 			}
 		})
-	}
-}
-
-// TestFirstReadAfterOpenWhileDeleting: Open starts the reader at the
-// stored read cursor, and loadAcks then moves the floor over the records
-// acknowledged above it (a crash left the cursor behind the bitmaps: here
-// it is set back by hand). Segments the floor passed whole are deleted by
-// the writer's first round, while the first Read may be walking through
-// them from the stale cursor: it then fails with ErrNotFound ("segment 0
-// was deleted"), counted in ReadErrors, instead of going on to the oldest
-// unacknowledged record; and when the deletion caught it after it had
-// entered the segment (reset done, the records not read yet), so does
-// every Read after it, until the queue is reopened (the channel's pump and
-// nsqbridge log a warning and retry every 100ms, for ever). The writer and
-// the reader are held here so the deletion lands inside that Read.
-func TestFirstReadAfterOpenWhileDeleting(t *testing.T) {
-	for _, kind := range memFSKinds() {
-		t.Run(kind.name, func(t *testing.T) {
-			mfs := kind.new(t)
-			ctx := context.Background()
-			done, cancel := context.WithCancel(ctx)
-			cancel()
-			// Records 0..5 in segments 0 and 3; 0..2 acknowledged, kept by
-			// retention so that nothing is deleted before the restart.
-			opts := Options{MaxSegmentBytes: threePerSegment, SyncEvery: 1, RetainBytes: 1 << 20, fsForTesting: mfs}
-			q, err := Open("/q", opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			putFixed(t, q, 6)
-			readAcking(t, q, 4, func(seq uint64) bool { return seq < 3 })
-			if err := q.Close(); err != nil {
-				t.Fatal(err)
-			}
-			// The cursor as a crash may leave it: behind the bitmaps.
-			cur, err := mfs.OpenFile("/q/"+cursorName, os.O_RDWR, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for slot := range 2 {
-				cur.WriteAt(encodeCursorSlot(cursorState{gen: 100, readSeq: 0}), int64(slot)*cursorSlotSize)
-			}
-			cur.Close()
-
-			writerHeld, writerGo := make(chan struct{}), make(chan struct{})
-			readerHeld, readerGo := make(chan struct{}), make(chan struct{})
-			var writerOnce, readerOnce sync.Once
-			opts.RetainBytes = 0
-			opts.crashPointForTesting = func(p string) {
-				if p == "cursor-persist" { // housekeep, before it deletes segment 0
-					writerOnce.Do(func() { close(writerHeld); <-writerGo })
-				}
-			}
-			log0 := "/q/" + segmentName(0, logSuffix)
-			mfs.onRead = func(name string, off int64) {
-				if name == log0 && off == fileHeaderSize { // the reader's first records
-					readerOnce.Do(func() { close(readerHeld); <-readerGo })
-				}
-			}
-			q, err = Open("/q", opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer q.Close()
-			if st := q.Stats(); st.ReadSeq != 3 {
-				t.Fatalf("after Open the floor is %d, want 3", st.ReadSeq)
-			}
-			seg0 := q.segmentAt(0)
-			// Without the bug the writer or the reader may never get where
-			// they are held: never wait for them for ever.
-			releaseWriter, releaseReader := sync.OnceFunc(func() { close(writerGo) }), sync.OnceFunc(func() { close(readerGo) })
-			defer releaseWriter()
-			defer releaseReader()
-			select {
-			case <-writerHeld:
-			case <-time.After(5 * time.Second):
-			}
-			type result struct {
-				rec Record
-				err error
-			}
-			read := make(chan result, 1)
-			go func() {
-				rec, err := q.Read(done)
-				read <- result{rec, err}
-			}()
-			var r result
-			select {
-			case <-readerHeld:
-				releaseWriter()
-				for closed := false; !closed; time.Sleep(time.Millisecond) {
-					seg0.filesMu.Lock()
-					closed = seg0.closed
-					seg0.filesMu.Unlock()
-				}
-				releaseReader()
-				r = <-read
-			case r = <-read:
-			}
-			if r.err == nil && r.rec.Seq == 3 {
-				return
-			}
-			if err := q.Sync(ctx); err != nil { // the deletion is over
-				t.Fatal(err)
-			}
-			rec, err := q.Read(done)
-			t.Errorf("the first Read after Open, while segment 0 was deleted: seq %d, %v; want 3; the next Read: seq %d, %v (read errors counted: %d)", r.rec.Seq, r.err, rec.Seq, err, q.Stats().ReadErrors)
-		})
-	}
-}
-
-// TestReadInDeletedSegmentRedeliversNothing: after a restart the reader
-// starts at the read cursor, and records above it acknowledged before the
-// restart are skipped by their bits. Acknowledging the record at the
-// cursor moves the floor over them, and the writer deletes their segment
-// while the reader is still in it, with the segment's records in its
-// buffer. The next Read decodes the following record from that buffer,
-// finds the segment's acknowledgement file gone (ackFor: not there, so
-// createAckFile makes a new, empty one, for a segment that no longer
-// exists) and hands out a record acknowledged before the restart: a
-// duplicate with no crash in between. TestPowerCutAtEverySync meets it
-// about once in 150 runs.
-func TestReadInDeletedSegmentRedeliversNothing(t *testing.T) {
-	dir := t.TempDir()
-	opts := Options{MaxSegmentBytes: threePerSegment, SyncEvery: 1}
-	ctx := context.Background()
-	done, cancel := context.WithCancel(ctx)
-	cancel()
-	q, err := Open(dir, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range 6 { // segments 0 and 3
-		if err := q.Put(ctx, fixedBody(i)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	readAcking(t, q, 4, func(seq uint64) bool { return seq == 1 || seq == 2 })
-	if err := q.Close(); err != nil { // read cursor 0; 1 and 2 acknowledged
-		t.Fatal(err)
-	}
-
-	q, err = Open(dir, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
-	rec, err := q.Read(done)
-	if err != nil || rec.Seq != 0 {
-		t.Fatalf("after a restart Read gave seq %d, %v; want 0", rec.Seq, err)
-	}
-	if err := q.Ack(0); err != nil { // the floor moves to 3
-		t.Fatal(err)
-	}
-	if err := q.Sync(ctx); err != nil { // segment 0 is deleted
-		t.Fatal(err)
-	}
-	if st := q.Stats(); st.FirstSeq != 3 {
-		t.Fatalf("the oldest segment is %d, want 3 (0 deleted)", st.FirstSeq)
-	}
-	var got []uint64
-	for {
-		rec, err := q.Read(done)
-		if err != nil {
-			break
-		}
-		got = append(got, rec.Seq)
-	}
-	if len(got) != 3 || got[0] != 3 {
-		_, statErr := os.Stat(filepath.Join(dir, segmentName(0, ackSuffix)))
-		t.Errorf("Read after segment 0 was deleted gave seqs %v, want 3, 4, 5 (1 and 2 were acknowledged before the restart); the deleted segment's acknowledgement file: %v", got, statErr)
 	}
 }
 

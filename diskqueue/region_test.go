@@ -188,3 +188,39 @@ func TestAppendFilesMapAllOrNone(t *testing.T) {
 
 // plainFile hides a file's mapper methods.
 type plainFile struct{ file }
+
+// TestWritePathFallback: where segments cannot be mapped the producer's own
+// write(2) keeps the same guarantee, and Stats says which path is in use.
+func TestWritePathFallback(t *testing.T) {
+	dir := t.TempDir()
+	q := mustOpen(t, dir, Options{writePathForTesting: true, MaxSegmentBytes: 4 << 10})
+	ctx := context.Background()
+	if got := q.Stats().WritePath; got != "write" {
+		t.Fatalf("WritePath %q, want write", got)
+	}
+	for i := 0; i < 300; i++ {
+		if err := q.Put(ctx, faultBody(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// What Put returned for is in the kernel: another reader of the files
+	// (a read-only view) sees every record without a Sync or Close.
+	ro, err := OpenReadOnly(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := ro.Stats(); st.WriteSeq != 300 {
+		t.Fatalf("read-only view sees WriteSeq %d, want 300", st.WriteSeq)
+	}
+	ro.Close()
+	got := readAll(t, q)
+	if len(got) != 300 {
+		t.Fatalf("read %d of 300", len(got))
+	}
+	q.Close()
+	q = mustOpen(t, dir, Options{})
+	defer q.Close()
+	if st := q.Stats(); st.Depth != 0 || st.WritePath != "mmap" {
+		t.Fatalf("reopened on the mapped path: %+v", st)
+	}
+}
