@@ -47,7 +47,7 @@ type Log struct {
 	syncAlways bool
 
 	// mu guards the fields below: the producer side. Producers append
-	// under it (append.go).
+	// under it (put.go, append.go).
 	mu       sync.Mutex
 	clock    clock   // record timestamps (clock.go)
 	t        *tail   // the active segment; nil once Close has sealed it
@@ -66,7 +66,7 @@ type Log struct {
 	cursors    []*Cursor
 	cursorList atomic.Pointer[[]*Cursor]
 	// spare is the next segment's files, made ahead by the writer
-	// goroutine (append.go); nil when there is none.
+	// goroutine (segcreate.go); nil when there is none.
 	spare *spare
 
 	wakeCh   chan struct{} // capacity 1: there is work for the writer
@@ -107,7 +107,7 @@ type Log struct {
 	// segSet is the segment list, l.segs under l.segMu (segset.go).
 	segSet
 	// openSegs are the sealed segments whose read handles may be open,
-	// kept to a bound (segment.go).
+	// kept to a bound (segcache.go).
 	openSegs segCache
 
 	// w is the writer goroutine's state.

@@ -20,7 +20,7 @@ const cursorInterval = 100 * time.Millisecond
 const fullRetryInterval = 100 * time.Millisecond
 
 // writer is the state of the writer goroutine. Producers append records
-// themselves (log.go); the writer goroutine does what should not hold them
+// themselves (put.go); the writer goroutine does what should not hold them
 // up: fsyncs by the sync policy (group commit for SyncEvery 1), sealing
 // rotated segments, making the spare segment, storing the read cursor and
 // deleting consumed segments; the preparer goroutine (prepare)
