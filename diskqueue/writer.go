@@ -20,7 +20,7 @@ const cursorInterval = 100 * time.Millisecond
 const fullRetryInterval = 100 * time.Millisecond
 
 // writer is the state of the writer goroutine. Producers append records
-// themselves (log.go); the writer goroutine does what should not hold them
+// themselves (put.go); the writer goroutine does what should not hold them
 // up: fsyncs by the sync policy (group commit for SyncEvery 1), sealing
 // rotated segments, making the spare segment, storing the read cursor and
 // deleting consumed segments; the preparer goroutine (prepare)
@@ -392,4 +392,68 @@ func (l *Log) requestCtx(ctx context.Context, fn func() error) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// waitSynced waits until every record below want is on stable storage, or
+// a sticky error says it never will be. With round set it also waits for
+// a writer round that started after round was read.
+func (l *Log) waitSynced(ctx context.Context, want uint64, round uint64, barrier bool) error {
+	l.syncWaiters.Add(1)
+	defer l.syncWaiters.Add(-1)
+	l.wake()
+	done := func() bool {
+		return l.syncedSeq.Load() >= want && (!barrier || l.roundDone.Load() > round)
+	}
+	for {
+		ch := l.synced.Wait()
+		if done() {
+			return nil
+		}
+		if err := l.failErr.Load(); err != nil {
+			return *err
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for fsync: %w", ctx.Err())
+		case <-l.writerCh:
+			// Closed: the writer's last round has run.
+			if l.syncedSeq.Load() >= want {
+				return nil
+			}
+			if err := l.failErr.Load(); err != nil {
+				return *err
+			}
+			return ErrClosed
+		}
+	}
+}
+
+// wake tells the writer there is work, without blocking.
+func (l *Log) wake() {
+	select {
+	case l.wakeCh <- struct{}{}:
+	default:
+	}
+}
+
+// Sync waits until every record put before the call is on stable storage
+// (with NoSync: in the kernel, where every record a Put returned for
+// already is) and the writer goroutine has done one round of housekeeping:
+// segments acknowledged before the call are deleted when it returns.
+func (l *Log) Sync(ctx context.Context) error {
+	if l.readOnly {
+		return ErrReadOnly
+	}
+	l.mu.Lock()
+	if err := l.acceptingLocked(); err != nil {
+		l.mu.Unlock()
+		return err
+	}
+	want := l.nextSeq.Load()
+	l.mu.Unlock()
+	if err := l.waitSynced(ctx, want, l.roundStarted.Load(), true); err != nil {
+		return fmt.Errorf("diskqueue: sync: %w", err)
+	}
+	return nil
 }

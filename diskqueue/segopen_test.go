@@ -196,59 +196,6 @@ func TestSealedHeaderDamage(t *testing.T) {
 	}
 }
 
-// TestLookupsRaceDeletion: ReadAt and Scan of old records while a consumer
-// acknowledges and retention deletes segments, some never opened before.
-// Every answer is the record put or ErrNotFound; nothing leaks or panics
-// (run with -race).
-func TestLookupsRaceDeletion(t *testing.T) {
-	t.Parallel() // self-contained: its own directories and file systems, no process-wide counts
-	dir := t.TempDir()
-	n := 3000 // in segments of 300 bytes, a deletion every few records
-	if testing.Short() {
-		n = 1000
-	}
-	putFixture(t, dir, n)
-	q, err := Open(dir, Options{MaxSegmentBytes: 300})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
-	check := func(rec Record, err error) {
-		if err != nil {
-			if !errors.Is(err, ErrNotFound) {
-				t.Errorf("lookup: %v", err)
-			}
-			return
-		}
-		if !bytes.Equal(rec.Body, faultBody(int(rec.Seq))) {
-			t.Errorf("seq %d: %q", rec.Seq, rec.Body)
-		}
-	}
-	var wg sync.WaitGroup
-	stop := make(chan struct{})
-	for w := range 2 {
-		wg.Go(func() {
-			for i := w; ; i += 7 {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				check(q.ReadAt(uint64(i % n)))
-				for rec, err := range q.Scan(uint64(i%n), uint64(i%n+3)) {
-					check(rec, err)
-				}
-			}
-		})
-	}
-	got := readAll(t, q)
-	close(stop)
-	wg.Wait()
-	if len(got) != n {
-		t.Fatalf("drained %d, want %d", len(got), n)
-	}
-}
-
 // TestDiskBytesAfterFirstUse: Open counts a sealed segment's index files
 // at their expected sizes without looking; once every segment has been
 // used, Stats.DiskBytes is exactly what the files take, and before that it
