@@ -89,3 +89,9 @@ type Store struct {
 	// last write to the store, to release it.
 	Close func() error
 }
+
+// The disk log and its cursors are the seam's own implementation.
+var (
+	_ Log    = (*diskqueue.Log)(nil)
+	_ Cursor = (*diskqueue.Cursor)(nil)
+)

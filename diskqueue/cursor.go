@@ -95,6 +95,13 @@ type Cursor struct {
 	acks    ownedInt64   // acknowledged since Open
 	dropped atomic.Int64 // given up by the drop-when-full policy since Open
 
+	// back holds the records Unread gave back, in seq order, for the next
+	// Read or ReadBatch to hand out first; backN is its length, for a look
+	// without backMu on the read path (unread.go).
+	backMu sync.Mutex
+	back   []Record
+	backN  atomic.Int32
+
 	// dropWhenFull is the cursor's policy at MaxDiskBytes
 	// (SetDropWhenFull); read by producers on the full path and by the
 	// writer goroutine.
@@ -1306,6 +1313,12 @@ func (c *Cursor) Depth() int64 {
 // record is tried again by the next Read. After [Log.DeleteCursor] Read
 // returns [ErrClosed].
 func (c *Cursor) Read(ctx context.Context) (rec Record, err error) {
+	if c.backN.Load() > 0 {
+		var one [1]Record
+		if c.readBack(one[:]) > 0 {
+			return one[0], nil
+		}
+	}
 	for {
 		seq, ts, body, err := c.tryRead()
 		if err == nil {
@@ -1379,6 +1392,11 @@ func (c *Cursor) prepareAhead() {
 func (c *Cursor) ReadBatch(ctx context.Context, dst []Record) (int, error) {
 	if len(dst) == 0 {
 		return 0, nil
+	}
+	if c.backN.Load() > 0 {
+		if n := c.readBack(dst); n > 0 {
+			return n, nil
+		}
 	}
 	for {
 		n, err := c.tryReadBatch(dst)
