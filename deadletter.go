@@ -41,7 +41,7 @@ const redriveBatch = 256
 // different Seq), never loses it.
 type DeadLetters struct {
 	q     *diskqueue.Queue
-	store *diskTimers // q, with Put and out-of-order Ack
+	store *deadStore // q, with Put durable on return and out-of-order Ack
 	// maxRecord is q's record limit: a long error text is cut to fit.
 	maxRecord int
 	// putBack is the channel's PutBack, set once the channel is made.
@@ -57,7 +57,7 @@ type DeadLetters struct {
 // deadOptions derives the dead-letter store's options from the log's (o,
 // whose MaxRecordBytes is already a record's limit): a timer store's, with
 // room for a letter's header and error text beside the body, and no
-// minimum. Its Put syncs (diskTimers with syncEach), so the store needs no
+// minimum. Its Put syncs (deadStore), so the store needs no
 // sync policy of its own.
 func deadOptions(o diskqueue.Options) diskqueue.Options {
 	d := timerOptions(o)
@@ -78,7 +78,7 @@ func openDeadLetters(dir string, logOpts diskqueue.Options) (*DeadLetters, error
 	if err != nil {
 		return nil, fmt.Errorf("spillq: dead-letter store: %w", err)
 	}
-	return &DeadLetters{q: q, store: newDiskTimers(q, true).(*diskTimers), maxRecord: o.MaxRecordBytes}, nil
+	return &DeadLetters{q: q, store: newDeadStore(q), maxRecord: o.MaxRecordBytes}, nil
 }
 
 // Add stores m as a dead letter, with reason; it returns once the letter

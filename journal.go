@@ -55,12 +55,12 @@ func openDeliveries(dir string, topts diskqueue.Options, maxAttempts uint16) (*d
 	return jq, nil
 }
 
-// deliveries is jq as the channel's journal, nil for none.
-func deliveries(jq *diskqueue.Queue) channel.TimerStore {
+// deliveries is jq as the channel's journal, the zero Store for none.
+func deliveries(jq *diskqueue.Queue) channel.Store {
 	if jq == nil {
-		return nil
+		return channel.Store{}
 	}
-	return newDiskTimers(jq, false)
+	return DiskBackend(jq)
 }
 
 // closeQueue closes q if there is one.
@@ -69,10 +69,3 @@ func closeQueue(q *diskqueue.Queue) {
 		q.Close()
 	}
 }
-
-// Acknowledged makes a diskBackend, a cursorSource and a diskTimers
-// channel.AckReporters: at New the channel drops the delivery journal's
-// entries of records finished before a crash.
-func (d diskBackend) Acknowledged(seq uint64) bool   { return d.q.Acknowledged(seq) }
-func (s *cursorSource) Acknowledged(seq uint64) bool { return s.c.Acknowledged(seq) }
-func (t *diskTimers) Acknowledged(seq uint64) bool   { return t.q.Acknowledged(seq) }

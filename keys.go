@@ -506,12 +506,12 @@ func (k *keeper) close() error {
 	return nil
 }
 
-// queueBackend is a queue's disk backend: the channel's Close closes it
+// queueCloser is the Close of a queue's Backend: the channel's Close calls it
 // after storing what it held, so the keeper (if any) stores the key state
 // last, before the disk queue closes, and the queue's own methods learn
 // it closed (closed).
-type queueBackend struct {
-	diskBackend
+type queueCloser struct {
+	q      *diskqueue.Queue
 	keep   *keeper // nil without key state or compaction
 	closed atomic.Bool
 	// dead is the dead-letter store (nil: Options.DiscardDeadLetters),
@@ -519,7 +519,7 @@ type queueBackend struct {
 	dead *DeadLetters
 }
 
-func (b *queueBackend) Close() error {
+func (b *queueCloser) Close() error {
 	b.closed.Store(true)
 	var err error
 	if b.keep != nil {
@@ -528,5 +528,5 @@ func (b *queueBackend) Close() error {
 	if b.dead != nil {
 		err = errors.Join(err, b.dead.close())
 	}
-	return errors.Join(err, b.diskBackend.Close())
+	return errors.Join(err, b.q.Close())
 }

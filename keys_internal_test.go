@@ -121,7 +121,7 @@ func TestTimerPutWhoseFsyncWaitEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer q.Close()
-	ts := newDiskTimers(q, true)
+	ts := newDeadStore(q)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // ended before the fsync is done, as if during it
 	seq, err := ts.Put(ctx, []byte("deferred"))

@@ -157,7 +157,7 @@ type Queue struct {
 	dead   *DeadLetters // nil with Options.DiscardDeadLetters
 	comp   *compactor   // nil when compaction removes nothing
 	// backend is closed by the channel's Close.
-	backend *queueBackend
+	backend *queueCloser
 }
 
 // Open opens (or creates) the queue in dir and delivers again whatever was
@@ -165,7 +165,7 @@ type Queue struct {
 //
 // Deferred messages (put or requeued with a delay) are kept apart, in a
 // second disk queue in dir's [TimersDir] subdirectory, so none holds a
-// segment of the main log (see [channel.TimerStore]). Open reads that
+// segment of the main log (see channel.Options.Timers). Open reads that
 // store through, in the background, to find when each is due: a cost of
 // the number deferred, never of the backlog. A queue written before the
 // timer store existed opens as it is; its deferred messages move to the
@@ -236,7 +236,7 @@ func Open(dir string, opts Options) (*Queue, error) {
 		dq.Close()
 		return nil, err
 	}
-	backend := &queueBackend{diskBackend: diskBackend{dq}, dead: dead}
+	backend := &queueCloser{q: dq, dead: dead}
 	var keyState *channel.KeyState
 	logger := orDiscard(dopts.Logger)
 	saveKeys := keepsKeyState(opts.Keys)
@@ -254,8 +254,9 @@ func Open(dir string, opts Options) (*Queue, error) {
 		keep = &keeper{dir: dir, modes: modesOf(dopts), logger: logger, comp: comp}
 		backend.keep = keep
 	}
-	chOpts.Backend, chOpts.KeyState = backend, keyState
-	chOpts.Timers = newDiskTimers(tq, dopts.SyncEvery == 1)
+	chOpts.Backend = channel.Store{Log: dq.Log, Cursor: dq.OwnCursor(), Close: backend.Close}
+	chOpts.KeyState = keyState
+	chOpts.Timers = DiskTimers(tq)
 	jq, err := openDeliveries(dir, topts, opts.MaxAttempts)
 	if err != nil {
 		dead.close()
@@ -384,8 +385,8 @@ func logOptions(o diskqueue.Options, logger *slog.Logger) (diskqueue.Options, in
 		return o, 0, fmt.Errorf("spillq: %w: Disk.MinRecordBytes %d is outside [0, MaxRecordBytes=%d]", diskqueue.ErrInvalidOptions, minBody, maxBody)
 	}
 	// The channel refuses bodies out of range before they reach the log
-	// (RecordLimiter), so the log's own limits only have to let every
-	// envelope of a body in range through.
+	// (it reads the Log's record limits), so the log's own limits only
+	// have to let every envelope of a body in range through.
 	o.MaxRecordBytes = maxBody + channel.MaxEnvelopeOverhead
 	if minBody > 0 {
 		o.MinRecordBytes = minBody + channel.MinEnvelopeOverhead
@@ -412,87 +413,17 @@ func (q *Queue) Disk() *diskqueue.View { return q.disk.View() }
 // the deferred messages (in dir's [TimersDir]), for its Stats and Depth.
 func (q *Queue) Timers() *diskqueue.View { return q.timers.View() }
 
-// DiskBackend adapts a disk queue as a [channel.Backend] (and
-// [channel.Replayer], [channel.BacklogScanner] and [channel.PassCounter]). The channel takes
+// DiskBackend is a disk queue as a channel's store: its Log, its own
+// cursor ([diskqueue.Queue.OwnCursor]) and its Close, for
+// channel.Options.Backend (or Timers, see [DiskTimers]). The channel takes
 // ownership of it; q must not have been read from. Pair it with
 // [DiskTimers] over a second disk queue for deferred messages that hold no
-// record in q (as [Open] does); without, a restart reads q's backlog in
-// the background to count the deferred messages in it.
+// record in q (as [Open] does); without, a deferred message read from q
+// waits in memory, its record kept until it is finished.
 //
 // The channel reads q's record limits (Options.MaxRecordBytes and
 // MinRecordBytes) and refuses at Put a body whose envelope would not fit
 // them (up to [channel.MaxEnvelopeOverhead] bytes more than the body).
-func DiskBackend(q *diskqueue.Queue) channel.Backend { return diskBackend{q} }
-
-type diskBackend struct{ q *diskqueue.Queue }
-
-// MinRecordBytes and MaxRecordBytes make a diskBackend a
-// channel.RecordLimiter: the channel refuses a body its envelope would not
-// fit at Put, wherever the message would go first.
-func (d diskBackend) MinRecordBytes() int { return d.q.MinRecordBytes() }
-func (d diskBackend) MaxRecordBytes() int { return d.q.MaxRecordBytes() }
-
-func (d diskBackend) Put(ctx context.Context, body []byte) error { return d.q.Put(ctx, body) }
-
-func (d diskBackend) Read(ctx context.Context) (uint64, []byte, error) {
-	rec, err := d.q.Read(ctx) // diskqueue.ErrClosed is channel.ErrClosed: the pump stops on it
-	return rec.Seq, rec.Body, err
-}
-
-// ReadBatch makes a diskBackend a channel.BatchSource: the channel's pump
-// then takes the cursor's lock once per batch, not once per record, and
-// contends for it less with the consumers' Acks.
-func (d diskBackend) ReadBatch(ctx context.Context, seqs []uint64, bodies [][]byte) (int, error) {
-	var recs [32]diskqueue.Record
-	n, err := d.q.ReadBatch(ctx, recs[:min(len(recs), len(seqs), len(bodies))])
-	for i, rec := range recs[:n] {
-		seqs[i], bodies[i] = rec.Seq, rec.Body
-	}
-	return n, err
-}
-
-func (d diskBackend) Ack(seq uint64) error { return d.q.Ack(seq) }
-
-// Sync makes what was put durable: the channel asks it before it
-// acknowledges the timer records of messages it moved here (at Close).
-func (d diskBackend) Sync(ctx context.Context) error { return d.q.Sync(ctx) }
-
-// PutSeq, NextSeq and Floor make a diskBackend a channel.SeqBackend, so a
-// key policy's state names its records (see Options.Keys).
-func (d diskBackend) PutSeq(ctx context.Context, body []byte) (uint64, error) {
-	return d.q.PutSeq(ctx, body)
-}
-func (d diskBackend) NextSeq() uint64 { return d.q.NextSeq() }
-func (d diskBackend) Floor() uint64   { return d.q.Floor() }
-func (d diskBackend) Depth() int64    { return d.q.Depth() }
-func (d diskBackend) Passed() int64   { return d.q.Passed() } // a channel.PassCounter
-func (d diskBackend) Empty() error    { return d.q.Empty() }
-func (d diskBackend) Close() error    { return d.q.Close() }
-
-// ScanBacklog makes a diskBackend a [channel.BacklogScanner]: the records
-// from the read cursor to the write cursor that Read will still hand out
-// (not those acknowledged out of order). Damaged ones are left out; Read
-// reports them when it reaches them.
-func (d diskBackend) ScanBacklog() (uint64, func(yield func(uint64, []byte, error) bool)) {
-	st := d.q.Stats()
-	return st.WriteSeq, func(yield func(uint64, []byte, error) bool) {
-		for rec, err := range d.q.Unacknowledged(st.ReadSeq, st.WriteSeq) {
-			if errors.Is(err, diskqueue.ErrCorrupt) {
-				continue
-			}
-			if !yield(rec.Seq, rec.Body, err) {
-				return
-			}
-		}
-	}
-}
-
-func (d diskBackend) Replay(from, to uint64) func(yield func([]byte, error) bool) {
-	return func(yield func([]byte, error) bool) {
-		for rec, err := range d.q.Scan(from, to) {
-			if !yield(rec.Body, err) {
-				return
-			}
-		}
-	}
+func DiskBackend(q *diskqueue.Queue) channel.Store {
+	return channel.Store{Log: q.Log, Cursor: q.OwnCursor(), Close: q.Close}
 }

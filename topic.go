@@ -1,7 +1,6 @@
 package spillq
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -115,12 +114,11 @@ type ChannelOptions struct {
 // segment of the log is deleted only once every channel has finished all of
 // it. It is safe for concurrent use.
 type Topic struct {
-	dir      string
-	log      *diskqueue.Log
-	fan      *channel.Fanout
-	topts    diskqueue.Options // each channel's timer store
-	fs       vfs.FS            // dir's: Disk.FS, or the OS's
-	syncEach bool
+	dir   string
+	log   *diskqueue.Log
+	fan   *channel.Fanout
+	topts diskqueue.Options // each channel's timer store
+	fs    vfs.FS            // dir's: Disk.FS, or the OS's
 
 	// opMu serialises Channel, DeleteChannel and Close.
 	opMu   sync.Mutex
@@ -135,9 +133,10 @@ type Topic struct {
 	// so that a depth read across one is not kept.
 	closedTimers map[string]int64
 	openings     map[string]uint64
-	// sources are the channels' cursors, kept from one opening of a
-	// channel to the next with what it read ahead. Guarded by opMu.
-	sources map[string]*cursorSource
+	// cursors are the channels' cursors, kept from one opening of a
+	// channel to the next with what it read ahead (given back to the
+	// cursor: Cursor.Unread). Guarded by opMu.
+	cursors map[string]*diskqueue.Cursor
 
 	// keep stores the key state and compacts; nil when there is neither.
 	keep *keeper
@@ -192,14 +191,14 @@ func OpenTopic(dir string, opts TopicOptions) (*Topic, error) {
 			return nil, err
 		}
 	}
-	fan, err := channel.NewFanout(l, fopts) // a *Log tells its record limits, seqs and acknowledgements
+	fan, err := channel.NewFanout(l, fopts)
 	if err != nil {
 		l.Close()
 		return nil, fmt.Errorf("spillq: %w", err)
 	}
 	t := &Topic{
-		dir: dir, log: l, fan: fan, topts: timerOptions(dopts), fs: fsys, syncEach: dopts.SyncEvery == 1,
-		open: map[string]openChannel{}, sources: map[string]*cursorSource{},
+		dir: dir, log: l, fan: fan, topts: timerOptions(dopts), fs: fsys,
+		open: map[string]openChannel{}, cursors: map[string]*diskqueue.Cursor{},
 		closedTimers: map[string]int64{}, openings: map[string]uint64{},
 	}
 	if err := t.removeOrphans(dopts.Logger); err != nil {
@@ -348,15 +347,14 @@ func (t *Topic) Channel(name string, opts ChannelOptions) (*Channel, error) {
 		// Before the cursor exists: from then on, messages must reach it.
 		t.fan.SetDurable(len(t.log.Cursors()) + 1)
 	}
-	src := t.sources[name]
-	if src == nil {
-		cur, err := t.log.Cursor(name, opts.Start)
-		if err != nil {
+	cur := t.cursors[name]
+	if cur == nil {
+		var err error
+		if cur, err = t.log.Cursor(name, opts.Start); err != nil {
 			t.fan.SetDurable(len(t.log.Cursors()))
 			return nil, fmt.Errorf("spillq: channel %q: %w", name, err)
 		}
-		src = &cursorSource{c: cur}
-		t.sources[name] = src
+		t.cursors[name] = cur
 	}
 	// undo takes back a channel made by this call that then failed to
 	// open, for the same reason.
@@ -368,11 +366,11 @@ func (t *Topic) Channel(name string, opts ChannelOptions) (*Channel, error) {
 			orDiscard(t.topts.Logger).Warn("spillq: cannot remove a channel that failed to open; it holds the topic's log until deleted", "channel", name, "err", err)
 			return
 		}
-		delete(t.sources, name)
+		delete(t.cursors, name)
 		t.fan.SetDurable(len(t.log.Cursors()))
 		t.fs.RemoveAll(filepath.Join(t.dir, ChannelsDir, name))
 	}
-	src.c.SetDropWhenFull(opts.DropWhenFull)
+	cur.SetDropWhenFull(opts.DropWhenFull)
 	tq, err := diskqueue.Open(filepath.Join(t.dir, ChannelsDir, name), t.topts)
 	if err != nil {
 		undo()
@@ -385,14 +383,18 @@ func (t *Topic) Channel(name string, opts ChannelOptions) (*Channel, error) {
 		return nil, fmt.Errorf("spillq: channel %q: %w", name, err)
 	}
 	var ch *channel.Channel
-	src.closed = func() {
+	// The channel's Close closes its timer store last, after its
+	// journal: then the channel is gone, and the topic learns it.
+	chOpts.Timers = channel.Store{Log: tq.Log, Cursor: tq.OwnCursor(), Close: func() error {
+		err := tq.Close()
+		cur.SetDropWhenFull(false) // as after a restart: a channel not open holds
 		// The channel's Close calls its handler no more.
 		if err := dead.close(); err != nil {
 			orDiscard(t.topts.Logger).Warn("spillq: cannot close a channel's dead-letter store", "channel", name, "err", err)
 		}
 		t.closedChannel(name, ch)
-	}
-	chOpts.Timers = newDiskTimers(tq, t.syncEach)
+		return err
+	}}
 	// Beside the timer store, inside its directory: it goes with it.
 	jq, err := openDeliveries(filepath.Join(t.dir, ChannelsDir, name), t.topts, opts.MaxAttempts)
 	if err != nil {
@@ -402,7 +404,7 @@ func (t *Topic) Channel(name string, opts ChannelOptions) (*Channel, error) {
 		return nil, fmt.Errorf("spillq: channel %q: %w", name, err)
 	}
 	chOpts.Deliveries = deliveries(jq)
-	ch, err = t.fan.Join(src, chOpts)
+	ch, err = t.fan.Join(cur, chOpts)
 	if err != nil {
 		closeQueue(jq)
 		dead.close()
@@ -459,7 +461,7 @@ func (t *Topic) DeleteChannel(name string) error {
 	if err := t.log.DeleteCursor(name); err != nil {
 		return fmt.Errorf("spillq: delete channel %q: %w", name, err)
 	}
-	delete(t.sources, name)
+	delete(t.cursors, name)
 	t.openMu.Lock()
 	delete(t.closedTimers, name)
 	t.openMu.Unlock()
@@ -628,77 +630,4 @@ func (t *Topic) Close() error {
 		errs = append(errs, fmt.Errorf("spillq: close topic: %w", err))
 	}
 	return errors.Join(errs...)
-}
-
-// cursorSource is a topic's channel's Source: its cursor over the topic's
-// log, and what the last channel over it had read ahead when it closed
-// (it is a channel.Unreader), handed out again first. Closing it (the
-// channel's Close does) leaves the cursor in the log.
-type cursorSource struct {
-	c *diskqueue.Cursor
-	// closed tells the topic the channel closed; set by Topic.Channel
-	// before the channel starts.
-	closed func()
-	mu     sync.Mutex
-	back   []diskqueue.Record
-}
-
-func (s *cursorSource) Read(ctx context.Context) (uint64, []byte, error) {
-	s.mu.Lock()
-	if len(s.back) > 0 {
-		rec := s.back[0]
-		s.back = s.back[1:]
-		s.mu.Unlock()
-		return rec.Seq, rec.Body, nil
-	}
-	s.mu.Unlock()
-	rec, err := s.c.Read(ctx) // diskqueue.ErrClosed is channel.ErrClosed: the pump stops on it
-	return rec.Seq, rec.Body, err
-}
-
-// Unread keeps back in seq order, so records given back by two closings
-// (the first's not all read again before the second) come in order.
-func (s *cursorSource) Unread(seq uint64, body []byte) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	i, _ := slices.BinarySearchFunc(s.back, seq, func(r diskqueue.Record, seq uint64) int { return cmp.Compare(r.Seq, seq) })
-	s.back = slices.Insert(s.back, i, diskqueue.Record{Seq: seq, Body: body})
-}
-
-// Ack acknowledges seq for the channel. The channel acknowledges each
-// record it delivered once, so the cursor finds one not in flight only
-// when Cursor.Empty or the lag policy discarded it while a consumer had it
-// in hand: done already, not an error to the consumer's Finish.
-func (s *cursorSource) Ack(seq uint64) error {
-	if err := s.c.Ack(seq); err != nil && !errors.Is(err, diskqueue.ErrNotInFlight) {
-		return err
-	}
-	return nil
-}
-func (s *cursorSource) Depth() int64 { return s.c.Depth() }
-
-// Discarded reports whether seq, which the channel read and has not
-// acknowledged, was discarded since by Cursor.Empty or the lag policy. Both
-// acknowledge it for the cursor: below the floor (its oldest record not
-// acknowledged) that is certain; above it, only a lag policy that gave up
-// a segment behind a held one can have, and then the bitmap says.
-func (s *cursorSource) Discarded(seq uint64) bool {
-	st := s.c.Stats()
-	if seq < st.ReadSeq {
-		return true
-	}
-	return st.Dropped > 0 && s.c.Acknowledged(seq)
-}
-
-func (s *cursorSource) Empty() error {
-	s.mu.Lock()
-	s.back = nil
-	s.mu.Unlock()
-	return s.c.Empty()
-}
-
-func (s *cursorSource) Close() error {
-	s.c.SetDropWhenFull(false) // as after a restart: a channel not open holds
-	s.closed()
-	return nil
 }

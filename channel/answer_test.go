@@ -113,8 +113,8 @@ func TestRetryCarriesTheLastCause(t *testing.T) {
 func TestDeadLetterHandlerErrorKeepsTheMessage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		dl := deadLetters{refuse: 2}
-		b := newMemBackend()
-		c := newChannel(t, channel.Options{Backend: b, MaxAttempts: 1, DeadLetter: dl.handle})
+		b := newMemStore()
+		c := newChannel(t, channel.Options{Backend: b.store(), MaxAttempts: 1, DeadLetter: dl.handle})
 		defer c.Close()
 		put(t, c, "job")
 		if err := await(t, c).Requeue(0); err != nil { // its last attempt
@@ -180,7 +180,7 @@ func TestReceiveWithDoneContextTakesNothing(t *testing.T) {
 // A snooze: Release with a delay waits it out and spends no attempt.
 func TestReleaseWithDelay(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		c := newChannel(t, channel.Options{Backend: newMemBackend(), MaxAttempts: 1})
+		c := newChannel(t, channel.Options{Backend: newMemStore().store(), MaxAttempts: 1})
 		defer c.Close()
 		put(t, c, "later")
 		start := time.Now()

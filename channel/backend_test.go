@@ -4,126 +4,80 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/spillq/spillq/channel"
+	"github.com/spillq/spillq/diskqueue"
+	"github.com/spillq/spillq/internal/memlog"
 )
 
-// memBackend is an in-memory Backend with the real Read/Ack contract:
-// records stay until acknowledged, and reopen() makes the unacknowledged
-// ones readable again, as a restart would.
-type memBackend struct {
-	mu      sync.Mutex
-	records [][]byte
-	acked   map[uint64]bool
-	next    uint64 // next record Read hands out
-	closed  bool
-	wake    chan struct{}
+// memStore is an in-memory store (internal/memlog: a Log and one cursor
+// over it) with the real contract: records stay until acknowledged, and
+// reopen() makes the unacknowledged ones readable again, as a restart
+// would. It serves as a channel's Backend, timer store or delivery journal.
+type memStore struct {
+	log     *memlog.Log
+	cur     *memlog.Cursor
+	failPut atomic.Bool // Put fails while set
 }
 
-func newMemBackend() *memBackend {
-	return &memBackend{acked: map[uint64]bool{}, wake: make(chan struct{})}
+func newMemStore() *memStore {
+	l := memlog.NewLog()
+	return &memStore{log: l, cur: l.Cursor("")}
 }
 
-func (b *memBackend) Put(_ context.Context, body []byte) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return channel.ErrClosed
+// store is s as the channel takes it.
+func (s *memStore) store() channel.Store {
+	return channel.Store{Log: failingPuts{s.log, s}, Cursor: s.cur, Close: s.log.Close}
+}
+
+var errTimers = errors.New("memStore: put refused")
+
+// failingPuts is a Log whose Puts fail while its store's failPut is set.
+type failingPuts struct {
+	channel.Log
+	s *memStore
+}
+
+func (l failingPuts) Put(ctx context.Context, body []byte) error {
+	_, err := l.PutSeq(ctx, body)
+	return err
+}
+
+func (l failingPuts) PutSeq(ctx context.Context, body []byte) (uint64, error) {
+	if l.s.failPut.Load() {
+		return 0, errTimers
 	}
-	b.records = append(b.records, append([]byte(nil), body...))
-	close(b.wake)
-	b.wake = make(chan struct{})
-	return nil
+	return l.Log.PutSeq(ctx, body)
 }
 
-func (b *memBackend) Read(ctx context.Context) (uint64, []byte, error) {
-	for {
-		b.mu.Lock()
-		if b.closed {
-			b.mu.Unlock()
-			return 0, nil, channel.ErrClosed
-		}
-		for b.next < uint64(len(b.records)) && b.acked[b.next] {
-			b.next++
-		}
-		if b.next < uint64(len(b.records)) {
-			seq := b.next
-			b.next++
-			body := b.records[seq]
-			b.mu.Unlock()
-			return seq, body, nil
-		}
-		wake := b.wake
-		b.mu.Unlock()
-		select {
-		case <-wake:
-		case <-ctx.Done():
-			return 0, nil, ctx.Err()
-		}
-	}
-}
+func (s *memStore) Put(ctx context.Context, body []byte) error { return s.log.Put(ctx, body) }
 
-func (b *memBackend) Ack(seq uint64) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if seq >= uint64(len(b.records)) || b.acked[seq] {
-		return errors.New("memBackend: ack of unknown or acknowledged record")
-	}
-	b.acked[seq] = true
-	return nil
-}
+// Depth is how many records are stored and not acknowledged.
+func (s *memStore) Depth() int64 { return s.cur.Depth() }
 
-// ScanBacklog makes memBackend a channel.BacklogScanner.
-func (b *memBackend) ScanBacklog() (uint64, func(yield func(uint64, []byte, error) bool)) {
-	b.mu.Lock()
-	from, end := b.next, uint64(len(b.records))
-	b.mu.Unlock()
-	return end, func(yield func(uint64, []byte, error) bool) {
-		for seq := from; seq < end; seq++ {
-			b.mu.Lock()
-			acked, body := b.acked[seq], b.records[seq]
-			b.mu.Unlock()
-			if !acked && !yield(seq, body, nil) {
-				return
-			}
-		}
-	}
-}
+// live is Depth as an int.
+func (s *memStore) live() int { return int(s.cur.Depth()) }
 
-func (b *memBackend) Depth() int64 {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return int64(len(b.records) - len(b.acked))
-}
+// written is how many records were ever put.
+func (s *memStore) written() int { return s.log.Len() }
 
-func (b *memBackend) Empty() error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for i := range b.records {
-		b.acked[uint64(i)] = true
-	}
-	return nil
-}
-
-func (b *memBackend) Close() error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.closed = true
-	return nil
-}
-
-// reopen makes the backend usable again after Close, from the oldest
+// reopen makes the store usable again after Close, from the oldest
 // unacknowledged record, like a disk queue opened after a restart.
-func (b *memBackend) reopen() *memBackend {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return &memBackend{records: b.records, acked: b.acked, wake: make(chan struct{})}
+func (s *memStore) reopen() *memStore {
+	l := s.log.Reopen()
+	return &memStore{log: l, cur: l.Cursor("")}
+}
+
+// snapshot is what a crash at this moment leaves; s goes on.
+func (s *memStore) snapshot() *memStore {
+	l := s.log.Clone()
+	return &memStore{log: l, cur: l.Cursor("")}
 }
 
 // errorBackend fails every call, like nsq's errorBackendQueue.
@@ -131,65 +85,131 @@ type errorBackend struct{}
 
 var errBackend = errors.New("backend is broken")
 
-func (errorBackend) Put(context.Context, []byte) error { return errBackend }
-func (errorBackend) Read(ctx context.Context) (uint64, []byte, error) {
-	<-ctx.Done()
-	return 0, nil, ctx.Err()
+func (errorBackend) store() channel.Store {
+	return channel.Store{Log: errorLog{}, Cursor: errorCursor{}}
 }
-func (errorBackend) Ack(uint64) error { return errBackend }
-func (errorBackend) Depth() int64     { return 0 }
-func (errorBackend) Empty() error     { return errBackend }
-func (errorBackend) Close() error     { return nil }
 
-// limitedBackend is a memBackend that refuses records outside [minRecord,
-// maxRecord] bytes, as a disk queue does, and says so (a
-// channel.RecordLimiter).
+type errorLog struct{}
+
+func (errorLog) Put(context.Context, []byte) error                      { return errBackend }
+func (errorLog) PutSeq(context.Context, []byte) (uint64, error)         { return 0, errBackend }
+func (errorLog) PutBatch(context.Context, [][]byte) (int, error)        { return 0, errBackend }
+func (errorLog) NextSeq() uint64                                        { return 0 }
+func (errorLog) Floor() uint64                                          { return 0 }
+func (errorLog) Acknowledged(uint64) bool                               { return false }
+func (errorLog) ReadAt(uint64) (diskqueue.Record, error)                { return diskqueue.Record{}, errBackend }
+func (errorLog) Sync(context.Context) error                             { return errBackend }
+func (errorLog) MaxRecordBytes() int                                    { return diskqueue.MaxRecordBytesLimit }
+func (errorLog) MinRecordBytes() int                                    { return 0 }
+func (errorLog) Scan(uint64, uint64) iter.Seq2[diskqueue.Record, error] { return errorRecords }
+
+func errorRecords(yield func(diskqueue.Record, error) bool) { yield(diskqueue.Record{}, errBackend) }
+
+type errorCursor struct{}
+
+func (errorCursor) ReadBatch(ctx context.Context, _ []diskqueue.Record) (int, error) {
+	<-ctx.Done()
+	return 0, ctx.Err()
+}
+func (errorCursor) Ack(uint64) error                { return errBackend }
+func (errorCursor) Acknowledged(uint64) bool        { return false }
+func (errorCursor) Floor() uint64                   { return 0 }
+func (errorCursor) Depth() int64                    { return 0 }
+func (errorCursor) Passed() int64                   { return 0 }
+func (errorCursor) Empty() error                    { return errBackend }
+func (errorCursor) Unread([]diskqueue.Record) error { return errBackend }
+func (errorCursor) Discarded(uint64) bool           { return false }
+func (errorCursor) Unacknowledged(uint64, uint64) iter.Seq2[diskqueue.Record, error] {
+	return errorRecords
+}
+
+// limitedBackend is a memStore that refuses records outside [minRecord,
+// maxRecord] bytes, as a disk queue does, and says so (its Log's
+// MinRecordBytes and MaxRecordBytes).
 type limitedBackend struct {
-	*memBackend
+	*memStore
 	minRecord, maxRecord int
 }
 
-var errRecordSize = errors.New("limitedBackend: record out of range")
-
-func (b limitedBackend) Put(ctx context.Context, body []byte) error {
-	if len(body) < b.minRecord || len(body) > b.maxRecord {
-		return errRecordSize
-	}
-	return b.memBackend.Put(ctx, body)
+func (b limitedBackend) store() channel.Store {
+	b.log.SetLimits(b.minRecord, b.maxRecord)
+	return b.memStore.store()
 }
-
-func (b limitedBackend) MaxRecordBytes() int { return b.maxRecord }
-func (b limitedBackend) MinRecordBytes() int { return b.minRecord }
 
 // notDurableBackend stores every record and says it is not durable yet,
 // as spillq's disk log does when a Put's ctx ends during its fsync.
-type notDurableBackend struct{ *memBackend }
+type notDurableBackend struct{ *memStore }
 
-func (b notDurableBackend) Put(ctx context.Context, body []byte) error {
-	if err := b.memBackend.Put(ctx, body); err != nil {
-		return err
-	}
-	return fmt.Errorf("test backend: %w (%w)", channel.ErrNotDurable, context.DeadlineExceeded)
+func (b notDurableBackend) store() channel.Store {
+	s := b.memStore.store()
+	s.Log = notDurableLog{s.Log}
+	return s
 }
 
-// failingReads is a memBackend whose reads fail while fail is set; with
+type notDurableLog struct{ channel.Log }
+
+func (l notDurableLog) Put(ctx context.Context, body []byte) error {
+	_, err := l.PutSeq(ctx, body)
+	return err
+}
+
+func (l notDurableLog) PutSeq(ctx context.Context, body []byte) (uint64, error) {
+	seq, err := l.Log.PutSeq(ctx, body)
+	if err != nil {
+		return seq, err
+	}
+	return seq, fmt.Errorf("test store: %w (%w)", channel.ErrNotDurable, context.DeadlineExceeded)
+}
+
+// unnumbered is a memStore whose Log does not number its records, as the
+// go-diskqueue adapter's: PutSeq and ReadAt are unsupported.
+type unnumbered struct{ *memStore }
+
+func (b unnumbered) store() channel.Store {
+	s := b.memStore.store()
+	s.Log = unnumberedLog{s.Log}
+	return s
+}
+
+type unnumberedLog struct{ channel.Log }
+
+func (unnumberedLog) PutSeq(context.Context, []byte) (uint64, error) {
+	return 0, fmt.Errorf("test store: PutSeq: %w", errors.ErrUnsupported)
+}
+
+func (unnumberedLog) ReadAt(uint64) (diskqueue.Record, error) {
+	return diskqueue.Record{}, fmt.Errorf("test store: ReadAt: %w", errors.ErrUnsupported)
+}
+
+// failingReads is a memStore whose reads fail while fail is set; with
 // alternate, every other failure is a different error.
 type failingReads struct {
-	*memBackend
+	*memStore
 	fail, alternate atomic.Bool
 	tries           atomic.Int64
 }
 
 var errBackendOther = errors.New("test backend: another failure")
 
-func (b *failingReads) Read(ctx context.Context) (uint64, []byte, error) {
-	if b.fail.Load() {
-		if b.alternate.Load() && b.tries.Add(1)%2 == 0 {
-			return 0, nil, errBackendOther
+func (b *failingReads) store() channel.Store {
+	s := b.memStore.store()
+	s.Cursor = failingCursor{s.Cursor, b}
+	return s
+}
+
+type failingCursor struct {
+	channel.Cursor
+	b *failingReads
+}
+
+func (c failingCursor) ReadBatch(ctx context.Context, dst []diskqueue.Record) (int, error) {
+	if c.b.fail.Load() {
+		if c.b.alternate.Load() && c.b.tries.Add(1)%2 == 0 {
+			return 0, errBackendOther
 		}
-		return 0, nil, errBackend
+		return 0, errBackend
 	}
-	return b.memBackend.Read(ctx)
+	return c.Cursor.ReadBatch(ctx, dst)
 }
 
 // warnCounter counts the records logged at Warn.
@@ -205,11 +225,11 @@ func (w *warnCounter) WithGroup(string) slog.Handler                { return w }
 // alternate warned at every try, ten times a second.
 func TestBackendReadWarningsAlternating(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := &failingReads{memBackend: newMemBackend()}
+		b := &failingReads{memStore: newMemStore()}
 		b.fail.Store(true)
 		b.alternate.Store(true)
 		w := &warnCounter{}
-		c := newChannel(t, channel.Options{Backend: b, Logger: slog.New(w)})
+		c := newChannel(t, channel.Options{Backend: b.store(), Logger: slog.New(w)})
 		defer c.Close()
 		time.Sleep(30 * time.Second)
 		synctest.Wait()
@@ -227,9 +247,9 @@ func TestBackendReadWarningsAlternating(t *testing.T) {
 // trial). Stats counts the failures and holds the error while they last.
 func TestBackendReadErrorsShow(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := &failingReads{memBackend: newMemBackend()}
+		b := &failingReads{memStore: newMemStore()}
 		b.fail.Store(true)
-		c := newChannel(t, channel.Options{Backend: b})
+		c := newChannel(t, channel.Options{Backend: b.store()})
 		defer c.Close()
 		if err := c.Put(context.Background(), []byte("m")); err != nil {
 			t.Fatal(err)

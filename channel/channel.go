@@ -19,11 +19,14 @@ import (
 // a Backend, with acknowledged, at-least-once delivery. It is safe for
 // concurrent use by any number of producers and consumers.
 type Channel struct {
-	opts    Options
-	backend Backend // nil: memory only, or a topic's channel
-	// src is where the pump reads: the backend, or a topic's channel's
-	// cursor over the topic's log. Nil: memory only.
-	src Source
+	opts Options
+	// backend is the Log of Options.Backend; nil: memory only, or a
+	// topic's channel. numbered says it numbers its records (see Log).
+	backend  Log
+	numbered bool
+	// src is where the pump reads: the backend's Cursor, or a topic's
+	// channel's cursor over the topic's log. Nil: memory only.
+	src Cursor
 	// fan is the topic this channel belongs to (it puts, the channel only
 	// reads); nil for a channel of its own.
 	fan *Fanout
@@ -55,27 +58,24 @@ type Channel struct {
 	// NextSeq-readThrough records this channel has not read yet (see
 	// Channel.backlogged). A topic's channel leaves diskPending at zero.
 	readThrough atomic.Uint64
-	// discards is src as a Discarder, if it is one.
-	discards Discarder
 	// keys is the key policy's state; nil under KeyNone.
 	keys *keyTable
-	// seqs is the backend as a SeqBackend, under a key policy that keeps
-	// state (KeyUnique, KeyReplace, KeyDedup) and names records by it; nil
-	// otherwise.
-	seqs SeqBackend
-	// passes is the backend as a PassCounter, if it is one, and
-	// passesSeen (under passMu) its count already taken off diskPending:
-	// by the pump, or set past by Empty, which counts everything off. One
-	// lock over both, so that no count the pump took before an Empty comes
-	// off the records put after it.
-	passes     PassCounter
+	// namesRecords is set under a key policy that keeps state (KeyUnique,
+	// KeyReplace, KeyDedup) over a backend: its state names records by
+	// the backend's seqs.
+	namesRecords bool
+	// passesSeen (under passMu) is the count of the backend's Passed
+	// already taken off diskPending: by the pump, or set past by Empty,
+	// which counts everything off. One lock over both, so that no count
+	// the pump took before an Empty comes off the records put after it.
+	// Only a channel with a backend counts passes.
 	passMu     sync.Mutex
 	passesSeen int64
 	// passesLooked is the count at the pump's last look (the pump's
 	// own): unchanged, there is nothing to take off, and no lock to take.
 	passesLooked int64
 	// unsent is what the pump had read and not handed over when the
-	// channel closed; Close gives it back to an Unreader source once the
+	// channel closed; Close gives it back to a topic's cursor once the
 	// pump has returned.
 	unsent []*Message
 	// diskDeferred counts those of diskPending that are deferred messages,
@@ -84,8 +84,8 @@ type Channel struct {
 	// gen is bumped by Empty; a message handed over with an older gen was
 	// discarded and is dropped on receipt.
 	gen atomic.Uint32
-	// emptiedBelow is, over a SeqBackend, the backend's NextSeq at the
-	// last Empty: every record below it was discarded. The pump loads gen
+	// emptiedBelow is, over a backend that numbers its records, the
+	// backend's NextSeq at the last Empty: every record below it was discarded. The pump loads gen
 	// after its read, so a record read just before an Empty can get the
 	// new gen; its seq tells it apart (pump).
 	emptiedBelow atomic.Uint64
@@ -95,7 +95,7 @@ type Channel struct {
 	flights [flightShards]flightList
 
 	// ahead is the pump's read-ahead of backend records; its chans are
-	// nil without a Source.
+	// nil without a Cursor.
 	ahead readAhead
 
 	// mu guards the fields below, and every message's state while it is
@@ -144,7 +144,7 @@ type Channel struct {
 	moves   moveQueue
 
 	// jrn is the view of Options.Deliveries; nil without one. jBacklog
-	// is the pump's: the entries New read for records of the Source,
+	// is the pump's: the entries New read for records of the Cursor,
 	// by seq (journalBacklog).
 	jrn      *journal
 	jBacklog []journalEntry
@@ -206,23 +206,27 @@ type consumerCounters struct {
 type moveQueue struct {
 	mu      sync.Mutex
 	pending []*Message
-	since   time.Time // when the first of pending came
-	bell    chan struct{}
+	// n is len(pending), for a look without mu (settleBefore).
+	n     atomic.Int64
+	since time.Time // when the first of pending came
+	bell  chan struct{}
 }
 
 // New makes a channel. With opts.Backend set, the channel takes ownership
 // of it and picks up the records already stored there (a restart).
 func New(opts Options) (*Channel, error) {
-	if opts.Backend == nil {
-		return newChannel(opts, nil, nil)
+	set, err := checkStore("Backend", opts.Backend)
+	if err != nil || !set {
+		return newChannel(opts, nil, nil, err)
 	}
-	return newChannel(opts, opts.Backend, nil)
+	return newChannel(opts, opts.Backend.Cursor, nil, nil)
 }
 
 // Check returns the error [New] would return for o's own values (an
 // [ErrInvalidOptions]), without making a channel: a caller that makes
 // durable state for one (a queue's directory) makes it only for options New
-// takes. It does not look into o.Backend or o.Timers.
+// takes. It does not look into the stores (o.Backend, o.Timers,
+// o.Deliveries).
 func (o Options) Check() error {
 	_, err := checkOptions(o, false)
 	return err
@@ -241,22 +245,20 @@ func checkOptions(opts Options, member bool) (Options, error) {
 	return o, nil
 }
 
-// newChannel makes a channel reading src: opts.Backend for a channel of
-// its own, a cursor over fan's log for a topic's channel.
-func newChannel(opts Options, src Source, fan *Fanout) (*Channel, error) {
+// newChannel makes a channel reading src: opts.Backend's Cursor for a
+// channel of its own, a cursor over fan's log for a topic's channel. A
+// storeErr (New's look at opts.Backend) is returned as it is.
+func newChannel(opts Options, src Cursor, fan *Fanout, storeErr error) (*Channel, error) {
+	if storeErr != nil {
+		return nil, storeErr
+	}
 	o, err := checkOptions(opts, fan != nil)
 	if err != nil {
 		return nil, err
 	}
-	if o.Timers != nil && src == nil {
-		return nil, fmt.Errorf("%w: Timers needs a Backend", ErrInvalidOptions)
-	}
-	if o.Deliveries != nil && src == nil {
-		return nil, fmt.Errorf("%w: Deliveries needs a Backend", ErrInvalidOptions)
-	}
 	c := &Channel{
 		opts:      o,
-		backend:   o.Backend,
+		backend:   o.Backend.Log,
 		src:       src,
 		fan:       fan,
 		log:       o.Logger,
@@ -265,21 +267,24 @@ func newChannel(opts Options, src Source, fan *Fanout) (*Channel, error) {
 		cons:      consumerCounters{takersDone: make(chan struct{})},
 		clockWake: make(chan struct{}, 1),
 	}
-	if c.minBody, c.maxBody, err = bodyLimits(o.Backend); err != nil {
+	if err := c.checkStores(); err != nil {
 		return nil, err
 	}
-	c.discards, _ = src.(Discarder)
+	c.maxBody = math.MaxInt
+	if c.backend != nil {
+		if c.minBody, c.maxBody, err = bodyLimits(c.backend); err != nil {
+			return nil, err
+		}
+	}
 	if o.Keys != KeyNone {
 		if c.keys, err = newKeyTable(o.Keys, o.DedupWindow, nil, o.KeyState); err != nil {
 			return nil, err
 		}
-		if o.Keys != KeySerial {
-			// The Put-time policies name records; KeySerial keeps nothing.
-			c.seqs, _ = o.Backend.(SeqBackend)
-		}
+		// The Put-time policies name records; KeySerial keeps nothing.
+		c.namesRecords = o.Keys != KeySerial && c.backend != nil
 	}
-	if pc, ok := o.Backend.(PassCounter); ok {
-		c.passes, c.passesSeen = pc, pc.Passed()
+	if c.backend != nil {
+		c.passesSeen = c.src.Passed()
 		c.passesLooked = c.passesSeen
 	}
 	c.closeCtx, c.cancel = context.WithCancel(context.Background())
@@ -297,16 +302,21 @@ func newChannel(opts Options, src Source, fan *Fanout) (*Channel, error) {
 		next := fan.log.NextSeq()
 		c.readThrough.Store(next - min(uint64(max(src.Depth(), 0)), next))
 	}
-	if o.Deliveries != nil {
+	if o.Deliveries.Log != nil {
 		// Before the pump and the clock, which look entries up.
 		c.openJournal(o.Deliveries, o.MaxAttempts > 0)
 	}
 	if c.src != nil {
 		c.ahead.init()
 		if c.backend != nil {
-			c.diskPending.Store(c.backend.Depth())
+			c.diskPending.Store(c.src.Depth())
+			if c.numbered {
+				// Deferred records below it are counted as the pump
+				// reads them: New does not read the backlog for them.
+				c.diskDeferred.end = c.backend.NextSeq()
+			}
 		}
-		if o.Timers != nil {
+		if o.Timers.Log != nil {
 			// Deferred messages are in the timer store, which is read
 			// instead: the backlog is not.
 			c.timers = newTimerSet(o.Timers, o.MaxDeferredInMemory)
@@ -320,11 +330,6 @@ func newChannel(opts Options, src Source, fan *Fanout) (*Channel, error) {
 			c.moves.bell = make(chan struct{}, 1)
 			c.wg.Add(1)
 			go c.settler()
-		} else if s, ok := c.backend.(BacklogScanner); ok {
-			end, records := s.ScanBacklog()
-			c.diskDeferred.end = end
-			c.wg.Add(1)
-			go c.scanBacklog(records)
 		}
 		c.wg.Add(1)
 		go c.pump()
@@ -618,7 +623,7 @@ func (c *Channel) deliver(m *Message) (*Message, bool) {
 		c.keyDone(m) // emptied: it holds its key no more
 		return nil, false
 	}
-	if m.src == srcBackend && c.discards != nil && c.discards.Discarded(m.seq) {
+	if m.src == srcBackend && c.src.Discarded(m.seq) {
 		c.keyDone(m)
 		return nil, false
 	}
@@ -854,8 +859,8 @@ func (c *Channel) Empty() error {
 	// Before the new gen, so that a pump that sees the new gen sees this
 	// too; Puts wait, so no record put from here on is below it.
 	emptied := c.emptiedBelow.Load()
-	if sb, ok := c.src.(SeqBackend); ok {
-		storeMax(&c.emptiedBelow, sb.NextSeq())
+	if c.backend != nil && c.numbered {
+		storeMax(&c.emptiedBelow, c.backend.NextSeq())
 	}
 	c.gen.Add(1)
 	for len(c.memCh) > 0 {
@@ -890,9 +895,9 @@ func (c *Channel) Empty() error {
 		}
 		c.passMu.Lock()
 		c.diskPending.Store(0)
-		if c.passes != nil {
+		if c.backend != nil {
 			// What the reads passed before now is counted off with the rest.
-			c.passesSeen = c.passes.Passed()
+			c.passesSeen = c.src.Passed()
 		}
 		c.passMu.Unlock()
 		c.diskDeferred.empty()
@@ -902,7 +907,7 @@ func (c *Channel) Empty() error {
 		c.ahead.drain()
 	}
 	if c.timers != nil {
-		if err := c.timers.store.Empty(); err != nil {
+		if err := c.timers.store.empty(); err != nil {
 			return fmt.Errorf("channel: empty timer store: %w", err)
 		}
 	}
@@ -969,7 +974,7 @@ func storeMax[V int64 | uint64, A atomicNumber[V]](v A, x V) {
 // superseded, now counted in Stats.Superseded and no longer pending; if
 // deferred says the record carried a due time ([RecordDeferred]), no
 // longer in Stats.Deferred. (It leaves Stats.DiskDepth as the backend's
-// reads pass over it: see [PassCounter].) A compaction
+// reads pass over it: see [Cursor].Passed.) A compaction
 // calls it once the removal is in place, for each removed record from the
 // backend's read position on (spillq's Queue.Compact does); a removed
 // record the channel had read already is still its own to drop as
@@ -981,7 +986,7 @@ func (c *Channel) Compacted(seq uint64, key []byte, id ID, deferred bool) {
 	}
 	c.keys.compacted(key, id)
 	// Its place in the backlog (diskPending) the pump gives up as its
-	// reads pass it (PassCounter), here or after a restart; a deferred
+	// reads pass it (Cursor.Passed), here or after a restart; a deferred
 	// one is counted off the deferred now, as the pump would on reading it.
 	if c.backend != nil && deferred {
 		c.diskDeferred.removed(seq)
@@ -991,15 +996,15 @@ func (c *Channel) Compacted(seq uint64, key []byte, id ID, deferred bool) {
 // KeyState returns a snapshot of the key policy's state for a restart to
 // pick up (Options.KeyState), and whether there is one to keep: false
 // under KeyNone and KeySerial (which keep nothing across a restart), or
-// over a backend that is not a [SeqBackend]. Puts wait while it copies the
-// state, so that its watermark is exact: a cost of the number of keys.
+// without a Backend. Puts wait while it copies the state, so that its
+// watermark is exact: a cost of the number of keys.
 func (c *Channel) KeyState() (KeyState, bool) {
-	if c.seqs == nil {
+	if !c.namesRecords {
 		return KeyState{}, false
 	}
 	c.prod.putMu.Lock()
-	st := KeyState{Policy: c.opts.Keys, Watermark: c.seqs.NextSeq()}
-	snap := c.keys.snapshot(c.seqs.Floor(), c.stamp().UnixNano())
+	st := KeyState{Policy: c.opts.Keys, Watermark: c.backend.NextSeq()}
+	snap := c.keys.snapshot(c.backend.Floor(), c.stamp().UnixNano())
 	c.prod.putMu.Unlock()
 	st.Entries = snap.entries()
 	return st, true
@@ -1018,17 +1023,16 @@ type Stats struct {
 	InFlight     int // delivered, not yet finished or requeued
 	// Deferred is the messages put or requeued with a delay and not yet
 	// released for delivery, wherever they wait: in the timer store (see
-	// [TimerStore]; counted from the moment a restart opens it), in
+	// Options.Timers; counted from the moment a restart opens it), in
 	// memory until their due time, or in the backend until the channel
 	// reads them back. One in the backend counts here until it is read
 	// back, even if its due time passes first because a backlog stands
 	// before it. Deferred messages in the backend that were put before
-	// New (by a version without a timer store, with a backend without
+	// New (by a version without a timer store, with a channel without
 	// one, or with a key under KeyUnique or KeyReplace, whose record stays
 	// in the backend while pending) count in DiskDepth until the channel
-	// reads them back, unless the channel has no timer store and the
-	// backend is a [BacklogScanner], which it then reads through once, in
-	// the background, to count them.
+	// reads them back, and here from then on: New does not read the
+	// backlog to find them.
 	Deferred int
 	Ready    int // requeued, timed out or released when due, waiting for delivery
 	Paused   bool
@@ -1091,7 +1095,7 @@ func (c *Channel) Stats() Stats {
 	}
 	c.mu.Unlock()
 	if c.timers != nil {
-		st.Deferred += max(int(c.timers.store.Depth())-released, 0)
+		st.Deferred += max(int(c.timers.store.cur.Depth())-released, 0)
 	}
 	st.MemoryDepth = len(c.memCh)
 	st.MemoryBound = c.opts.MemQueueSize
@@ -1141,37 +1145,38 @@ func (c *Channel) LatencySumSeconds() float64 {
 // holds of finished messages is what its retention keeps (spillq's
 // Disk.RetainBytes and RetainAge); without retention a finished record
 // lasts only until its segment is deleted, at a moment of the log's
-// choosing, so a replay then finds some or none of them.
+// choosing, so a replay then finds some or none of them. Without a
+// Backend, or over one whose Log cannot Scan, it returns ErrNoReplay.
 func (c *Channel) Replay(ctx context.Context, from, to uint64) (int, error) {
 	if c.isClosed.Load() {
 		return 0, ErrClosed
 	}
-	r, ok := c.backend.(Replayer)
-	if !ok {
+	if c.backend == nil {
 		return 0, ErrNoReplay
 	}
 	n := 0
-	var err error
-	r.Replay(from, to)(func(body []byte, rerr error) bool {
+	for rec, rerr := range c.backend.Scan(from, to) {
+		if errors.Is(rerr, errors.ErrUnsupported) {
+			return n, fmt.Errorf("%w: %w", ErrNoReplay, rerr)
+		}
 		if rerr != nil {
-			err = fmt.Errorf("channel: replay: %w", rerr)
+			err := fmt.Errorf("channel: replay: %w", rerr)
 			if c.isClosed.Load() && !errors.Is(err, ErrClosed) {
 				// The backend's files went with Close, under the read.
 				err = errors.Join(ErrClosed, err)
 			}
-			return false
+			return n, err
 		}
-		m, derr := decodeEnvelope(body)
+		m, derr := decodeEnvelope(rec.Body)
 		if derr != nil {
 			c.cons.badRecords.Add(1)
 			c.log.Warn("channel: replay skipped a record that is not a message", "err", derr)
-			return true
+			continue
 		}
-		if err = c.Put(ctx, m.Body); err != nil {
-			return false
+		if err := c.Put(ctx, m.Body); err != nil {
+			return n, err
 		}
 		n++
-		return true
-	})
-	return n, err
+	}
+	return n, nil
 }

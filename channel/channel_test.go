@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/spillq/spillq/channel"
+	"github.com/spillq/spillq/diskqueue"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -123,8 +124,8 @@ func TestLatencyCountsEveryFinish(t *testing.T) {
 // TestSpillKeepsOrder: a producer faster than its consumer fills memory;
 // the rest spills; the consumer sees put order across the spill.
 func TestSpillKeepsOrder(t *testing.T) {
-	b := newMemBackend()
-	c := newChannel(t, channel.Options{MemQueueSize: 10, Backend: b})
+	b := newMemStore()
+	c := newChannel(t, channel.Options{MemQueueSize: 10, Backend: b.store()})
 	defer c.Close()
 	const n = 2000
 	// Put ahead of the consumer, enough to spill whichever goroutine is
@@ -160,8 +161,8 @@ func TestSpillKeepsOrder(t *testing.T) {
 }
 
 func TestAllThroughBackend(t *testing.T) {
-	b := newMemBackend()
-	c := newChannel(t, channel.Options{Backend: b})
+	b := newMemStore()
+	c := newChannel(t, channel.Options{Backend: b.store()})
 	defer c.Close()
 	put(t, c, "a", "b")
 	if st := c.Stats(); st.Spills != 2 || st.MemoryDepth != 0 {
@@ -178,8 +179,8 @@ func TestAllThroughBackend(t *testing.T) {
 }
 
 func TestCloseFlushesAndRestartDelivers(t *testing.T) {
-	b := newMemBackend()
-	c := newChannel(t, channel.Options{MemQueueSize: 5, Backend: b})
+	b := newMemStore()
+	c := newChannel(t, channel.Options{MemQueueSize: 5, Backend: b.store()})
 	put(t, c, seq(8)...) // 5 in memory, 3 spilled
 	inflight := receive(t, c)
 	if err := c.Close(); err != nil {
@@ -188,7 +189,7 @@ func TestCloseFlushesAndRestartDelivers(t *testing.T) {
 	if err := inflight.Finish(); !errors.Is(err, channel.ErrClosed) {
 		t.Fatalf("Finish after Close: got %v, want ErrClosed", err)
 	}
-	c = newChannel(t, channel.Options{MemQueueSize: 5, Backend: b.reopen()})
+	c = newChannel(t, channel.Options{MemQueueSize: 5, Backend: b.reopen().store()})
 	defer c.Close()
 	got := map[string]int{}
 	for i := 0; i < 8; i++ {
@@ -302,13 +303,13 @@ func TestDeferredPut(t *testing.T) {
 // due time across Close and reopen.
 func TestDeferredSurvivesRestart(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := newMemBackend()
-		c := newChannel(t, channel.Options{Backend: b})
+		b := newMemStore()
+		c := newChannel(t, channel.Options{Backend: b.store()})
 		start := time.Now()
 		c.PutWith(context.Background(), []byte("due in an hour"), channel.PutOptions{Delay: time.Hour})
 		time.Sleep(time.Minute) // virtual time (synctest)
 		c.Close()
-		c = newChannel(t, channel.Options{Backend: b.reopen()})
+		c = newChannel(t, channel.Options{Backend: b.reopen().store()})
 		defer c.Close()
 		m := await(t, c)
 		if elapsed := time.Since(start); elapsed < time.Hour {
@@ -402,7 +403,7 @@ func TestPauseStopsWaitingReceivers(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				o := channel.Options{MemQueueSize: 10}
 				if backend {
-					o = channel.Options{Backend: newMemBackend()}
+					o = channel.Options{Backend: newMemStore().store()}
 				}
 				c := newChannel(t, o)
 				defer c.Close()
@@ -459,8 +460,8 @@ func TestPauseStopsWaitingReceivers(t *testing.T) {
 }
 
 func TestEmpty(t *testing.T) {
-	b := newMemBackend()
-	c := newChannel(t, channel.Options{MemQueueSize: 3, Backend: b})
+	b := newMemStore()
+	c := newChannel(t, channel.Options{MemQueueSize: 3, Backend: b.store()})
 	defer c.Close()
 	put(t, c, seq(10)...)
 	m := await(t, c)
@@ -594,7 +595,7 @@ func TestBlockWhenFull(t *testing.T) {
 }
 
 func TestBackendErrors(t *testing.T) {
-	c := newChannel(t, channel.Options{Backend: errorBackend{}})
+	c := newChannel(t, channel.Options{Backend: errorBackend{}.store()})
 	defer c.Close()
 	err := c.Put(context.Background(), []byte("x"))
 	if !errors.Is(err, errBackend) {
@@ -633,9 +634,9 @@ func TestInvalidOptions(t *testing.T) {
 }
 
 func TestBadRecordInBackend(t *testing.T) {
-	b := newMemBackend()
+	b := newMemStore()
 	b.Put(context.Background(), []byte("not an envelope"))
-	c := newChannel(t, channel.Options{Backend: b})
+	c := newChannel(t, channel.Options{Backend: b.store()})
 	defer c.Close()
 	put(t, c, "good")
 	if m := await(t, c); string(m.Body) != "good" {
@@ -651,8 +652,8 @@ func TestBadRecordInBackend(t *testing.T) {
 // does not reach back into Puts long finished. (That nothing stays
 // registered per Put is not observable from here; see Channel.bound.)
 func TestPutWithLongLivedContext(t *testing.T) {
-	b := newMemBackend()
-	c := newChannel(t, channel.Options{Backend: b})
+	b := newMemStore()
+	c := newChannel(t, channel.Options{Backend: b.store()})
 	defer c.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -672,56 +673,43 @@ func TestPutWithLongLivedContext(t *testing.T) {
 	}
 }
 
-// stallingBackend is a memBackend that is a channel.SeqBackend, whose next
-// Read, once stall is armed, takes its record and then waits for release
-// before returning it: the pump holds a record read before an Empty and
-// goes on after it.
+// stallingBackend is a memStore whose next read, once stall is armed,
+// takes its record and then waits for release before returning it: the
+// pump holds a record read before an Empty and goes on after it.
 type stallingBackend struct {
-	*memBackend
+	*memStore
 	stall   atomic.Bool
 	took    chan struct{}
 	release chan struct{}
 }
 
-func (b *stallingBackend) Read(ctx context.Context) (uint64, []byte, error) {
-	seq, body, err := b.memBackend.Read(ctx)
-	if err == nil && b.stall.CompareAndSwap(true, false) {
-		close(b.took)
-		<-b.release
+func (b *stallingBackend) store() channel.Store {
+	s := b.memStore.store()
+	s.Cursor = stallingCursor{s.Cursor, b}
+	return s
+}
+
+type stallingCursor struct {
+	channel.Cursor
+	b *stallingBackend
+}
+
+func (c stallingCursor) ReadBatch(ctx context.Context, dst []diskqueue.Record) (int, error) {
+	n, err := c.Cursor.ReadBatch(ctx, dst)
+	if err == nil && c.b.stall.CompareAndSwap(true, false) {
+		close(c.b.took)
+		<-c.b.release
 	}
-	return seq, body, err
-}
-
-func (b *stallingBackend) PutSeq(ctx context.Context, body []byte) (uint64, error) {
-	b.mu.Lock()
-	seq := uint64(len(b.records))
-	b.mu.Unlock()
-	return seq, b.Put(ctx, body)
-}
-
-func (b *stallingBackend) NextSeq() uint64 {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return uint64(len(b.records))
-}
-
-func (b *stallingBackend) Floor() uint64 {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	f := uint64(0)
-	for f < uint64(len(b.records)) && b.acked[f] {
-		f++
-	}
-	return f
+	return n, err
 }
 
 // A record the pump read just before an Empty is not delivered after it:
 // the generation the pump stamps its messages with is loaded after the
 // read, so it cannot tell; the seq Empty discarded below can.
 func TestEmptyDiscardsARecordThePumpHeld(t *testing.T) {
-	b := &stallingBackend{memBackend: newMemBackend(), took: make(chan struct{}), release: make(chan struct{})}
+	b := &stallingBackend{memStore: newMemStore(), took: make(chan struct{}), release: make(chan struct{})}
 	b.stall.Store(true)
-	c := newChannel(t, channel.Options{Backend: b})
+	c := newChannel(t, channel.Options{Backend: b.store()})
 	defer c.Close()
 	put(t, c, "before")
 	<-b.took
@@ -793,13 +781,26 @@ func TestPauseKeepsPutOrder(t *testing.T) {
 	}
 }
 
-// blockingBackend is a memBackend whose Put blocks until ctx ends: a disk
+// blockingBackend is a memStore whose Put blocks until ctx ends: a disk
 // queue with BlockWhenFull on a full disk.
-type blockingBackend struct{ *memBackend }
+type blockingBackend struct{ *memStore }
 
-func (b blockingBackend) Put(ctx context.Context, _ []byte) error {
+func (b blockingBackend) store() channel.Store {
+	s := b.memStore.store()
+	s.Log = blockingLog{s.Log}
+	return s
+}
+
+type blockingLog struct{ channel.Log }
+
+func (blockingLog) Put(ctx context.Context, _ []byte) error {
 	<-ctx.Done()
 	return ctx.Err()
+}
+
+func (blockingLog) PutSeq(ctx context.Context, _ []byte) (uint64, error) {
+	<-ctx.Done()
+	return 0, ctx.Err()
 }
 
 // Close's wait for room is bounded in all, not per message (with n
@@ -808,7 +809,7 @@ func (b blockingBackend) Put(ctx context.Context, _ []byte) error {
 func TestCloseStoresWithinItsTime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const n = 1000
-		c := newChannel(t, channel.Options{MemQueueSize: n, Backend: blockingBackend{newMemBackend()}})
+		c := newChannel(t, channel.Options{MemQueueSize: n, Backend: blockingBackend{newMemStore()}.store()})
 		for i := range n {
 			put(t, c, fmt.Sprint(i))
 		}
@@ -859,16 +860,24 @@ func TestPauseRacingCloseLosesNothing(t *testing.T) {
 
 type failingEmptyBackend struct{ *stallingBackend }
 
-func (b failingEmptyBackend) Empty() error { return errors.New("disk I/O error") }
+func (b failingEmptyBackend) store() channel.Store {
+	s := b.stallingBackend.store()
+	s.Cursor = failingEmpty{s.Cursor}
+	return s
+}
+
+type failingEmpty struct{ channel.Cursor }
+
+func (failingEmpty) Empty() error { return errors.New("disk I/O error") }
 
 // An Empty whose backend Empty fails leaves the backend's records to be
 // delivered: it had raised emptiedBelow all the same, and the pump skipped
 // them, uncounted, so Depth counted them for ever and nothing received
 // them until a restart.
 func TestFailedEmptyHidesNothing(t *testing.T) {
-	b := failingEmptyBackend{&stallingBackend{memBackend: newMemBackend(), took: make(chan struct{}), release: make(chan struct{})}}
+	b := failingEmptyBackend{&stallingBackend{memStore: newMemStore(), took: make(chan struct{}), release: make(chan struct{})}}
 	b.stall.Store(true)
-	c := newChannel(t, channel.Options{Backend: b})
+	c := newChannel(t, channel.Options{Backend: b.store()})
 	defer c.Close()
 	put(t, c, "a", "b")
 	<-b.took

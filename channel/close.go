@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/spillq/spillq/diskqueue"
 )
 
 // closeStoreWait bounds the time Close spends storing again what the
@@ -105,7 +107,7 @@ func (c *Channel) settleQueuedMoves() {
 	if c.timers != nil {
 		// Moves queued and not settled yet (settler), none to come: the
 		// goroutines and Requeues that queue them are done.
-		c.settleMoves(context.Background(), c.timers.sync, c.takeMoves(), "deferred to the timer store")
+		c.settleMoves(context.Background(), c.timers.store.log, c.takeMoves(), "deferred to the timer store")
 	}
 }
 
@@ -131,7 +133,7 @@ func (c *Channel) keepHeld() []error {
 	c.prod.putMu.Lock()
 	defer c.prod.putMu.Unlock()
 	held, ahead := c.collectHeld()
-	c.giveBackToSource(ahead, held)
+	c.giveBackToCursor(ahead, held)
 	return c.storeHeld(held)
 }
 
@@ -204,17 +206,18 @@ func (c *Channel) staysInPlace(m *Message) bool {
 	return c.keepsSerialPlace(m) || c.opts.Keys == KeySerial && m.due == 0 || c.fan != nil && c.pinsRecord(m)
 }
 
-// giveBackToSource returns to an Unreader source what the pump read ahead
-// and the held messages that stay in place.
-func (c *Channel) giveBackToSource(ahead, held []*Message) {
-	u, ok := c.src.(Unreader)
-	if !ok {
+// giveBackToCursor returns to a topic's cursor what the pump read ahead
+// and the held messages that stay in place. (A channel's own backend
+// closes with it: its records stay stored until acknowledged, and a
+// restart reads them again.)
+func (c *Channel) giveBackToCursor(ahead, held []*Message) {
+	if c.fan == nil {
 		return
 	}
-	// The source outlives the channel (a topic's cursor stays open
-	// with the log), its read position past what the pump read ahead
-	// (and past what stays in place): given back, in seq order, for
-	// the channel opened next in its place.
+	// The cursor outlives the channel (it stays open with the topic's
+	// log), its read position past what the pump read ahead (and past
+	// what stays in place): given back, in seq order, for the channel
+	// opened next in its place.
 	back := ahead
 	for _, m := range held {
 		if c.staysInPlace(m) {
@@ -222,10 +225,16 @@ func (c *Channel) giveBackToSource(ahead, held []*Message) {
 		}
 	}
 	slices.SortFunc(back, func(a, b *Message) int { return cmp.Compare(a.seq, b.seq) })
+	recs := make([]diskqueue.Record, 0, len(back))
 	for _, m := range back {
 		if m.gen == c.gen.Load() {
-			u.Unread(m.seq, appendEnvelope(nil, m))
+			recs = append(recs, diskqueue.Record{Seq: m.seq, Body: appendEnvelope(nil, m)})
 		}
+	}
+	if err := c.src.Unread(recs); err != nil {
+		// They stay in flight on the cursor: the next run of the log
+		// delivers them again.
+		c.log.Warn("channel: close: cannot give back to the topic's cursor what the channel read and did not deliver; it comes again after the log reopens", "messages", len(recs), "err", err)
 	}
 }
 
@@ -304,14 +313,14 @@ func (c *Channel) storeOneHeld(s *heldStores, m *Message) {
 	env := appendEnvelope(nil, m)
 	if toTimers {
 		err := s.store(func(ctx context.Context) error {
-			_, err := c.timers.store.Put(ctx, env)
+			_, err := c.timers.store.put(ctx, env)
 			return err
 		})
 		// ErrNotDurable: stored, its fsync not waited for (the
 		// store's Close makes it durable); a second copy would
 		// deliver it twice.
 		if stored(err) {
-			if m.Key != nil && c.seqs != nil {
+			if m.Key != nil && c.namesRecords {
 				c.keys.stored(m.Key, m.ID, 0, srcTimers)
 			}
 			s.toTimerStore = append(s.toTimerStore, m)
@@ -329,7 +338,7 @@ func (c *Channel) storeOneHeld(s *heldStores, m *Message) {
 		s.notStored(m, err)
 		return
 	}
-	if cp.Key != nil && c.seqs != nil {
+	if cp.Key != nil && c.namesRecords {
 		c.keys.stored(cp.Key, cp.ID, cp.seq, srcBackend)
 	}
 	s.toBackend = append(s.toBackend, m)
@@ -341,12 +350,11 @@ func (c *Channel) storeOneHeld(s *heldStores, m *Message) {
 func (c *Channel) settleHeld(s *heldStores) []error {
 	var errs []error
 	if len(s.toTimerStore) > 0 { // there is a timer store
-		if err := c.settleMoves(s.ctx, c.timers.sync, s.toTimerStore, "stored again at close"); err != nil {
+		if err := c.settleMoves(s.ctx, c.timers.store.log, s.toTimerStore, "stored again at close"); err != nil {
 			errs = append(errs, fmt.Errorf("channel: close: %w", err))
 		}
 	}
-	backendSync, _ := c.backend.(syncer)
-	if err := c.settleMoves(s.ctx, backendSync, s.toBackend, "stored again at close"); err != nil {
+	if err := c.settleMoves(s.ctx, c.backend, s.toBackend, "stored again at close"); err != nil {
 		errs = append(errs, fmt.Errorf("channel: close: %w", err))
 	}
 	if s.kept > 0 {
@@ -358,21 +366,19 @@ func (c *Channel) settleHeld(s *heldStores) []error {
 	return errs
 }
 
-// closeStores closes the timer store, the delivery journal and the
-// source, in that order, once what the channel held is in them.
+// closeStores closes (Store.Close) the delivery journal, the timer store
+// and the backend, in that order, once what the channel held is in them.
+// A topic's channel has no backend: its timer store closes last, and what
+// its Close does (spillq's, telling the topic) comes after the rest.
 func (c *Channel) closeStores() []error {
 	var errs []error
-	if c.timers != nil {
-		if err := c.timers.store.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("channel: close timer store: %w", err))
-		}
+	if err := closeStore(c.opts.Deliveries); err != nil {
+		errs = append(errs, fmt.Errorf("channel: close delivery journal: %w", err))
 	}
-	if c.jrn != nil {
-		if err := c.jrn.store.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("channel: close delivery journal: %w", err))
-		}
+	if err := closeStore(c.opts.Timers); err != nil {
+		errs = append(errs, fmt.Errorf("channel: close timer store: %w", err))
 	}
-	if err := c.src.Close(); err != nil {
+	if err := closeStore(c.opts.Backend); err != nil {
 		errs = append(errs, fmt.Errorf("channel: close backend: %w", err))
 	}
 	return errs

@@ -2,32 +2,16 @@ package channel
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/spillq/spillq/internal/memlog"
 )
 
-// takeBackend keeps what is put; its Read waits for the end.
-type takeBackend struct {
-	mu      sync.Mutex
-	records [][]byte
+// memlogStore is l and its cursor as a channel's store.
+func memlogStore(l *memlog.Log) Store {
+	return Store{Log: l, Cursor: l.Cursor(""), Close: l.Close}
 }
-
-func (b *takeBackend) Put(_ context.Context, body []byte) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.records = append(b.records, append([]byte(nil), body...))
-	return nil
-}
-
-func (b *takeBackend) Read(ctx context.Context) (uint64, []byte, error) {
-	<-ctx.Done()
-	return 0, nil, ErrClosed
-}
-func (b *takeBackend) Ack(uint64) error { return nil }
-func (b *takeBackend) Depth() int64     { return 0 }
-func (b *takeBackend) Empty() error     { return nil }
-func (b *takeBackend) Close() error     { return nil }
 
 // TestCloseWaitsForATakenMessage: a Receive is take (the message leaves
 // the memory buffer, the ready list or the read-ahead) then deliver (it
@@ -38,8 +22,8 @@ func (b *takeBackend) Close() error     { return nil }
 // (the steps Receive takes, one at a time) while Close runs (a review of
 // Close's races found it; found again by replaying them).
 func TestCloseWaitsForATakenMessage(t *testing.T) {
-	b := &takeBackend{}
-	c, err := New(Options{MemQueueSize: 4, Backend: b, MsgTimeout: time.Hour})
+	b := memlog.NewLog()
+	c, err := New(Options{MemQueueSize: 4, Backend: memlogStore(b), MsgTimeout: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,9 +55,7 @@ func TestCloseWaitsForATakenMessage(t *testing.T) {
 			t.Errorf("Requeue after Close returned nil")
 		}
 	}
-	b.mu.Lock()
-	stored := len(b.records)
-	b.mu.Unlock()
+	stored := b.Len()
 	if stored != 1 {
 		t.Fatalf("Close stored %d messages, want 1: the one a receiver took as Close ran", stored)
 	}

@@ -1,7 +1,21 @@
 // Package channel is spillq's delivery layer: an NSQ-style channel with a
-// bounded memory buffer that spills to a [Backend] (spillq's disk queue, or
+// bounded memory buffer that spills to a Backend (Options.Backend: a
+// [Store], a [Log] and a [Cursor] over it, such as spillq's disk queue, or
 // github.com/nsqio/go-diskqueue through package
 // [github.com/spillq/spillq/diskqueue/godq]).
+//
+// # The seam
+//
+// The channel works over two interfaces in the disk log's own words, which
+// [diskqueue.Log] and [diskqueue.Cursor] satisfy without an adapter: a
+// [Log] (append, append and learn the seq, read at, scan, sync, record
+// limits) and a [Cursor] (read a batch, acknowledge, floor, depth, empty,
+// give back what was read, tell what was discarded). The Backend, the
+// timer store (Options.Timers) and the delivery journal (Options.Deliveries)
+// are each a Store; a topic's channel ([Fanout.Join]) is a Cursor on the
+// topic's Log. A capability a store lacks is a method returning an error
+// wrapping [errors.ErrUnsupported], never a type to probe: [New] and
+// [NewFanout] refuse, with [ErrInvalidOptions], the options that need one.
 //
 // # Tiers
 //
@@ -43,10 +57,10 @@
 // # Deferral
 //
 // A message put with a delay ([PutOptions].Delay) or requeued with one
-// waits until its due time. With a [TimerStore] (Options.Timers; every
+// waits until its due time. With a timer store (Options.Timers; every
 // queue from spillq.Open has one) it waits there: written with its due time
 // and attempts, after which the record it came from is acknowledged, once
-// the store has made the new one durable if it can (a crash between the
+// the store's Sync has made the new one durable (a crash between the
 // two delivers it twice, never loses it), so a deferred message holds
 // nothing in the Backend; but for a keyed one whose record names it to a
 // key policy (KeyUnique, KeyReplace, and under KeySerial one requeued with
@@ -118,12 +132,13 @@
 //     Channel.mu. A channel's Close takes memMu (leave) holding nothing.
 //   - keyTable.mu is a leaf but for a topic's table, which asks the log
 //     whether a record is acknowledged under it (the log's locks, see
-//     package diskqueue). c.passMu, diskDeferred.mu, journal.mu and
-//     c.moves.mu are leaves: nothing is taken under them.
+//     package diskqueue). c.passMu, journal.mu, seqStore.mu (a store's
+//     Cursor under it) and c.moves.mu are leaves: nothing of the channel's
+//     is taken under them.
 //
 // Several paths take two of these one after the other, not nested (keyDone:
 // keyTable.mu, let go, then Channel.mu; Stats: each shard, then
-// Channel.mu); they add nothing to the order. A Backend's, a TimerStore's
+// Channel.mu); they add nothing to the order. A Backend's, a timer store's
 // or the log's locks are taken under putMu (Puts), under a flight shard
 // (Release's delivery journal write), under keyTable.mu (a topic's) and
 // under Fanout.memMu (NextSeq), never the other way round: no store calls
@@ -142,7 +157,7 @@
 // Every goroutine a Channel starts is counted in Channel.wg, which Close
 // waits for after closing closeCh and cancelling closeCtx:
 //
-//   - pump (pump.go): started by New over a Source. Reads records into the
+//   - pump (pump.go): started by New over a Cursor. Reads records into the
 //     read-ahead, moving deferred ones to the timer store or the deferred
 //     heap (dispatch). Ends when closeCh closes while it waits for room
 //     (what it had not handed over stays in c.unsent, which Close gives
@@ -160,10 +175,6 @@
 //     count is still held). Reads the timer store through for the earliest
 //     entries. Ends when read and merged, or at Close (isClosed during the
 //     read, closeCh while it waits to read again after an error).
-//   - scanBacklog (deferred.go): started by New over a BacklogScanner
-//     without a timer store. Counts the deferred records of the backlog for
-//     Stats. Ends at the backlog's end, at Close (isClosed) or at Empty
-//     (diskDeferred.stopped).
 //   - forward (channel.go): started by the first call of Messages. Feeds
 //     its Go channel, touching the message it holds until it is taken.
 //     Ends when Receive fails (Close) or closeCh closes; closes the Go

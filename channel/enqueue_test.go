@@ -10,9 +10,9 @@ import (
 	"github.com/spillq/spillq/channel"
 )
 
-// seqBackend is a memBackend that tells seqs (a channel.SeqBackend).
+// seqBackend is a memStore (its Log numbers its records) that can stall its reads.
 func seqBackend() *stallingBackend {
-	return &stallingBackend{memBackend: newMemBackend(), took: make(chan struct{}), release: make(chan struct{})}
+	return &stallingBackend{memStore: newMemStore(), took: make(chan struct{}), release: make(chan struct{})}
 }
 
 // TestEnqueueReceipt: Enqueue's receipt names the message Receive hands
@@ -32,18 +32,18 @@ func TestEnqueueReceipt(t *testing.T) {
 	}{
 		{"memory", func() channel.Options { return channel.Options{MemQueueSize: 4} },
 			[]put{{}, {}}},
-		{"backend with seqs", func() channel.Options { return channel.Options{Backend: seqBackend()} },
+		{"backend with seqs", func() channel.Options { return channel.Options{Backend: seqBackend().store()} },
 			[]put{{logged: true, seq: 0}, {logged: true, seq: 1}, {logged: true, seq: 2}}},
-		{"backend without seqs", func() channel.Options { return channel.Options{Backend: newMemBackend()} },
+		{"backend without seqs", func() channel.Options { return channel.Options{Backend: unnumbered{newMemStore()}.store()} },
 			[]put{{logged: true}, {logged: true}}},
 		// The second finds the buffer full and spills: the memory path's
 		// own message, not sent, goes to the backend.
-		{"memory then spill", func() channel.Options { return channel.Options{MemQueueSize: 1, Backend: seqBackend()} },
+		{"memory then spill", func() channel.Options { return channel.Options{MemQueueSize: 1, Backend: seqBackend().store()} },
 			[]put{{}, {logged: true, seq: 0}, {logged: true, seq: 1}}},
 		{"deferred to the timer store", func() channel.Options {
-			return channel.Options{Backend: seqBackend(), Timers: newMemTimers()}
+			return channel.Options{Backend: seqBackend().store(), Timers: newMemStore().store()}
 		}, []put{{delay: time.Hour}, {logged: true, seq: 0}}},
-		{"deferred to the backend", func() channel.Options { return channel.Options{Backend: seqBackend()} },
+		{"deferred to the backend", func() channel.Options { return channel.Options{Backend: seqBackend().store()} },
 			[]put{{delay: time.Hour, logged: true, seq: 0}, {logged: true, seq: 1}}},
 		{"deferred in memory", func() channel.Options { return channel.Options{MemQueueSize: 4} },
 			[]put{{delay: time.Hour}, {}}},
@@ -84,7 +84,7 @@ func TestEnqueueReceipt(t *testing.T) {
 // gives the zero Receipt.
 func TestEnqueueErrors(t *testing.T) {
 	ctx := context.Background()
-	c := newChannel(t, channel.Options{Backend: notDurableBackend{newMemBackend()}})
+	c := newChannel(t, channel.Options{Backend: notDurableBackend{newMemStore()}.store()})
 	r, err := c.Enqueue(ctx, []byte("m"), channel.PutOptions{})
 	if !errors.Is(err, channel.ErrNotDurable) || r.ID == 0 || !r.Logged {
 		t.Fatalf("Enqueue: %+v, %v; want an ID, Logged, and ErrNotDurable", r, err)
@@ -119,7 +119,7 @@ func TestDuplicateErrorID(t *testing.T) {
 			o := channel.Options{Keys: policy, MemQueueSize: 4}
 			if backend {
 				name = policy.String() + "/backend"
-				o = channel.Options{Keys: policy, Backend: seqBackend()}
+				o = channel.Options{Keys: policy, Backend: seqBackend().store()}
 			}
 			t.Run(name, func(t *testing.T) {
 				ctx := context.Background()
@@ -180,7 +180,7 @@ func TestDuplicateErrorID(t *testing.T) {
 // message is delivered once (as ErrNotDurable's and KeyDedup's docs say).
 func TestKeyDedupRetryAfterNotDurable(t *testing.T) {
 	ctx := context.Background()
-	c := newChannel(t, channel.Options{Backend: notDurableBackend{newMemBackend()}, Keys: channel.KeyDedup})
+	c := newChannel(t, channel.Options{Backend: notDurableBackend{newMemStore()}.store(), Keys: channel.KeyDedup})
 	defer c.Close()
 	po := channel.PutOptions{Key: []byte("req-7")}
 	r, err := c.Enqueue(ctx, []byte("v1"), po)

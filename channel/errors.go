@@ -12,9 +12,9 @@ import (
 // Errors returned by [Channel] and [Message] methods.
 var (
 	// ErrClosed is returned by every method called after [Channel.Close],
-	// and by calls that were blocked when Close ran. A [Source] whose Read
-	// returns it (wrapped or not) is taken to be closed: the channel stops
-	// reading it. It is the same value as
+	// and by calls that were blocked when Close ran. A [Cursor] whose
+	// ReadBatch returns it (wrapped or not) is taken to be closed: the
+	// channel stops reading it. It is the same value as
 	// diskqueue.ErrClosed, nsqbridge.ErrClosed and spillq.ErrClosed, so
 	// errors.Is matches it by any of those names, whichever layer
 	// returned it.
@@ -34,7 +34,7 @@ var (
 
 	// ErrTooSmall is returned by [Channel.Put] and [Channel.PutWith] for a
 	// body shorter than the backend's smallest record less the envelope
-	// header (see [RecordLimiter]).
+	// header (the Backend's [Log] MinRecordBytes).
 	ErrTooSmall = errors.New("channel: message body too small for the backend")
 
 	// ErrNotInFlight is returned by [Message.Finish], [Message.Requeue] and
@@ -85,7 +85,7 @@ var (
 	// refused as a duplicate (a [DuplicateError] naming the ID of the
 	// message stored, the one [Channel.Enqueue] returned in its
 	// [Receipt]), and under KeyReplace it supersedes. Any other error
-	// from Put means the message was not stored. A [Backend] says so by wrapping it in the error of a Put
+	// from Put means the message was not stored. A [Log] says so by wrapping it in the error of a Put
 	// that stored its record; it is the same value as
 	// diskqueue.ErrNotDurable.
 	ErrNotDurable = notdurable.Err

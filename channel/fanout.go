@@ -28,8 +28,11 @@ import (
 // message put with a delay always goes to the log; each channel moves it to
 // its own timer store as it reads it.
 type Fanout struct {
-	log              FanoutLog
+	log              Log
 	minBody, maxBody int
+	// numbered says log numbers its records (see Log): Put learns each
+	// record's seq.
+	numbered bool
 
 	// putMu is held shared by every Put while it hands its messages over,
 	// so Close can wait for Puts in progress.
@@ -55,10 +58,8 @@ type Fanout struct {
 	putFailures atomic.Int64
 
 	// keys is the topic's key policy at Put (FanoutOptions.Keys), nil
-	// without one; klog is the log, which then tells seqs and
-	// acknowledgements.
+	// without one.
 	keys         *keyTable
-	klog         KeyLog
 	duplicatesOK bool
 }
 
@@ -76,45 +77,13 @@ type FanoutOptions struct {
 	// names records), and under KeyUnique and KeyReplace a channel leaves
 	// its record in the log until it is done with it, never moving it to
 	// its timer store: the log's acknowledgements say when every channel
-	// is done. The log must be a [KeyLog].
+	// is done. The log must number its records (see [Log]).
 	Keys         KeyPolicy
 	DedupWindow  time.Duration // KeyDedup; zero means DefaultDedupWindow
 	DuplicatesOK bool          // a refused Put returns nil, counted
 	// KeyState is the state a restart picks up, as in Options.KeyState:
 	// spillq.OpenTopic keeps it in the topic's directory.
 	KeyState *KeyState
-}
-
-// KeyLog is what a [Fanout] with a key policy needs of its log beside
-// FanoutLog: where each keyed message went, and which records every
-// channel has acknowledged. spillq's diskqueue.Log is one.
-type KeyLog interface {
-	FanoutLog
-	// PutSeq is Put, returning the record's seq.
-	PutSeq(ctx context.Context, body []byte) (uint64, error)
-	// Acknowledged reports whether every channel (cursor) has
-	// acknowledged record seq.
-	Acknowledged(seq uint64) bool
-	// Floor is the oldest record some channel has not acknowledged.
-	Floor() uint64
-}
-
-// FanoutLog is the log a [Fanout] appends to. spillq's diskqueue.Log is
-// one. If it is also a [RecordLimiter], Put refuses bodies it could not
-// store, and if it has a method PutBatch(ctx, bodies [][]byte) (int, error)
-// storing a prefix of bodies and reporting its length, [Fanout.PutBatch]
-// uses it.
-type FanoutLog interface {
-	// Put appends body as the record with seq NextSeq (at the time it is
-	// stored); it must not keep body.
-	Put(ctx context.Context, body []byte) error
-	// NextSeq is the seq the next record put gets. The seqs a joined
-	// channel's Source hands out are the log's.
-	NextSeq() uint64
-}
-
-type batchLog interface {
-	PutBatch(ctx context.Context, bodies [][]byte) (int, error)
 }
 
 // Check returns the error [NewFanout] would return for o's own values (an
@@ -131,9 +100,14 @@ func (o FanoutOptions) Check() error {
 }
 
 // NewFanout returns a Fanout over log, with no channel yet. Until one
-// joins, messages go to the log only.
-func NewFanout(log FanoutLog, opts FanoutOptions) (*Fanout, error) {
-	f := &Fanout{log: log, started: time.Now(), duplicatesOK: opts.DuplicatesOK}
+// joins, messages go to the log only. Put refuses a body whose envelope
+// would not fit the log's record limits; the seqs a joined channel's
+// Cursor hands out are the log's.
+func NewFanout(log Log, opts FanoutOptions) (*Fanout, error) {
+	if log == nil {
+		return nil, fmt.Errorf("%w: NewFanout needs a Log", ErrInvalidOptions)
+	}
+	f := &Fanout{log: log, started: time.Now(), duplicatesOK: opts.DuplicatesOK, numbered: numbers(log)}
 	var err error
 	if f.minBody, f.maxBody, err = bodyLimits(log); err != nil {
 		return nil, err
@@ -145,12 +119,10 @@ func NewFanout(log FanoutLog, opts FanoutOptions) (*Fanout, error) {
 	switch opts.Keys {
 	case KeyNone:
 	case KeyUnique, KeyReplace, KeyDedup:
-		klog, ok := log.(KeyLog)
-		if !ok {
-			return nil, fmt.Errorf("%w: Keys %v needs a log that is a KeyLog", ErrInvalidOptions, opts.Keys)
+		if !f.numbered {
+			return nil, fmt.Errorf("%w: Keys %v names records by seq, and needs a Log that numbers its records (its ReadAt says errors.ErrUnsupported)", ErrInvalidOptions, opts.Keys)
 		}
-		f.klog = klog
-		if f.keys, err = newKeyTable(opts.Keys, window, klog.Acknowledged, opts.KeyState); err != nil {
+		if f.keys, err = newKeyTable(opts.Keys, window, log.Acknowledged, opts.KeyState); err != nil {
 			return nil, err
 		}
 	}
@@ -178,7 +150,7 @@ func (f *Fanout) CheckOptions(opts Options) error {
 	return err
 }
 
-// Join makes a channel of the topic that reads src, its cursor over the
+// Join makes a channel of the topic that reads cur, its cursor over the
 // topic's log, and receives the messages the memory path hands it from now
 // on. opts is as for [New], with no Backend and with Timers required: a
 // topic's channel keeps what it holds at Close (in flight, requeued,
@@ -186,17 +158,20 @@ func (f *Fanout) CheckOptions(opts Options) error {
 // log, all due at Close but the deferred ones, and a channel joined over
 // that store delivers those first: until it has read the store for them
 // (in the background, from Join on) and put them on its ready list, its
-// receivers take nothing from its memory buffer or src. (If that read
+// receivers take nothing from its memory buffer or cur. (If that read
 // fails, they go on without waiting, and the held messages come when a
 // later read finds them.) Close the channel to leave the topic; its Put
-// returns [ErrTopicChannel].
-func (f *Fanout) Join(src Source, opts Options) (*Channel, error) {
+// returns [ErrTopicChannel]. The cursor outlives the channel: at Close the
+// channel gives back (Cursor.Unread) what it had read and not handed out,
+// for the next channel over cur; it closes its timer store (Options.Timers
+// Close), but not cur.
+func (f *Fanout) Join(cur Cursor, opts Options) (*Channel, error) {
 	switch {
-	case src == nil:
-		return nil, fmt.Errorf("%w: Join needs a Source", ErrInvalidOptions)
-	case opts.Backend != nil:
+	case cur == nil:
+		return nil, fmt.Errorf("%w: Join needs a Cursor", ErrInvalidOptions)
+	case opts.Backend.Log != nil || opts.Backend.Cursor != nil:
 		return nil, fmt.Errorf("%w: a topic's channel has no Backend of its own", ErrInvalidOptions)
-	case opts.Timers == nil:
+	case opts.Timers.Log == nil:
 		return nil, fmt.Errorf("%w: a topic's channel needs Timers, to keep what it holds at Close", ErrInvalidOptions)
 	}
 	f.memMu.Lock()
@@ -204,7 +179,7 @@ func (f *Fanout) Join(src Source, opts Options) (*Channel, error) {
 	if f.isClosed.Load() {
 		return nil, ErrClosed
 	}
-	c, err := newChannel(opts, src, f)
+	c, err := newChannel(opts, cur, f, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -354,13 +329,13 @@ func (f *Fanout) putKeyed(ctx context.Context, body []byte, po PutOptions, r *Re
 }
 
 // putOne stores m's envelope in the log, encoded into a pooled buffer,
-// and returns its seq when the log tells it (a KeyLog, or a log with
-// KeyLog's PutSeq: spillq's, with or without a key policy).
+// and returns its seq when the log numbers its records (spillq's, with or
+// without a key policy).
 func (f *Fanout) putOne(ctx context.Context, m *Message) (seq uint64, err error) {
 	buf := envelopes.Get().(*[]byte)
 	*buf = appendEnvelope((*buf)[:0], m)
-	if sl, ok := f.log.(seqLog); ok {
-		seq, err = sl.PutSeq(ctx, *buf)
+	if f.numbered {
+		seq, err = f.log.PutSeq(ctx, *buf)
 	} else {
 		err = f.log.Put(ctx, *buf)
 	}
@@ -385,7 +360,7 @@ func (f *Fanout) KeyState() (KeyState, bool) {
 	}
 	f.putMu.Lock()
 	st := KeyState{Policy: f.keys.policy, Watermark: f.log.NextSeq()}
-	snap := f.keys.snapshot(f.klog.Floor(), f.stamp().UnixNano())
+	snap := f.keys.snapshot(f.log.Floor(), f.stamp().UnixNano())
 	f.putMu.Unlock()
 	st.Entries = snap.entries()
 	return st, true
@@ -413,11 +388,6 @@ func (f *Fanout) toMemoryTier(m *Message) bool {
 	return true
 }
 
-// seqLog is a log that tells the seq of a record it stores.
-type seqLog interface {
-	PutSeq(ctx context.Context, body []byte) (uint64, error)
-}
-
 // toLog appends msgs to the log, returning how many it stored and, for
 // one message, its record's seq when the log tells it (putOne).
 func (f *Fanout) toLog(ctx context.Context, msgs []Message) (n int, seq uint64, err error) {
@@ -437,19 +407,11 @@ func (f *Fanout) toLog(ctx context.Context, msgs []Message) (n int, seq uint64, 
 	for i := range msgs {
 		envs[i] = appendEnvelope(nil, &msgs[i])
 	}
-	if b, ok := f.log.(batchLog); ok {
-		n, err := b.PutBatch(bctx, envs)
-		if err != nil {
-			return n, 0, f.putErr(err)
-		}
-		return n, 0, nil
+	n, err = f.log.PutBatch(bctx, envs)
+	if err != nil {
+		return n, 0, f.putErr(err)
 	}
-	for i, env := range envs {
-		if err := f.log.Put(bctx, env); err != nil {
-			return i, 0, f.putErr(err)
-		}
-	}
-	return len(envs), 0, nil
+	return n, 0, nil
 }
 
 // putErr is an error of the log's Put as the Fanout returns it: Close's

@@ -4,70 +4,72 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/spillq/spillq/channel"
+	"github.com/spillq/spillq/diskqueue"
 )
 
-// memLog is a topic's log for a Fanout over a memBackend, which each
-// channel run reads as its Source; reopen it between runs (the channel's
-// Close closes its Source).
-type memLog struct{ b *memBackend }
+// memLog is a topic's log for a Fanout over a memStore, whose cursor each
+// channel run reads; the cursor outlives the channel, as a topic's does.
+type memLog struct{ s *memStore }
 
-func (l *memLog) Put(ctx context.Context, body []byte) error { return l.b.Put(ctx, body) }
+// reopen is the cursor for the next channel run.
+func (l *memLog) reopen() channel.Cursor { return l.s.cur }
 
-func (l *memLog) NextSeq() uint64 {
-	l.b.mu.Lock()
-	defer l.b.mu.Unlock()
-	return uint64(len(l.b.records))
-}
-
-func (l *memLog) reopen() *memBackend {
-	l.b = l.b.reopen()
-	return l.b
-}
-
-// gatedTimers is a memTimers whose Records waits until release is closed:
-// a read of the timer store at New that has not finished yet, for as long
-// as the test needs.
+// gatedTimers is a memStore whose reads of what it holds
+// (Unacknowledged) wait until release is closed: a read of the timer
+// store at New that has not finished yet, for as long as the test needs.
 type gatedTimers struct {
-	*memTimers
+	*memStore
 	release chan struct{}
 	once    sync.Once
-	fail    error // Records yields it instead of the records
+	fail    error // the read yields it instead of the records
 }
 
-// open lets Records go on. The channel's Close waits for a Records in
+// open lets the read go on. The channel's Close waits for a read in
 // progress, so a test that ends early must call it first.
 func (s *gatedTimers) open() { s.once.Do(func() { close(s.release) }) }
 
-func (s *gatedTimers) Records() func(yield func(uint64, []byte, error) bool) {
-	return func(yield func(uint64, []byte, error) bool) {
-		<-s.release
-		if s.fail != nil {
-			yield(0, nil, s.fail)
+func (s *gatedTimers) store() channel.Store {
+	st := s.memStore.store()
+	st.Cursor = gatedCursor{st.Cursor, s}
+	return st
+}
+
+type gatedCursor struct {
+	channel.Cursor
+	s *gatedTimers
+}
+
+func (c gatedCursor) Unacknowledged(from, to uint64) iter.Seq2[diskqueue.Record, error] {
+	return func(yield func(diskqueue.Record, error) bool) {
+		<-c.s.release
+		if c.s.fail != nil {
+			yield(diskqueue.Record{}, c.s.fail)
 			return
 		}
-		s.memTimers.Records()(yield)
+		c.Cursor.Unacknowledged(from, to)(yield)
 	}
 }
 
 // heldTopic is a topic of one channel over a memLog: the channel holds
 // what put and inFlight leave it at Close, which its timer store keeps.
-func heldTopic(t *testing.T, o channel.Options, put, inFlight int) (*channel.Fanout, *memLog, *memTimers) {
+func heldTopic(t *testing.T, o channel.Options, put, inFlight int) (*channel.Fanout, *memLog, *memStore) {
 	t.Helper()
-	lg := &memLog{b: newMemBackend()}
-	fan, err := channel.NewFanout(lg, channel.FanoutOptions{})
+	lg := &memLog{s: newMemStore()}
+	fan, err := channel.NewFanout(lg.s.log, channel.FanoutOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	fan.SetDurable(1)
-	s := newMemTimers()
-	o.Timers = s
-	c, err := fan.Join(lg.b, o)
+	s := newMemStore()
+	o.Timers = s.store()
+	c, err := fan.Join(lg.s.cur, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,8 +127,8 @@ func heldBodies(n int) []string {
 func TestTopicChannelHeldFirst(t *testing.T) {
 	o := channel.Options{MemQueueSize: 10}
 	fan, lg, s := heldTopic(t, o, 3, 1)
-	gs := &gatedTimers{memTimers: s.reopen(), release: make(chan struct{})}
-	o.Timers = gs
+	gs := &gatedTimers{memStore: s.reopen(), release: make(chan struct{})}
+	o.Timers = gs.store()
 	c, err := fan.Join(lg.reopen(), o)
 	if err != nil {
 		t.Fatal(err)
@@ -160,7 +162,7 @@ func TestTopicChannelHeldFirst(t *testing.T) {
 func TestTopicChannelHeldFirstPastMaxDeferred(t *testing.T) {
 	o := channel.Options{MemQueueSize: 10, MaxDeferredInMemory: 2}
 	fan, lg, s := heldTopic(t, o, 7, 0)
-	o.Timers = s.reopen()
+	o.Timers = s.reopen().store()
 	c, err := fan.Join(lg.reopen(), o)
 	if err != nil {
 		t.Fatal(err)
@@ -184,9 +186,9 @@ func TestTopicChannelHeldFirstPastMaxDeferred(t *testing.T) {
 func TestTopicChannelHeldReadFails(t *testing.T) {
 	o := channel.Options{MemQueueSize: 10}
 	fan, lg, s := heldTopic(t, o, 2, 0)
-	gs := &gatedTimers{memTimers: s.reopen(), release: make(chan struct{}), fail: errors.New("unreadable")}
+	gs := &gatedTimers{memStore: s.reopen(), release: make(chan struct{}), fail: errors.New("unreadable")}
 	gs.open()
-	o.Timers = gs
+	o.Timers = gs.store()
 	c, err := fan.Join(lg.reopen(), o)
 	if err != nil {
 		t.Fatal(err)
@@ -206,7 +208,7 @@ func TestTopicChannelHeldReadFails(t *testing.T) {
 // earliest, found nothing new, and ran again at once, until they were
 // finished: with the consumers holding them, the rest never came.
 func TestTimersRefillSkipsReleased(t *testing.T) {
-	c := newChannel(t, channel.Options{Backend: newMemBackend(), Timers: newMemTimers(), MaxDeferredInMemory: 2})
+	c := newChannel(t, channel.Options{Backend: newMemStore().store(), Timers: newMemStore().store(), MaxDeferredInMemory: 2})
 	defer c.Close()
 	for i := range 7 {
 		if err := c.PutWith(context.Background(), fmt.Appendf(nil, "held%d", i), channel.PutOptions{Delay: time.Millisecond}); err != nil {

@@ -34,8 +34,8 @@ import (
 //	| ver | store | seq u64    | attempts u16 |
 const (
 	journalVersion    = 1
-	journalBackend    = 1 // seq is a record of the channel's Source (Backend)
-	journalTimers     = 2 // seq is a record of its TimerStore
+	journalBackend    = 1 // seq is a record of the channel's Backend, or its topic's log
+	journalTimers     = 2 // seq is a record of its timer store
 	journalRecordSize = 12
 )
 
@@ -69,15 +69,6 @@ func journalStore(src msgSource) byte {
 	return journalBackend
 }
 
-// AckReporter is implemented by a Source or TimerStore that can tell
-// whether one of its records was acknowledged, such as spillq's disk
-// queues. At New the channel asks it about each record its delivery
-// journal (Options.Deliveries) still names, and drops the entries of
-// records finished before a crash; it is not called after.
-type AckReporter interface {
-	Acknowledged(seq uint64) bool
-}
-
 // journalEntry is what the journal says of one record of a store: the
 // most attempts it counts, and the journal record that says so.
 type journalEntry struct {
@@ -88,7 +79,7 @@ type journalEntry struct {
 
 // journal is the channel's view of Options.Deliveries.
 type journal struct {
-	store TimerStore
+	store *seqStore
 	// write is set with MaxAttempts: deliveries are recorded. Without,
 	// the entries a former run left are read and acknowledged, and no
 	// new ones are written (a count that changes nothing is not worth a
@@ -112,7 +103,7 @@ var journalBufs = sync.Pool{New: func() any { return new([journalRecordSize]byte
 func (c *Channel) journalPut(store byte, seq uint64, attempts uint16) (uint64, bool) {
 	j := c.jrn
 	buf := journalBufs.Get().(*[journalRecordSize]byte)
-	rec, err := j.store.Put(context.Background(), appendJournal(buf[:0], store, seq, attempts))
+	rec, err := j.store.put(context.Background(), appendJournal(buf[:0], store, seq, attempts))
 	journalBufs.Put(buf)
 	if stored(err) {
 		return rec, true
@@ -126,7 +117,7 @@ func (c *Channel) journalPut(store byte, seq uint64, attempts uint16) (uint64, b
 
 // journalAck acknowledges journal record rec. A failure leaves it to the
 // next New, which drops it once its message's record is acknowledged.
-func (c *Channel) journalAck(rec uint64) { _ = c.jrn.store.Ack(rec) }
+func (c *Channel) journalAck(rec uint64) { _ = c.jrn.store.ack(rec) }
 
 // journalDeliver records the delivery deliver is about to make of m, and
 // acknowledges the journal record m had (its last delivery's, or the one
@@ -177,9 +168,9 @@ func (c *Channel) journalUnspent(m *Message) {
 	c.journalAck(old - 1)
 }
 
-// journalBacklog gives m, read from the Source, the attempts the journal
+// journalBacklog gives m, read from the Cursor, the attempts the journal
 // counts for its record, and the journal record that says so. Only the
-// pump calls it, in the order of the Source's reads: entries for records
+// pump calls it, in the order of the Cursor's reads: entries for records
 // before m's are of records the reads passed (acknowledged before the
 // crash, or discarded), and are acknowledged.
 func (c *Channel) journalBacklog(m *Message) {
@@ -216,15 +207,15 @@ func (c *Channel) journalTimer(m *Message) {
 }
 
 // openJournal reads the journal a former run left: for each record of
-// the Source and the timer store it names, the most attempts counted, and
-// acknowledges the rest. An entry whose record the store reports
-// acknowledged (AckReporter) goes too. With write, each entry that stays
+// the Cursor and the timer store it names, the most attempts counted, and
+// acknowledges the rest. An entry whose record the store's Cursor reports
+// acknowledged goes too. With write, each entry that stays
 // is written again and its old record acknowledged, so that the old
 // records do not hold the journal's oldest segments for as long as their
 // messages wait. A failed read of the journal is logged; what was read
 // counts.
-func (c *Channel) openJournal(store TimerStore, write bool) {
-	j := &journal{store: store, write: write}
+func (c *Channel) openJournal(store Store, write bool) {
+	j := &journal{store: newSeqStore(store), write: write}
 	c.jrn = j
 	type target struct {
 		store byte
@@ -234,16 +225,17 @@ func (c *Channel) openJournal(store TimerStore, write bool) {
 	var stale []uint64
 	bad := 0
 	var readErr error
-	store.Records()(func(rec uint64, body []byte, err error) bool {
+	for r, err := range j.store.records() {
 		if err != nil {
 			readErr = err
-			return false
+			break
 		}
-		st, seq, attempts, derr := decodeJournal(body)
+		rec := r.Seq
+		st, seq, attempts, derr := decodeJournal(r.Body)
 		if derr != nil {
 			bad++
 			stale = append(stale, rec)
-			return true
+			continue
 		}
 		t := target{st, seq}
 		e, ok := best[t]
@@ -256,25 +248,22 @@ func (c *Channel) openJournal(store TimerStore, write bool) {
 		default:
 			stale = append(stale, rec)
 		}
-		return true
-	})
+	}
 	if readErr != nil {
 		c.log.Warn("channel: cannot read the whole delivery journal; messages it did not reach may be delivered with fewer attempts counted", "err", readErr)
 	}
 	if bad > 0 {
 		c.log.Warn("channel: dropping delivery journal records that do not decode", "records", bad)
 	}
-	srcAcks, _ := c.src.(AckReporter)
-	timerAcks, _ := c.opts.Timers.(AckReporter)
 	for t, e := range best {
 		var acked bool
 		switch {
 		case t.store == journalBackend:
-			acked = srcAcks != nil && srcAcks.Acknowledged(t.seq)
-		case c.opts.Timers == nil:
+			acked = c.src.Acknowledged(t.seq)
+		case c.opts.Timers.Cursor == nil:
 			acked = true // nothing reads that store now
 		default:
-			acked = timerAcks != nil && timerAcks.Acknowledged(t.seq)
+			acked = c.opts.Timers.Cursor.Acknowledged(t.seq)
 		}
 		if acked {
 			stale = append(stale, e.rec)
@@ -311,5 +300,5 @@ func (c *Channel) journalEmpty() error {
 	clear(j.timers)
 	j.ntimers.Store(0)
 	j.mu.Unlock()
-	return j.store.Empty()
+	return j.store.empty()
 }

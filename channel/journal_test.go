@@ -3,7 +3,6 @@ package channel_test
 import (
 	"context"
 	"errors"
-	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -16,8 +15,8 @@ import (
 // leaves them: what was written and acknowledged up to then, nothing the
 // abandoned channel does after.
 type crashStores struct {
-	backend          *memBackend
-	timers, journal  *memTimers
+	backend          *memStore
+	timers, journal  *memStore
 	deadMu           sync.Mutex
 	dead             []string // bodies dead-lettered, in every run
 	maxAttempts      uint16
@@ -25,13 +24,13 @@ type crashStores struct {
 }
 
 func newCrashStores(maxAttempts uint16) *crashStores {
-	return &crashStores{backend: newMemBackend(), timers: newMemTimers(), journal: newMemTimers(), maxAttempts: maxAttempts}
+	return &crashStores{backend: newMemStore(), timers: newMemStore(), journal: newMemStore(), maxAttempts: maxAttempts}
 }
 
 func (s *crashStores) open(t *testing.T) *channel.Channel {
 	t.Helper()
 	o := channel.Options{
-		Backend: s.backend, Timers: s.timers, Deliveries: s.journal,
+		Backend: s.backend.store(), Timers: s.timers.store(), Deliveries: s.journal.store(),
 		MaxAttempts: s.maxAttempts, MsgTimeout: time.Hour,
 		DeadLetter: func(m *channel.Message, _ error) error {
 			s.deadMu.Lock()
@@ -41,7 +40,7 @@ func (s *crashStores) open(t *testing.T) *channel.Channel {
 		},
 	}
 	if s.noJournalForTest {
-		o.Deliveries = nil
+		o.Deliveries = channel.Store{}
 	}
 	c, err := channel.New(o)
 	if err != nil {
@@ -69,25 +68,6 @@ func (s *crashStores) deadLetters() []string {
 	s.deadMu.Lock()
 	defer s.deadMu.Unlock()
 	return slices.Clone(s.dead)
-}
-
-func (b *memBackend) snapshot() *memBackend {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return &memBackend{records: slices.Clone(b.records), acked: maps.Clone(b.acked), wake: make(chan struct{})}
-}
-
-// written is how many records were ever put.
-func (s *memTimers) written() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.records)
-}
-
-func (s *memTimers) snapshot() *memTimers {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return &memTimers{records: slices.Clone(s.records), acked: maps.Clone(s.acked)}
 }
 
 // TestJournalCrashLoop: a message whose every delivery crashes the process
@@ -276,8 +256,9 @@ func TestJournalNoWritesWithoutMaxAttempts(t *testing.T) {
 }
 
 // TestJournalStaleEntries: entries for records finished before a crash
-// are dropped at New, by the store's report (AckReporter) or as the reads
-// pass them, and the journal empties.
+// are dropped at New, by the store's report (its Cursor's Acknowledged)
+// or, from a store that cannot tell, as the reads pass them, and the
+// journal empties.
 func TestJournalStaleEntries(t *testing.T) {
 	for _, report := range []bool{false, true} {
 		t.Run(map[bool]string{false: "passed", true: "reported"}[report], func(t *testing.T) {
@@ -294,14 +275,9 @@ func TestJournalStaleEntries(t *testing.T) {
 			cm.Finish()
 			s.crash(t, c)
 			s.journal = j
-			var reported *ackReporting
-			if report {
-				reported = &ackReporting{memBackend: s.backend}
-				s.backend = nil
-			}
-			o := channel.Options{Backend: s.backend, Deliveries: s.journal, MaxAttempts: 3}
-			if reported != nil {
-				o.Backend = reported
+			o := channel.Options{Backend: s.backend.store(), Deliveries: s.journal.store(), MaxAttempts: 3}
+			if !report {
+				o.Backend.Cursor = unreportedAcks{o.Backend.Cursor}
 			}
 			c = mustNew(t, o)
 			m := receive(t, c)
@@ -320,14 +296,11 @@ func TestJournalStaleEntries(t *testing.T) {
 	}
 }
 
-// ackReporting is a memBackend that reports acknowledgements.
-type ackReporting struct{ *memBackend }
+// unreportedAcks is a Cursor that cannot tell which records were
+// acknowledged (it says none was).
+type unreportedAcks struct{ channel.Cursor }
 
-func (b *ackReporting) Acknowledged(seq uint64) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.acked[seq]
-}
+func (unreportedAcks) Acknowledged(uint64) bool { return false }
 
 func mustNew(t *testing.T, o channel.Options) *channel.Channel {
 	t.Helper()
@@ -340,7 +313,7 @@ func mustNew(t *testing.T, o channel.Options) *channel.Channel {
 
 // TestJournalOptions: a journal needs a backend.
 func TestJournalOptions(t *testing.T) {
-	if _, err := channel.New(channel.Options{Deliveries: newMemTimers()}); !errors.Is(err, channel.ErrInvalidOptions) {
+	if _, err := channel.New(channel.Options{Deliveries: newMemStore().store()}); !errors.Is(err, channel.ErrInvalidOptions) {
 		t.Fatalf("Deliveries without a Backend: %v", err)
 	}
 }

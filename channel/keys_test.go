@@ -201,7 +201,7 @@ func TestKeyLimits(t *testing.T) {
 // message a second time.
 func TestPutStoredNotDurable(t *testing.T) {
 	ctx := context.Background()
-	c, err := channel.New(channel.Options{Backend: notDurableBackend{newMemBackend()}, Keys: channel.KeyUnique})
+	c, err := channel.New(channel.Options{Backend: notDurableBackend{newMemStore()}.store(), Keys: channel.KeyUnique})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,8 +239,8 @@ func TestPutStoredNotDurable(t *testing.T) {
 // restart delivered twice; a review found it).
 func TestCloseStoresNotDurable(t *testing.T) {
 	ctx := context.Background()
-	b := notDurableBackend{newMemBackend()}
-	c, err := channel.New(channel.Options{Backend: b})
+	b := notDurableBackend{newMemStore()}
+	c, err := channel.New(channel.Options{Backend: b.store()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,9 +251,7 @@ func TestCloseStoresNotDurable(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	b.mu.Lock()
-	live := len(b.records) - len(b.acked)
-	b.mu.Unlock()
+	live := b.live()
 	if live != 1 {
 		t.Fatalf("%d live records after Close stored the message in flight, want 1", live)
 	}

@@ -18,8 +18,8 @@ import (
 func TestPutRefusesWhatTheBackendCannotKeep(t *testing.T) {
 	const maxRecord = 200
 	const maxBody = maxRecord - channel.MaxEnvelopeOverhead
-	b := newMemBackend()
-	c := newChannel(t, channel.Options{MemQueueSize: 10, Backend: limitedBackend{b, 0, maxRecord}})
+	b := newMemStore()
+	c := newChannel(t, channel.Options{MemQueueSize: 10, Backend: limitedBackend{b, 0, maxRecord}.store()})
 	ctx := context.Background()
 	big := bytes.Repeat([]byte("x"), maxBody+1)
 	err := c.PutWith(ctx, big, channel.PutOptions{Expires: time.Now().Add(time.Hour)})
@@ -49,7 +49,7 @@ func TestPutRefusesWhatTheBackendCannotKeep(t *testing.T) {
 }
 
 func TestBackendLimitTooSmallForAnEnvelope(t *testing.T) {
-	_, err := channel.New(channel.Options{Backend: limitedBackend{newMemBackend(), 0, channel.MaxEnvelopeOverhead - 1}})
+	_, err := channel.New(channel.Options{Backend: limitedBackend{newMemStore(), 0, channel.MaxEnvelopeOverhead - 1}.store()})
 	if !errors.Is(err, channel.ErrInvalidOptions) {
 		t.Fatalf("New over a backend whose records cannot hold an envelope: got %v, want ErrInvalidOptions", err)
 	}
@@ -59,8 +59,8 @@ func TestBackendLimitTooSmallForAnEnvelope(t *testing.T) {
 // from below, less the fixed envelope header, on the memory path too.
 func TestPutRefusesTooSmall(t *testing.T) {
 	const minBody = 10
-	b := newMemBackend()
-	c := newChannel(t, channel.Options{MemQueueSize: 10, Backend: limitedBackend{b, minBody + channel.MinEnvelopeOverhead, 1000}})
+	b := newMemStore()
+	c := newChannel(t, channel.Options{MemQueueSize: 10, Backend: limitedBackend{b, minBody + channel.MinEnvelopeOverhead, 1000}.store()})
 	ctx := context.Background()
 	err := c.Put(ctx, make([]byte, minBody-1))
 	if !errors.Is(err, channel.ErrTooSmall) || !strings.Contains(err.Error(), "body of 9 bytes, minimum 10") {

@@ -89,7 +89,7 @@ type msgSource uint8
 const (
 	srcMemory  msgSource = iota // no record: the message is in memory only
 	srcBackend                  // seq is a record in the Backend
-	srcTimers                   // seq is a record in the TimerStore
+	srcTimers                   // seq is a record in the timer store
 )
 
 const (

@@ -20,18 +20,40 @@ type Options struct {
 	MemQueueSize int
 
 	// Backend is where messages go when memory is full, and where Close
-	// writes the messages still in memory. Nil keeps the channel in memory
-	// only. [New] takes ownership: Close closes it.
-	Backend Backend
+	// writes the messages still in memory: a Log the channel appends to
+	// and a Cursor over it the channel reads (spillq.Open's is its disk
+	// queue, [diskqueue.Queue.OwnCursor] over its Log). The zero Store
+	// keeps the channel in memory only. [New] takes ownership: Close calls
+	// its Close.
+	//
+	// New refuses, with [ErrInvalidOptions], what a Backend cannot carry
+	// (see [Log]): over one that does not number its records (the
+	// go-diskqueue adapter), KeyUnique, KeyReplace, KeyDedup and
+	// Deliveries. Without Timers, a deferred message read from the Backend
+	// waits in memory, its record kept until it is finished; New does not
+	// read the backlog for the deferred messages in it, which count in
+	// Stats.DiskDepth until the channel reads them and in Stats.Deferred
+	// from then on.
+	Backend Store
 
-	// Timers is where deferred messages wait (see [TimerStore]), so that
+	// Timers is the timer store, where deferred messages wait, so that
 	// none holds a record in the Backend (but the keyed ones the Deferral
-	// section of the package doc names); it needs a Backend. [New] takes
-	// ownership: Close closes it. Nil keeps deferred messages in memory
-	// whole until their due time, each holding its Backend record (if it
-	// has one) unacknowledged until it is finished, and after a restart
-	// finds those in the backend only when it reads them back.
-	Timers TimerStore
+	// section of the package doc names); it needs a Backend, and a Log
+	// that numbers its records, which the channel reads by seq. The
+	// channel is its only writer and reader; [New] takes ownership: Close
+	// calls its Close, after its last write. The zero Store keeps deferred
+	// messages in memory whole until their due time, each holding its
+	// Backend record (if it has one) unacknowledged until it is finished,
+	// and after a restart finds those in the backend only when it reads
+	// them back.
+	//
+	// A message moved here (a Requeue with a delay, a deferred record
+	// read from the Backend) has its Backend record acknowledged only once
+	// a Sync of the timer store's Log covers the new record (one Sync for
+	// the moves of a few milliseconds): without, a power cut could keep
+	// the acknowledgement and lose the record. A crash between the two
+	// leaves the message in both, to be delivered twice, never lost.
+	Timers Store
 
 	// Deliveries is the delivery journal: where, with MaxAttempts set,
 	// the channel records each delivery of a message that has a record
@@ -39,22 +61,21 @@ type Options struct {
 	// that a crash keeps its attempts: after a restart the message comes
 	// with at least as many as it was handed out, and one that killed the
 	// process MaxAttempts times is dead-lettered rather than delivered
-	// again. It is a [TimerStore] only for the interface: its records are
-	// 12 bytes each, one per delivery, acknowledged when the message's
-	// next delivery is recorded or its record is (FORMAT.md, "Delivery
-	// journal"). It needs a Backend. [New] takes ownership: Close closes
-	// it. With MaxAttempts zero nothing is written, and what a former run
-	// left is read and acknowledged as its messages come.
+	// again. Its records are 12 bytes each, one per delivery,
+	// acknowledged when the message's next delivery is recorded or its
+	// record is (FORMAT.md, "Delivery journal"). It needs a Backend, and
+	// it and the Backend must number their records. [New] takes
+	// ownership: Close calls its Close. With MaxAttempts zero nothing is
+	// written, and what a former run left is read and acknowledged as its
+	// messages come.
 	//
 	// At New the channel reads what is left in it, keeping, for each
-	// record, the most attempts counted. Entries for records the Backend
-	// (or Timers) reports acknowledged ([AckReporter]) are dropped then;
-	// without that report, those of the Backend go as the channel's reads
-	// pass their records (a Backend reads in seq order), those of Timers
-	// as their messages come. Nil: the attempts a crash keeps are those a
-	// message's record carries (written by Close, or by a deferral), so a
-	// crash restarts the count from there.
-	Deliveries TimerStore
+	// record, the most attempts counted. Entries for records the Backend's
+	// (or Timers') Cursor reports acknowledged are dropped then; the
+	// others go as their messages come. The zero Store: the attempts a
+	// crash keeps are those a message's record carries (written by Close,
+	// or by a deferral), so a crash restarts the count from there.
+	Deliveries Store
 
 	// MaxDeferredInMemory bounds how many deferred messages in the Timers
 	// store the channel keeps track of in memory: the earliest due, about

@@ -4,9 +4,13 @@ import (
 	"errors"
 	"sync/atomic"
 	"time"
+
+	"github.com/spillq/spillq/diskqueue"
 )
 
-// pumpBatch is the most records the pump takes from a BatchSource at once.
+// pumpBatch is the most records the pump takes from its Cursor at once:
+// one round trip to the cursor (and its lock, which the consumers'
+// acknowledgements take too) for each batch.
 const pumpBatch = 32
 
 // readWarnChange is how soon after a warning of a failed backend read
@@ -18,12 +22,7 @@ const readWarnChange = 10 * time.Second
 // first, they simply stay in the backend.
 func (c *Channel) pump() {
 	defer c.wg.Done()
-	bs, batched := c.src.(BatchSource)
-	if _, ok := c.src.(Unreader); ok {
-		batched = false // see BatchSource
-	}
-	var seqs [pumpBatch]uint64
-	var bodies [pumpBatch][]byte
+	var recs [pumpBatch]diskqueue.Record
 	var ready [pumpBatch]*Message
 	// Messages are carved from blocks of pumpBatch, one allocation for
 	// many, as the disk queue carves the bodies they alias: a message
@@ -32,12 +31,7 @@ func (c *Channel) pump() {
 	var warned time.Time // the last warning of a failed read
 	var warnedErr string // what it said
 	for {
-		n, err := 1, error(nil)
-		if batched {
-			n, err = bs.ReadBatch(c.closeCtx, seqs[:], bodies[:])
-		} else {
-			seqs[0], bodies[0], err = c.src.Read(c.closeCtx)
-		}
+		n, err := c.src.ReadBatch(c.closeCtx, recs[:])
 		if err != nil {
 			if c.isClosed.Load() || errors.Is(err, ErrClosed) {
 				return
@@ -76,30 +70,28 @@ func (c *Channel) pump() {
 		emptied := c.emptiedBelow.Load()
 		k := 0
 		for i := range n {
-			if seqs[i] < emptied {
-				bodies[i] = nil
+			seq := recs[i].Seq
+			if seq < emptied {
+				recs[i].Body = nil
 				continue
 			}
 			if len(block) == 0 {
 				block = make([]Message, pumpBatch)
 			}
-			if m := c.dispatch(seqs[i], bodies[i], gen, &block[0]); m != nil {
+			if m := c.dispatch(seq, recs[i].Body, gen, &block[0]); m != nil {
 				ready[k] = m
 				k++
 				block = block[1:]
 			}
-			bodies[i] = nil // the body is the message's now
+			recs[i].Body = nil // the body is the message's now
 		}
-		// Once for the batch, not per record: only a deferred record's
-		// own store (in dispatch) decides anything, and an atomic store
-		// costs a full barrier on amd64.
-		c.diskDeferred.read(seqs[n-1], false)
+		last := recs[n-1].Seq
 		ok := c.handOver(ready[:k])
 		clear(ready[:k])
 		if c.fan != nil {
 			// After the messages are in ahead: Channel.backlogged counts
 			// each there or unread, never in neither.
-			storeMax(&c.readThrough, seqs[n-1]+1)
+			storeMax(&c.readThrough, last+1)
 		}
 		if !ok {
 			return
@@ -108,14 +100,14 @@ func (c *Channel) pump() {
 }
 
 // countPasses takes off diskPending the records the backend's reads
-// passed over since the last look (see PassCounter): they were counted
+// passed over since the last look (Cursor.Passed): they were counted
 // when stored, or at New, and will never be read. Called by the pump
 // after each read, before what it read is handed on.
 func (c *Channel) countPasses() {
-	if c.passes == nil {
+	if c.backend == nil {
 		return
 	}
-	n := c.passes.Passed()
+	n := c.src.Passed()
 	if n == c.passesLooked {
 		return // the common case: nothing passed over
 	}
@@ -132,10 +124,10 @@ func (c *Channel) countPasses() {
 // the deferred messages, or, not a message, acknowledged and dropped) and
 // returns nil, leaving slot for the next record.
 func (c *Channel) dispatch(seq uint64, body []byte, gen uint32, slot *Message) *Message {
-	// By the same test as the scan's, so a record it counted is uncounted
-	// here even if it turns out not to decode.
+	// By the same test as putBackend's, so a record it counted is
+	// uncounted here even if it turns out not to decode.
 	if envelopeHasDue(body) {
-		c.diskDeferred.read(seq, true)
+		c.diskDeferred.read(seq)
 	}
 	if err := decodeEnvelopeInto(body, slot); err != nil {
 		*slot = Message{}

@@ -8,38 +8,34 @@ import (
 	"time"
 
 	"github.com/spillq/spillq/channel"
+	"github.com/spillq/spillq/diskqueue"
 )
 
-// batchBackend is a memBackend that is a channel.BatchSource, whose reads
-// wait until open is closed: what is put before then is read in one batch.
+// batchBackend is a memStore whose reads wait until open is closed: what
+// is put before then is read in one batch.
 type batchBackend struct {
-	*memBackend
+	*memStore
 	open chan struct{}
 }
 
-func (b *batchBackend) ReadBatch(ctx context.Context, seqs []uint64, bodies [][]byte) (int, error) {
+func (b *batchBackend) store() channel.Store {
+	s := b.memStore.store()
+	s.Cursor = gatedReads{s.Cursor, b.open}
+	return s
+}
+
+type gatedReads struct {
+	channel.Cursor
+	open chan struct{}
+}
+
+func (c gatedReads) ReadBatch(ctx context.Context, dst []diskqueue.Record) (int, error) {
 	select {
-	case <-b.open:
+	case <-c.open:
 	case <-ctx.Done():
 		return 0, ctx.Err()
 	}
-	n := 0
-	var err error
-	if seqs[0], bodies[0], err = b.Read(ctx); err != nil {
-		return 0, err
-	}
-	for n = 1; n < len(seqs); n++ {
-		b.mu.Lock()
-		ready := b.next < uint64(len(b.records))
-		b.mu.Unlock()
-		if !ready {
-			break
-		}
-		if seqs[n], bodies[n], err = b.Read(ctx); err != nil {
-			return n, nil
-		}
-	}
-	return n, nil
+	return c.Cursor.ReadBatch(ctx, dst)
 }
 
 // A batch the pump hands over at once reaches every receiver waiting, not
@@ -47,8 +43,8 @@ func (b *batchBackend) ReadBatch(ctx context.Context, seqs []uint64, bodies [][]
 func TestBatchReachesEveryWaitingReceiver(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const receivers = 4
-		b := &batchBackend{memBackend: newMemBackend(), open: make(chan struct{})}
-		c := newChannel(t, channel.Options{Backend: b})
+		b := &batchBackend{memStore: newMemStore(), open: make(chan struct{})}
+		c := newChannel(t, channel.Options{Backend: b.store()})
 		defer c.Close()
 		got := make(chan *channel.Message, receivers)
 		for range receivers {
@@ -90,9 +86,9 @@ func TestBatchReachesEveryWaitingReceiver(t *testing.T) {
 // and is woken for it, and put order holds through the wait.
 func TestReadAheadFullKeepsOrder(t *testing.T) {
 	const n = 1000
-	b := &batchBackend{memBackend: newMemBackend(), open: make(chan struct{})}
+	b := &batchBackend{memStore: newMemStore(), open: make(chan struct{})}
 	close(b.open)
-	c := newChannel(t, channel.Options{Backend: b})
+	c := newChannel(t, channel.Options{Backend: b.store()})
 	defer c.Close()
 	want := seq(n)
 	put(t, c, want...)
@@ -114,9 +110,9 @@ func TestReadAheadFullKeepsOrder(t *testing.T) {
 // message once, however the pump's batches and their wake-ups interleave.
 func TestReadAheadTwoReceiversEachMessageOnce(t *testing.T) {
 	const n = 2000
-	b := &batchBackend{memBackend: newMemBackend(), open: make(chan struct{})}
+	b := &batchBackend{memStore: newMemStore(), open: make(chan struct{})}
 	close(b.open)
-	c := newChannel(t, channel.Options{Backend: b})
+	c := newChannel(t, channel.Options{Backend: b.store()})
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

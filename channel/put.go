@@ -10,7 +10,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"sync"
 	"time"
 )
@@ -55,7 +54,7 @@ func (c *Channel) Put(ctx context.Context, body []byte) error {
 // PutWith is Put with a delay or an expiry.
 //
 // A body larger or smaller than the backend can store is refused with
-// [ErrTooLarge] or [ErrTooSmall] (see [RecordLimiter]), wherever it would
+// [ErrTooLarge] or [ErrTooSmall] (the Backend's [Log] record limits), wherever it would
 // have gone first.
 func (c *Channel) PutWith(ctx context.Context, body []byte, po PutOptions) error {
 	_, err := c.Enqueue(ctx, body, po)
@@ -70,8 +69,8 @@ type Receipt struct {
 	// the ID of the message that holds the key (see Duplicate).
 	ID ID
 	// Seq is the message's record in the backend (a queue's) or the
-	// topic's log, when Logged and the backend tells seqs (a
-	// [SeqBackend]; spillq's queues and topics do). Otherwise 0, which is
+	// topic's log, when Logged and its [Log] numbers its records
+	// (spillq's queues and topics do). Otherwise 0, which is
 	// also a record's seq: read it only when Logged.
 	Seq uint64
 	// Logged says the message's record went to the backend or the topic's
@@ -282,7 +281,7 @@ func (c *Channel) putDeferred(ctx context.Context, m *Message) (logged bool, err
 func (m Message) kept() *Message { return &m }
 
 // envelopes recycles the buffers messages are encoded into for the backend:
-// Backend.Put does not keep its argument.
+// Log.Put does not keep its argument.
 var envelopes = sync.Pool{New: func() any { return new([]byte) }}
 
 func (c *Channel) putBackend(ctx context.Context, m *Message) (logged bool, err error) {
@@ -318,15 +317,14 @@ func (c *Channel) putBackend(ctx context.Context, m *Message) (logged bool, err 
 }
 
 // putEnvelope stores env, m's envelope, in the backend, and leaves in m
-// the record it went to when the backend tells it (a SeqBackend): for the
+// the record it went to when the backend numbers its records: for the
 // Put's Receipt, and for a keyed message the key policy's, which
 // putKeyed's commit, or Close, tells it.
 func (c *Channel) putEnvelope(ctx context.Context, m *Message, env []byte) error {
-	sb, ok := c.backend.(SeqBackend)
-	if !ok {
+	if !c.numbered {
 		return c.backend.Put(ctx, env)
 	}
-	seq, err := sb.PutSeq(ctx, env)
+	seq, err := c.backend.PutSeq(ctx, env)
 	if stored(err) {
 		m.seq, m.src = seq, srcBackend
 	}
@@ -365,14 +363,12 @@ func bound(ctx, closing context.Context) (context.Context, func()) {
 	}
 }
 
-// bodyLimits returns the shortest and longest body that makes a record b
-// accepts once in its envelope: 0 and math.MaxInt unless b is a
-// [RecordLimiter].
-func bodyLimits(b any) (minBody, maxBody int, err error) {
-	l, ok := b.(RecordLimiter)
-	if !ok {
-		return 0, math.MaxInt, nil
-	}
+// bodyLimits returns the shortest and longest body that makes a record l
+// accepts once in its envelope. New reads the limits once, and Put refuses
+// any body that would not make a record in range once in its envelope,
+// with [ErrTooLarge] or [ErrTooSmall], rather than accept it into memory
+// and fail to keep it at Close.
+func bodyLimits(l Log) (minBody, maxBody int, err error) {
 	limit := l.MaxRecordBytes()
 	if limit < MaxEnvelopeOverhead {
 		return 0, 0, fmt.Errorf("%w: the backend's record limit of %d bytes leaves no room for a body (the envelope takes up to %d)", ErrInvalidOptions, limit, MaxEnvelopeOverhead)

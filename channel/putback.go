@@ -62,16 +62,15 @@ func (c *Channel) PutBack(ctx context.Context, msgs []*Message) []error {
 	}
 	// One sync for the batch: redrives are bulk work, an fsync each would
 	// make a redrive of many thousands take minutes.
-	var sync syncer
+	log := c.backend
 	if c.fan != nil {
-		sync = c.timers.sync // nil: its Put fsyncs
-	} else {
-		sync, _ = c.backend.(syncer)
+		log = c.timers.store.log
 	}
-	if sync == nil {
-		return errs
+	synced, err := syncLog(context.WithoutCancel(ctx), log)
+	if !synced && err == nil {
+		return errs // a store that cannot sync: as its Puts said
 	}
-	if err := sync.Sync(context.WithoutCancel(ctx)); err != nil {
+	if err != nil {
 		err = fmt.Errorf("channel: put back: stored, not made durable: %w", err)
 		for i := range errs {
 			if stored(errs[i]) {

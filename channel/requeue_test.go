@@ -17,7 +17,7 @@ func TestRequeueThenReceiveGetsTheRequeued(t *testing.T) {
 		opts func() channel.Options
 	}{
 		{"memory", func() channel.Options { return channel.Options{MemQueueSize: 100} }},
-		{"backend", func() channel.Options { return channel.Options{Backend: newMemBackend()} }},
+		{"backend", func() channel.Options { return channel.Options{Backend: newMemStore().store()} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newChannel(t, tc.opts())

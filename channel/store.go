@@ -15,7 +15,11 @@ import (
 //
 // A method an implementation cannot carry returns an error wrapping
 // [errors.ErrUnsupported]; [New] and [NewFanout] refuse, with
-// [ErrInvalidOptions], the options that would need it.
+// [ErrInvalidOptions], the options that would need it. A Log that does not
+// number its records (the go-diskqueue adapter) returns it from PutSeq and
+// from ReadAt for every seq: New learns it with one ReadAt(NextSeq()),
+// which on any Log finds nothing and changes nothing, and then refuses a key
+// policy that names records, a timer store and a delivery journal over it.
 type Log interface {
 	// Put appends body; it must not keep body after it returns. It may
 	// block, honouring ctx. An error means body was not stored, unless it
@@ -89,3 +93,9 @@ type Store struct {
 	// last write to the store, to release it.
 	Close func() error
 }
+
+// The disk log and its cursors are the seam's own implementation.
+var (
+	_ Log    = (*diskqueue.Log)(nil)
+	_ Cursor = (*diskqueue.Cursor)(nil)
+)

@@ -2,59 +2,11 @@ package channel
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/spillq/spillq/internal/memlog"
 )
-
-// fifoBackend keeps what is put, in order; Read waits for a record.
-type fifoBackend struct {
-	mu      sync.Mutex
-	records [][]byte
-	next    int
-	added   chan struct{} // a token when a record was added
-}
-
-func newFIFOBackend() *fifoBackend { return &fifoBackend{added: make(chan struct{}, 1)} }
-
-func (b *fifoBackend) Put(_ context.Context, body []byte) error {
-	b.mu.Lock()
-	b.records = append(b.records, append([]byte(nil), body...))
-	b.mu.Unlock()
-	select {
-	case b.added <- struct{}{}:
-	default:
-	}
-	return nil
-}
-
-func (b *fifoBackend) Read(ctx context.Context) (uint64, []byte, error) {
-	for {
-		b.mu.Lock()
-		if b.next < len(b.records) {
-			seq, body := uint64(b.next), b.records[b.next]
-			b.next++
-			b.mu.Unlock()
-			return seq, body, nil
-		}
-		b.mu.Unlock()
-		select {
-		case <-b.added:
-		case <-ctx.Done():
-			return 0, nil, ErrClosed
-		}
-	}
-}
-
-func (b *fifoBackend) Ack(uint64) error { return nil }
-func (b *fifoBackend) Empty() error     { return nil }
-func (b *fifoBackend) Close() error     { return nil }
-
-func (b *fifoBackend) Depth() int64 {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return int64(len(b.records) - b.next)
-}
 
 // TestTakeMemoryBeforeReadAhead: a receiver that comes to wait as a
 // message reaches the memory buffer and a newer one, spilled, the pump's
@@ -65,8 +17,7 @@ func (b *fifoBackend) Depth() int64 {
 // one time in 2^64.
 func TestTakeMemoryBeforeReadAhead(t *testing.T) {
 	for round := range 64 {
-		b := newFIFOBackend()
-		c, err := New(Options{MemQueueSize: 1, Backend: b, MsgTimeout: time.Hour})
+		c, err := New(Options{MemQueueSize: 1, Backend: memlogStore(memlog.NewLog()), MsgTimeout: time.Hour})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,61 +10,30 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/spillq/spillq/diskqueue"
 )
 
-// TimerStore is a store of deferred messages beside a channel's Backend:
-// with one (Options.Timers; spillq.Open gives every queue one), a message
-// put with a delay, requeued with a delay, or read from the backend with its
-// due time still ahead is written to the timer store, with its due time and
-// attempts, and then its backend record (if any) is acknowledged (after a
-// Sync of the store, if it has one: see below). So no deferred message
-// holds a record in the backend (but the keyed ones the package doc's
-// Deferral section names), and the backend's segments go as soon as their
-// undeferred messages are finished; a crash between the two writes leaves
-// the message in both, to be delivered twice, never lost.
+// The timer store (Options.Timers; spillq.Open gives every queue one) is
+// where deferred messages wait beside a channel's Backend: a message put
+// with a delay, requeued with a delay, or read from the backend with its due
+// time still ahead is written to the timer store, with its due time and
+// attempts, and then its backend record (if any) is acknowledged, after a
+// Sync of the timer store's Log that covers the new record (settleMoves). So
+// no deferred message holds a record in the backend (but the keyed ones the
+// package doc's Deferral section names), and the backend's segments go as
+// soon as their undeferred messages are finished; a crash between the two
+// writes leaves the message in both, to be delivered twice, never lost.
 //
 // The channel holds in memory the due time and seq of at most
 // Options.MaxDeferredInMemory of them, the earliest due; the others are on
 // the timer store only, and the channel finds them again by reading it
-// through ([TimerStore.Records]) when those in memory are used up, and once
-// at New (a restart): a cost that grows with what is deferred, never with
-// the backend's backlog. A released message's record is acknowledged when
-// the message is finished (or dead-lettered), or replaced by a new one if it
-// is requeued with a delay again.
-//
-// The channel is the store's only writer; it serialises nothing, so the
-// store's methods must be safe for concurrent use. A store that also has a
-// method Sync(ctx context.Context) error, making what was put durable at
-// once, has the record a message was moved from (a Requeue with a delay,
-// a deferred record the channel read from its backend) acknowledged only
-// after a Sync that covers the new record: without it, a power cut could
-// keep the acknowledgement and lose the record.
-type TimerStore interface {
-	// Put stores body and returns its seq. It must not keep body. An
-	// error means nothing was stored, unless it wraps [ErrNotDurable]
-	// (stored, seq valid, not yet durable), as a Backend's Put.
-	Put(ctx context.Context, body []byte) (seq uint64, err error)
-	// Get returns the body of record seq, stored and not acknowledged. An
-	// error for a record that can never be read (damaged, or gone) wraps
-	// [ErrBadEnvelope]: the channel drops the message, as it does a record
-	// that does not decode. Any other error is tried again.
-	Get(seq uint64) ([]byte, error)
-	// Ack removes record seq. Acks come in any order.
-	Ack(seq uint64) error
-	// Records yields the records stored and not acknowledged, in any
-	// order, with their seqs. It runs while the channel calls the other
-	// methods, and may or may not yield records put or acknowledged
-	// meanwhile. Records that cannot be read back are left out; an error
-	// that ends the iteration is yielded last (the channel reads again
-	// later).
-	Records() func(yield func(seq uint64, body []byte, err error) bool)
-	// Depth is how many records are stored and not acknowledged.
-	Depth() int64
-	// Empty discards every record.
-	Empty() error
-	// Close flushes and releases the store.
-	Close() error
-}
+// through (its Cursor's Unacknowledged) when those in memory are used up,
+// and once at New (a restart): a cost that grows with what is deferred,
+// never with the backend's backlog. It reads a due message by seq (the
+// Log's ReadAt). A released message's record is acknowledged when the
+// message is finished (or dead-lettered), or replaced by a new one if it is
+// requeued with a delay again.
 
 // DefaultMaxDeferredInMemory is Options.MaxDeferredInMemory's default.
 const DefaultMaxDeferredInMemory = 100_000
@@ -116,11 +85,8 @@ func (e timerEntry) compare(o timerEntry) int {
 // heap's own entries again and started the next, reading the store in a
 // loop until those were released (for a due time ahead, until then).
 type timerSet struct {
-	store TimerStore
-	// sync is store as a syncer, if it is one: its moved messages' old
-	// records are then acknowledged after it syncs (settleMoves).
-	sync syncer
-	max  int
+	store *seqStore
+	max   int
 	// putMu is held shared from a Put to the store until its entry is
 	// added, and exclusively by a refill's merge: a record the refill read
 	// is then either in the heap already or not to be added again.
@@ -147,10 +113,8 @@ type timerSet struct {
 	refills, scanned int64 // for tests: refills run, records they read
 }
 
-func newTimerSet(store TimerStore, max int) *timerSet {
-	t := &timerSet{store: store, max: max, horizon: noHorizon, out: map[uint64]struct{}{}, spillMin: noHorizon}
-	t.sync, _ = store.(syncer)
-	return t
+func newTimerSet(store Store, max int) *timerSet {
+	return &timerSet{store: newSeqStore(store), max: max, horizon: noHorizon, out: map[uint64]struct{}{}, spillMin: noHorizon}
 }
 
 // add takes a new entry (the caller holds Channel.mu).
@@ -295,19 +259,19 @@ func (c *Channel) refillTimers() {
 		excludedMin := noHorizon
 		var scanned int64
 		var failed error
-		t.store.Records()(func(seq uint64, body []byte, err error) bool {
+		for rec, err := range t.store.records() {
 			if c.isClosed.Load() {
-				return false
+				break
 			}
 			if err != nil {
 				failed = err
-				return false
+				break
 			}
 			scanned++
-			if _, ok := out[seq]; ok {
-				return true
+			if _, ok := out[rec.Seq]; ok {
+				continue
 			}
-			e := timerEntry{due: envelopeDue(body), seq: seq}
+			e := timerEntry{due: envelopeDue(rec.Body), seq: rec.Seq}
 			switch {
 			case len(kept.timerHeap) < t.max:
 				heap.Push(&kept, e)
@@ -318,8 +282,7 @@ func (c *Channel) refillTimers() {
 			default:
 				excludedMin = earlier(excludedMin, e)
 			}
-			return true
-		})
+		}
 		if c.isClosed.Load() {
 			return
 		}
@@ -389,16 +352,11 @@ func (c *Channel) deferToTimers(ctx context.Context, m *Message, due int64) erro
 		// policies keep a keyed message out of the timer store).
 		c.keys.stored(m.Key, m.ID, 0, srcTimers)
 	}
-	switch {
-	case c.timers.sync != nil && m.src != srcMemory:
+	if m.src != srcMemory {
 		c.queueMove(m)
-	case err != nil && m.src != srcMemory:
-		// ErrNotDurable with no Sync to wait for (a store that fsyncs
-		// each Put, whose ctx ended: Close): the old record stays, so
-		// that a power cut delivers the message twice rather than lose it.
-	default:
-		c.ackRecord(m, "deferred to the timer store")
+		return nil
 	}
+	c.ackRecord(m, "deferred to the timer store")
 	return nil
 }
 
@@ -420,6 +378,7 @@ func (c *Channel) queueMove(m *Message) {
 		q.since = time.Now()
 	}
 	q.pending = append(q.pending, m)
+	q.n.Store(int64(len(q.pending)))
 	q.mu.Unlock()
 	select {
 	case q.bell <- struct{}{}:
@@ -434,7 +393,21 @@ func (c *Channel) takeMoves() []*Message {
 	defer q.mu.Unlock()
 	out := q.pending
 	q.pending = nil
+	q.n.Store(0)
 	return out
+}
+
+// settleBefore settles the moves waiting for the settler now, before the
+// caller acknowledges a timer store record: a message moved there can be
+// due, delivered and finished before the settler's next round, and its new
+// record acknowledged while its old one was not would bring it back after a
+// crash, finished. Rare (a delay shorter than moveSettleWait), it costs a
+// Sync of the timer store then.
+func (c *Channel) settleBefore() {
+	if c.moves.n.Load() == 0 {
+		return
+	}
+	c.settleMoves(c.closeCtx, c.timers.store.log, c.takeMoves(), "deferred to the timer store")
 }
 
 // settler is the goroutine that settles moves (queueMove): at most
@@ -462,38 +435,29 @@ func (c *Channel) settler() {
 			wait.Stop()
 			return
 		}
-		c.settleMoves(c.closeCtx, c.timers.sync, c.takeMoves(), "deferred to the timer store")
+		c.settleMoves(c.closeCtx, c.timers.store.log, c.takeMoves(), "deferred to the timer store")
 	}
-}
-
-// syncer is a store (a TimerStore or a Backend) that can make what was put
-// to it durable at once, ahead of its own sync policy.
-type syncer interface {
-	Sync(ctx context.Context) error
 }
 
 // settleMoves acknowledges the old records of msgs, each just stored again
 // in a store (moved: to the timer store when deferred, to the backend at
-// Close), once the store has made them durable, if it can (sync, nil if
-// it cannot). Acknowledged
-// at once, an old record's acknowledgement could reach the disk before the
-// new record did (each store syncs on its own tick, and the kernel writes
-// mapped pages back in its own order), and a power cut then lost a message
-// put and fsynced long before. If the sync fails, the old records stay:
-// after a restart those messages come twice, never not at all. It returns
-// the first error.
-func (c *Channel) settleMoves(ctx context.Context, sync syncer, msgs []*Message, why string) error {
+// Close), once the store's Log has made them durable (its Sync; nil, or a
+// Sync unsupported, acknowledges at once). Acknowledged at once, an old
+// record's acknowledgement could reach the disk before the new record did
+// (each store syncs on its own tick, and the kernel writes mapped pages back
+// in its own order), and a power cut then lost a message put and fsynced
+// long before. If the sync fails, the old records stay: after a restart
+// those messages come twice, never not at all. It returns the first error.
+func (c *Channel) settleMoves(ctx context.Context, log Log, msgs []*Message, why string) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	if sync != nil {
-		// Not cut short by Close (which cancels the pump's and Requeue's
-		// ctx, then waits for them): given up, the old records stayed
-		// and came again after the restart.
-		if err := sync.Sync(context.WithoutCancel(ctx)); err != nil {
-			c.log.Warn("channel: cannot make moved messages durable; their old records stay, and they are delivered again after a restart", "messages", len(msgs), "why", why, "err", err)
-			return err
-		}
+	// Not cut short by Close (which cancels the pump's and Requeue's ctx,
+	// then waits for them): given up, the old records stayed and came
+	// again after the restart.
+	if _, err := syncLog(context.WithoutCancel(ctx), log); err != nil {
+		c.log.Warn("channel: cannot make moved messages durable; their old records stay, and they are delivered again after a restart", "messages", len(msgs), "why", why, "err", err)
+		return err
 	}
 	var first error
 	for _, m := range msgs {
@@ -513,7 +477,7 @@ func (c *Channel) putTimer(ctx context.Context, m *Message) (uint64, error) {
 	*buf = appendEnvelope((*buf)[:0], m)
 	t.putMu.RLock()
 	defer t.putMu.RUnlock()
-	seq, err := t.store.Put(ctx, *buf)
+	seq, err := t.store.put(ctx, *buf)
 	if cap(*buf) <= 64<<10 {
 		envelopes.Put(buf)
 	}
@@ -559,9 +523,18 @@ func (c *Channel) ack(m *Message) error {
 func (c *Channel) ackSource(m *Message) error {
 	switch m.src {
 	case srcBackend:
-		return c.src.Ack(m.seq)
+		err := c.src.Ack(m.seq)
+		if c.fan != nil && errors.Is(err, diskqueue.ErrNotInFlight) {
+			// The channel acknowledges each record it delivered once, so
+			// the topic's cursor finds one not in flight only when its
+			// Empty or the lag policy discarded it while a consumer had
+			// it in hand: done already, not an error to its Finish.
+			return nil
+		}
+		return err
 	case srcTimers:
-		if err := c.timers.store.Ack(m.seq); err != nil {
+		c.settleBefore()
+		if err := c.timers.store.ack(m.seq); err != nil {
 			return err
 		}
 		c.mu.Lock()
@@ -586,7 +559,7 @@ func (c *Channel) releaseTimers(now int64) bool {
 	msgs := make([]*Message, 0, len(due))
 	var retry []timerEntry
 	for _, e := range due {
-		body, err := t.store.Get(e.seq)
+		body, err := t.store.get(e.seq)
 		var m *Message
 		if err == nil {
 			m, err = decodeEnvelope(body)

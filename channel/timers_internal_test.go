@@ -3,77 +3,11 @@ package channel
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/spillq/spillq/internal/memlog"
 )
-
-// sliceTimers is a TimerStore in memory.
-type sliceTimers struct {
-	mu      sync.Mutex
-	records map[uint64][]byte
-	next    uint64
-}
-
-func (s *sliceTimers) Put(_ context.Context, body []byte) (uint64, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.records == nil {
-		s.records = map[uint64][]byte{}
-	}
-	seq := s.next
-	s.next++
-	s.records[seq] = append([]byte(nil), body...)
-	return seq, nil
-}
-
-func (s *sliceTimers) Get(seq uint64) ([]byte, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	b, ok := s.records[seq]
-	if !ok {
-		return nil, fmt.Errorf("%w: sliceTimers: no record %d", ErrBadEnvelope, seq)
-	}
-	return b, nil
-}
-
-func (s *sliceTimers) Ack(seq uint64) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.records, seq)
-	return nil
-}
-
-func (s *sliceTimers) Records() func(yield func(uint64, []byte, error) bool) {
-	return func(yield func(uint64, []byte, error) bool) {
-		s.mu.Lock()
-		snap := make(map[uint64][]byte, len(s.records))
-		for seq, b := range s.records {
-			snap[seq] = b
-		}
-		s.mu.Unlock()
-		for seq, b := range snap {
-			if !yield(seq, b, nil) {
-				return
-			}
-		}
-	}
-}
-
-func (s *sliceTimers) Depth() int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return int64(len(s.records))
-}
-
-func (s *sliceTimers) Empty() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	clear(s.records)
-	return nil
-}
-
-func (s *sliceTimers) Close() error { return nil }
 
 // TestTimersTiedDueReadOnce: more deferred messages due at the same moment
 // than Options.MaxDeferredInMemory (as a topic's channel stores all it held
@@ -83,15 +17,15 @@ func (s *sliceTimers) Close() error { return nil }
 // it: each refill found the heap's own entries again and started the next,
 // a loop reading the store until they were due (an hour here).
 func TestTimersTiedDueReadOnce(t *testing.T) {
-	s := &sliceTimers{}
+	s := memlog.NewLog()
 	due := time.Now().Add(time.Hour).UnixNano()
 	for i := range 7 {
 		m := &Message{ID: ID(i + 1), Timestamp: time.Now(), Body: fmt.Appendf(nil, "m%d", i), due: due}
-		if _, err := s.Put(context.Background(), appendEnvelope(nil, m)); err != nil {
+		if err := s.Put(context.Background(), appendEnvelope(nil, m)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	c, err := New(Options{Backend: &takeBackend{}, Timers: s, MaxDeferredInMemory: 2})
+	c, err := New(Options{Backend: memlogStore(memlog.NewLog()), Timers: memlogStore(s), MaxDeferredInMemory: 2})
 	if err != nil {
 		t.Fatal(err)
 	}

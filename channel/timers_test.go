@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,109 +14,13 @@ import (
 	"github.com/spillq/spillq/channel"
 )
 
-// memTimers is an in-memory channel.TimerStore. Records reads the store
-// live, a record at a time, so puts and acknowledgements land in the
-// middle of it, as they may on disk.
-type memTimers struct {
-	mu      sync.Mutex
-	records [][]byte
-	acked   map[uint64]bool
-	failPut atomic.Bool // Put fails while set
-	closed  bool
-}
-
-func newMemTimers() *memTimers { return &memTimers{acked: map[uint64]bool{}} }
-
-var errTimers = errors.New("memTimers: put refused")
-
-func (s *memTimers) Put(_ context.Context, body []byte) (uint64, error) {
-	if s.failPut.Load() {
-		return 0, errTimers
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return 0, channel.ErrClosed
-	}
-	s.records = append(s.records, append([]byte(nil), body...))
-	return uint64(len(s.records) - 1), nil
-}
-
-func (s *memTimers) Get(seq uint64) ([]byte, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if seq >= uint64(len(s.records)) || s.acked[seq] {
-		return nil, fmt.Errorf("%w: memTimers: no record %d", channel.ErrBadEnvelope, seq)
-	}
-	return s.records[seq], nil
-}
-
-func (s *memTimers) Ack(seq uint64) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if seq >= uint64(len(s.records)) || s.acked[seq] {
-		return fmt.Errorf("memTimers: ack of unknown or acknowledged record %d", seq)
-	}
-	s.acked[seq] = true
-	return nil
-}
-
-func (s *memTimers) Records() func(yield func(uint64, []byte, error) bool) {
-	return func(yield func(uint64, []byte, error) bool) {
-		for seq := uint64(0); ; seq++ {
-			s.mu.Lock()
-			if seq >= uint64(len(s.records)) {
-				s.mu.Unlock()
-				return
-			}
-			acked, body := s.acked[seq], s.records[seq]
-			s.mu.Unlock()
-			if acked {
-				continue
-			}
-			runtime.Gosched()
-			if !yield(seq, body, nil) {
-				return
-			}
-		}
-	}
-}
-
-func (s *memTimers) Depth() int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return int64(len(s.records) - len(s.acked))
-}
-
-func (s *memTimers) Empty() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for i := range s.records {
-		s.acked[uint64(i)] = true
-	}
-	return nil
-}
-
-func (s *memTimers) Close() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.closed = true
-	return nil
-}
-
-func (s *memTimers) reopen() *memTimers {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return &memTimers{records: s.records, acked: s.acked}
-}
-
 // TestTimersOptions: a timer store needs a backend, and the bound cannot
 // be negative.
 func TestTimersOptions(t *testing.T) {
-	if _, err := channel.New(channel.Options{Timers: newMemTimers()}); !errors.Is(err, channel.ErrInvalidOptions) {
+	if _, err := channel.New(channel.Options{Timers: newMemStore().store()}); !errors.Is(err, channel.ErrInvalidOptions) {
 		t.Fatalf("Timers without a Backend: %v", err)
 	}
-	if _, err := channel.New(channel.Options{Backend: newMemBackend(), MaxDeferredInMemory: -1}); !errors.Is(err, channel.ErrInvalidOptions) {
+	if _, err := channel.New(channel.Options{Backend: newMemStore().store(), MaxDeferredInMemory: -1}); !errors.Is(err, channel.ErrInvalidOptions) {
 		t.Fatalf("negative MaxDeferredInMemory: %v", err)
 	}
 }
@@ -128,8 +31,8 @@ func TestTimersOptions(t *testing.T) {
 // across a restart, in the timer store alone.
 func TestTimersHoldNoBackendRecord(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, s := newMemBackend(), newMemTimers()
-		c := newChannel(t, channel.Options{Backend: b, Timers: s})
+		b, s := newMemStore(), newMemStore()
+		c := newChannel(t, channel.Options{Backend: b.store(), Timers: s.store()})
 		ctx := context.Background()
 		start := time.Now()
 		c.PutWith(ctx, []byte("put later"), channel.PutOptions{Delay: time.Hour})
@@ -149,7 +52,7 @@ func TestTimersHoldNoBackendRecord(t *testing.T) {
 			t.Fatal(err)
 		}
 		b, s = b.reopen(), s.reopen()
-		c = newChannel(t, channel.Options{Backend: b, Timers: s})
+		c = newChannel(t, channel.Options{Backend: b.store(), Timers: s.store()})
 		defer c.Close()
 		synctest.Wait()
 		if st := c.Stats(); st.Deferred != 2 || c.Depth() != 0 {
@@ -185,8 +88,8 @@ func TestTimersHoldNoBackendRecord(t *testing.T) {
 // their attempts; their timer records go.
 func TestTimersCloseKeepsReleased(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, s := newMemBackend(), newMemTimers()
-		c := newChannel(t, channel.Options{Backend: b, Timers: s})
+		b, s := newMemStore(), newMemStore()
+		c := newChannel(t, channel.Options{Backend: b.store(), Timers: s.store()})
 		ctx := context.Background()
 		for _, body := range []string{"a", "b"} {
 			c.PutWith(ctx, []byte(body), channel.PutOptions{Delay: time.Minute})
@@ -200,7 +103,7 @@ func TestTimersCloseKeepsReleased(t *testing.T) {
 		if s.Depth() != 0 || b.Depth() != 2 {
 			t.Fatalf("after Close: timer store %d, backend %d; want 0 and 2", s.Depth(), b.Depth())
 		}
-		c = newChannel(t, channel.Options{Backend: b.reopen(), Timers: s.reopen()})
+		c = newChannel(t, channel.Options{Backend: b.reopen().store(), Timers: s.reopen().store()})
 		defer c.Close()
 		got := map[string]uint16{}
 		for i := 0; i < 2; i++ {
@@ -219,8 +122,8 @@ func TestTimersCloseKeepsReleased(t *testing.T) {
 // timer store; both are delivered when due and counted as deferred.
 func TestTimersFallBackToMemory(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, s := newMemBackend(), newMemTimers()
-		c := newChannel(t, channel.Options{Backend: b, Timers: s})
+		b, s := newMemStore(), newMemStore()
+		c := newChannel(t, channel.Options{Backend: b.store(), Timers: s.store()})
 		defer c.Close()
 		ctx := context.Background()
 		start := time.Now()
@@ -254,8 +157,8 @@ func TestTimersFallBackToMemory(t *testing.T) {
 // too, those tracked in memory and those not.
 func TestTimersEmpty(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, s := newMemBackend(), newMemTimers()
-		c := newChannel(t, channel.Options{Backend: b, Timers: s, MaxDeferredInMemory: 4})
+		b, s := newMemStore(), newMemStore()
+		c := newChannel(t, channel.Options{Backend: b.store(), Timers: s.store(), MaxDeferredInMemory: 4})
 		defer c.Close()
 		ctx := context.Background()
 		for i := 0; i < 20; i++ {
@@ -280,8 +183,8 @@ func TestTimersEmpty(t *testing.T) {
 // it with -race). Every message is finished exactly once, none delivered
 // before it is due, and nothing is left.
 func TestTimersRace(t *testing.T) {
-	b, s := newMemBackend(), newMemTimers()
-	c := newChannel(t, channel.Options{Backend: b, Timers: s, MaxDeferredInMemory: 8})
+	b, s := newMemStore(), newMemStore()
+	c := newChannel(t, channel.Options{Backend: b.store(), Timers: s.store(), MaxDeferredInMemory: 8})
 	defer c.Close()
 	const producers, each = 4, 300
 	ctx := context.Background()
@@ -356,38 +259,55 @@ func TestTimersRace(t *testing.T) {
 	t.Logf("%d messages; %d reads of the timer store, %d records read", producers*each, ts.Refills, ts.Scanned)
 }
 
-// syncTimers is a memTimers that can Sync: records below durable are
+// syncTimers is a memStore whose Sync counts: records below durable are
 // durable.
 type syncTimers struct {
-	*memTimers
+	*memStore
 	durable atomic.Int64
 	syncs   atomic.Int64
 }
 
-func (s *syncTimers) Sync(context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.durable.Store(int64(len(s.records)))
-	s.syncs.Add(1)
-	return nil
+func (s *syncTimers) store() channel.Store {
+	st := s.memStore.store()
+	st.Log = syncCounting{st.Log, s}
+	return st
 }
 
-// moveCheckBackend is a memBackend that, at each Ack, notes whether every
+type syncCounting struct {
+	channel.Log
+	s *syncTimers
+}
+
+func (l syncCounting) Sync(ctx context.Context) error {
+	l.s.durable.Store(int64(l.s.written()))
+	l.s.syncs.Add(1)
+	return l.Log.Sync(ctx)
+}
+
+// moveCheckBackend is a memStore that, at each Ack, notes whether every
 // record of timers was durable.
 type moveCheckBackend struct {
-	*memBackend
+	*memStore
 	timers    *syncTimers
 	premature atomic.Int64 // Acks made while a timer record was not durable
 }
 
-func (b *moveCheckBackend) Ack(seq uint64) error {
-	b.timers.mu.Lock()
-	n := int64(len(b.timers.records))
-	b.timers.mu.Unlock()
-	if b.timers.durable.Load() < n {
-		b.premature.Add(1)
+func (b *moveCheckBackend) store() channel.Store {
+	st := b.memStore.store()
+	st.Cursor = ackChecking{st.Cursor, b}
+	return st
+}
+
+type ackChecking struct {
+	channel.Cursor
+	b *moveCheckBackend
+}
+
+func (c ackChecking) Ack(seq uint64) error {
+	if c.b.timers.durable.Load() < int64(c.b.timers.written()) {
+		c.b.premature.Add(1)
 	}
-	return b.memBackend.Ack(seq)
+	return c.Cursor.Ack(seq)
 }
 
 // TestMovedRecordAckedOnceDurable: a message moved to the timer store (a
@@ -401,9 +321,9 @@ func (b *moveCheckBackend) Ack(seq uint64) error {
 func TestMovedRecordAckedOnceDurable(t *testing.T) {
 	ctx := context.Background()
 	t.Run("requeue", func(t *testing.T) {
-		s := &syncTimers{memTimers: newMemTimers()}
-		b := &moveCheckBackend{memBackend: newMemBackend(), timers: s}
-		c := newChannel(t, channel.Options{Backend: b, Timers: s})
+		s := &syncTimers{memStore: newMemStore()}
+		b := &moveCheckBackend{memStore: newMemStore(), timers: s}
+		c := newChannel(t, channel.Options{Backend: b.store(), Timers: s.store()})
 		defer c.Close()
 		put(t, c, "a")
 		m, err := c.Receive(ctx)
@@ -426,8 +346,8 @@ func TestMovedRecordAckedOnceDurable(t *testing.T) {
 	t.Run("pump", func(t *testing.T) {
 		// Deferred records in the backend: put by a channel without a
 		// timer store, then read by one with.
-		mb := newMemBackend()
-		c := newChannel(t, channel.Options{Backend: mb})
+		mb := newMemStore()
+		c := newChannel(t, channel.Options{Backend: mb.store()})
 		for i := range 40 {
 			if err := c.PutWith(ctx, []byte(fmt.Sprint(i)), channel.PutOptions{Delay: time.Hour}); err != nil {
 				t.Fatal(err)
@@ -436,9 +356,9 @@ func TestMovedRecordAckedOnceDurable(t *testing.T) {
 		if err := c.Close(); err != nil {
 			t.Fatal(err)
 		}
-		s := &syncTimers{memTimers: newMemTimers()}
-		b := &moveCheckBackend{memBackend: mb.reopen(), timers: s}
-		c = newChannel(t, channel.Options{Backend: b, Timers: s})
+		s := &syncTimers{memStore: newMemStore()}
+		b := &moveCheckBackend{memStore: mb.reopen(), timers: s}
+		c = newChannel(t, channel.Options{Backend: b.store(), Timers: s.store()})
 		defer c.Close()
 		deadline := time.Now().Add(10 * time.Second)
 		for s.Depth() < 40 && time.Now().Before(deadline) {
@@ -465,8 +385,8 @@ func TestMovedRecordAckedOnceDurable(t *testing.T) {
 // them, the rest going to the timer store as before (a review noted there
 // was no bound).
 func TestSerialInPlaceRequeuesBounded(t *testing.T) {
-	b, s := newMemBackend(), newMemTimers()
-	c := newChannel(t, channel.Options{Backend: b, Timers: s, Keys: channel.KeySerial, MaxDeferredInMemory: 2})
+	b, s := newMemStore(), newMemStore()
+	c := newChannel(t, channel.Options{Backend: b.store(), Timers: s.store(), Keys: channel.KeySerial, MaxDeferredInMemory: 2})
 	defer c.Close()
 	ctx := context.Background()
 	for _, k := range []string{"a", "b", "c"} {
@@ -491,25 +411,12 @@ func TestSerialInPlaceRequeuesBounded(t *testing.T) {
 	}
 }
 
-// notDurableTimers is a memTimers whose Put stores the record and says it
+// notDurableTimers is a memStore whose Put stores the record and says it
 // is not durable yet, as a disk timer store under SyncEvery 1 does when
 // the Put's ctx ends during its fsync.
-type notDurableTimers struct{ *memTimers }
+type notDurableTimers struct{ *memStore }
 
-func (s notDurableTimers) Put(ctx context.Context, body []byte) (uint64, error) {
-	seq, err := s.memTimers.Put(ctx, body)
-	if err != nil {
-		return seq, err
-	}
-	return seq, fmt.Errorf("test timers: %w (%w)", channel.ErrNotDurable, context.Canceled)
-}
-
-// live counts the records stored and not acknowledged.
-func (s *memTimers) live() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.records) - len(s.acked)
-}
+func (s notDurableTimers) store() channel.Store { return notDurableBackend(s).store() }
 
 // TestTimerStoreNotDurable: a timer store's Put that stored its record
 // but returned ErrNotDurable is a record stored. A Requeue with a delay
@@ -518,8 +425,8 @@ func (s *memTimers) live() int {
 // after a restart), as for a Put that failed (a review found both).
 func TestTimerStoreNotDurable(t *testing.T) {
 	ctx := context.Background()
-	timers := notDurableTimers{newMemTimers()}
-	c, err := channel.New(channel.Options{Backend: newMemBackend(), Timers: timers})
+	timers := notDurableTimers{newMemStore()}
+	c, err := channel.New(channel.Options{Backend: newMemStore().store(), Timers: timers.store()})
 	if err != nil {
 		t.Fatal(err)
 	}

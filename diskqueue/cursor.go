@@ -59,6 +59,13 @@ type Cursor struct {
 	acks    ownedInt64   // acknowledged since Open
 	dropped atomic.Int64 // given up by the drop-when-full policy since Open
 
+	// back holds the records Unread gave back, in seq order, for the next
+	// Read or ReadBatch to hand out first; backN is its length, for a look
+	// without backMu on the read path (unread.go).
+	backMu sync.Mutex
+	back   []Record
+	backN  atomic.Int32
+
 	// dropWhenFull is the cursor's policy at MaxDiskBytes
 	// (SetDropWhenFull); read by producers on the full path and by the
 	// writer goroutine.

@@ -22,6 +22,12 @@ import (
 // record is tried again by the next Read. After [Log.DeleteCursor] Read
 // returns [ErrClosed].
 func (c *Cursor) Read(ctx context.Context) (rec Record, err error) {
+	if c.backN.Load() > 0 {
+		var one [1]Record
+		if c.readBack(one[:]) > 0 {
+			return one[0], nil
+		}
+	}
 	for {
 		seq, ts, body, err := c.tryRead()
 		if err == nil {
@@ -95,6 +101,11 @@ func (c *Cursor) prepareAhead() {
 func (c *Cursor) ReadBatch(ctx context.Context, dst []Record) (int, error) {
 	if len(dst) == 0 {
 		return 0, nil
+	}
+	if c.backN.Load() > 0 {
+		if n := c.readBack(dst); n > 0 {
+			return n, nil
+		}
 	}
 	for {
 		n, err := c.tryReadBatch(dst)

@@ -2,6 +2,7 @@ package godq_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -113,5 +114,48 @@ func TestChannelBackendCloseKeepsEverything(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestChannelBackendRefusesWhatItCannotCarry: go-diskqueue numbers no
+// records, so New refuses at once the options that need them (key
+// policies that name records, a delivery journal, the adapter as a timer
+// store) rather than fail later, and Replay says ErrNoReplay.
+func TestChannelBackendRefusesWhatItCannotCarry(t *testing.T) {
+	for name, o := range map[string]func(dq, other godiskqueue.Interface) channel.Options{
+		"KeyUnique": func(dq, _ godiskqueue.Interface) channel.Options {
+			return channel.Options{Backend: godq.ChannelBackend(dq), Keys: channel.KeyUnique}
+		},
+		"KeyDedup": func(dq, _ godiskqueue.Interface) channel.Options {
+			return channel.Options{Backend: godq.ChannelBackend(dq), Keys: channel.KeyDedup}
+		},
+		"Deliveries": func(dq, other godiskqueue.Interface) channel.Options {
+			return channel.Options{Backend: godq.ChannelBackend(dq), Deliveries: godq.ChannelBackend(other), MaxAttempts: 3}
+		},
+		"as Timers": func(dq, other godiskqueue.Interface) channel.Options {
+			return channel.Options{Backend: godq.ChannelBackend(dq), Timers: godq.ChannelBackend(other)}
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			// Refused, New takes ownership of neither.
+			dq, other := newGoDiskQueue(t, t.TempDir()), newGoDiskQueue(t, t.TempDir())
+			defer dq.Close()
+			defer other.Close()
+			c, err := channel.New(o(dq, other))
+			if !errors.Is(err, channel.ErrInvalidOptions) {
+				if c != nil {
+					c.Close()
+				}
+				t.Fatalf("New: %v, want ErrInvalidOptions", err)
+			}
+		})
+	}
+	c, err := channel.New(channel.Options{Backend: godq.ChannelBackend(newGoDiskQueue(t, t.TempDir())), Keys: channel.KeySerial})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Replay(context.Background(), 0, 10); !errors.Is(err, channel.ErrNoReplay) {
+		t.Fatalf("Replay: %v, want ErrNoReplay", err)
 	}
 }
