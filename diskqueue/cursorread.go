@@ -22,13 +22,13 @@ import (
 // record is tried again by the next Read. After [Log.DeleteCursor] Read
 // returns [ErrClosed].
 func (c *Cursor) Read(ctx context.Context) (rec Record, err error) {
-	if c.backN.Load() > 0 {
-		var one [1]Record
-		if c.readBack(one[:]) > 0 {
-			return one[0], nil
-		}
-	}
 	for {
+		if c.backN.Load() > 0 {
+			var one [1]Record
+			if c.readBack(one[:]) > 0 {
+				return one[0], nil
+			}
+		}
 		seq, ts, body, err := c.tryRead()
 		if err == nil {
 			// Field by field: a Record built whole is built aside and
@@ -40,8 +40,11 @@ func (c *Cursor) Read(ctx context.Context) (rec Record, err error) {
 			return Record{}, err
 		}
 		wait := c.log.written.Wait()
-		// Look again now that we are registered for the next write, so a
-		// write between the two is not missed.
+		// Look again now that we are registered for the next write (or
+		// Unread), so one between the two is not missed.
+		if c.backN.Load() > 0 {
+			continue
+		}
 		if seq, ts, body, err = c.tryRead(); err == nil {
 			rec.Seq, rec.Time, rec.Body = seq, time.Unix(0, ts), body
 			return rec, nil
@@ -102,12 +105,12 @@ func (c *Cursor) ReadBatch(ctx context.Context, dst []Record) (int, error) {
 	if len(dst) == 0 {
 		return 0, nil
 	}
-	if c.backN.Load() > 0 {
-		if n := c.readBack(dst); n > 0 {
-			return n, nil
-		}
-	}
 	for {
+		if c.backN.Load() > 0 {
+			if n := c.readBack(dst); n > 0 {
+				return n, nil
+			}
+		}
 		n, err := c.tryReadBatch(dst)
 		if err != errNoData {
 			return n, err
@@ -115,6 +118,9 @@ func (c *Cursor) ReadBatch(ctx context.Context, dst []Record) (int, error) {
 		wait := c.log.written.Wait()
 		// Look again now that we are registered for the next write, as
 		// Read does.
+		if c.backN.Load() > 0 {
+			continue
+		}
 		if n, err = c.tryReadBatch(dst); err != errNoData {
 			return n, err
 		}

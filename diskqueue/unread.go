@@ -19,7 +19,7 @@ func (c *Cursor) Floor() uint64 { return c.ackFloor.Load() }
 // Unread gives back records that [Cursor.Read] or [Cursor.ReadBatch]
 // handed out and that are not acknowledged, for the next Read or ReadBatch
 // to hand out again first, in seq order, before anything the cursor has not
-// read yet. They stay in flight meanwhile ([Cursor.Depth] counts them as
+// read yet, waking a Read or ReadBatch that waits. They stay in flight meanwhile ([Cursor.Depth] counts them as
 // before). The cursor keeps the records' bodies: do not change them after.
 //
 // A record below the floor by then (acknowledged since it was read, or
@@ -55,6 +55,9 @@ func (c *Cursor) Unread(recs []Record) error {
 		}
 	}
 	c.backN.Store(int32(len(c.back)))
+	// A reader waiting for the next write takes them now: it looks at
+	// backN after it registers, and this wakes it if it registered first.
+	c.log.written.Notify()
 	return nil
 }
 

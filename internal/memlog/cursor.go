@@ -148,6 +148,7 @@ func (c *Cursor) Unread(recs []diskqueue.Record) error {
 			c.back = slices.Insert(c.back, i, r)
 		}
 	}
+	l.notifyLocked() // a reader waiting takes them now, as a Put's record
 	return nil
 }
 
