@@ -19,7 +19,7 @@ import (
 	"github.com/spillq/spillq/internal/crashtest"
 )
 
-// Tests of deferral through the timer store (see channel.TimerStore).
+// Tests of deferral through the timer store (channel.Options.Timers).
 
 // soonDelay is the deferral TestDeferredSIGKILL expects back after the
 // kill.

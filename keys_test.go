@@ -333,7 +333,7 @@ func TestCompactReplacePending(t *testing.T) {
 // (their bits are set only as the reader passes them), which the channel
 // took for its backlog: Depth and DiskDepth stayed at the number removed
 // after every message was finished (a review found it). The channel now
-// counts off what the reads pass over (channel.PassCounter).
+// counts off what the reads pass over (the Cursor's Passed).
 func TestCompactedUnreadAcrossRestart(t *testing.T) {
 	dir := t.TempDir()
 	opts := spillq.Options{Keys: channel.KeyReplace, CompactDirtyRatio: -1, Disk: diskqueue.Options{MaxSegmentBytes: 2 << 10}}
