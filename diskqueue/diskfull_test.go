@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -292,4 +294,38 @@ func TestBlockWhenFullOnlyWhenFull(t *testing.T) {
 	if st := q.Stats(); st.RetriedWrites != 0 {
 		t.Fatalf("%d Puts waited for space although every one fitted (%d of %d bytes used)", st.RetriedWrites, st.DiskBytes, 2000*frame)
 	}
+}
+
+// fillTmpfs puts body until the file system is full, checks that the Put
+// that did not fit failed with ErrDiskFull wrapping ENOSPC, and returns how
+// many were accepted.
+func fillTmpfs(t *testing.T, q *Queue, body []byte) int {
+	t.Helper()
+	accepted := 0
+	var err error
+	for ; accepted < 5000; accepted++ {
+		if err = q.Put(context.Background(), body); err != nil {
+			break
+		}
+	}
+	if !errors.Is(err, ErrDiskFull) || !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("Put on a full tmpfs: got %v after %d records, want ErrDiskFull wrapping ENOSPC", err, accepted)
+	}
+	return accepted
+}
+
+// mountTmpfs mounts a 1 MiB tmpfs for the test and returns its path. It
+// needs root (CI runs as root); elsewhere the test is skipped, saying why
+// and what covers the same ground.
+func mountTmpfs(t *testing.T, instead string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs needs root; " + instead)
+	}
+	mnt := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mnt).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount tmpfs here (%v: %s); %s", err, out, instead)
+	}
+	t.Cleanup(func() { exec.Command("umount", mnt).Run() })
+	return mnt
 }
