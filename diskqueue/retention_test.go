@@ -249,3 +249,48 @@ func tombstoneFixture(t *testing.T, dir string, opts Options) {
 		t.Fatal(err)
 	}
 }
+
+// TestDeletedSegmentLetGo: a segment deleted once every record of it is
+// acknowledged is unmapped with the deletion, even when the cursor whose
+// reader last read it is idle there: a mapping would keep the deleted
+// file's blocks allocated.
+func TestDeletedSegmentLetGo(t *testing.T) {
+	dir := t.TempDir()
+	q := mustOpen(t, dir, Options{MaxSegmentBytes: 16 << 10, NoSync: true})
+	defer q.Close()
+	ctx := context.Background()
+	for i := 0; i < 400; i++ {
+		if err := q.Put(ctx, bytes.Repeat([]byte{'y'}, 100)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := q.Segments()[0]
+	seg, _ := q.segmentFor(first.Base)
+	f := seg.files.Load()
+	for seq := first.Base; seq < first.End; seq++ {
+		rec, err := q.Read(ctx)
+		if err != nil || rec.Seq != seq {
+			t.Fatalf("Read: seq %d, %v; want %d", rec.Seq, err, seq)
+		}
+		if err := q.Ack(seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The reader stays at the segment's end until the next Read.
+	if err := q.Sync(ctx); err != nil { // a writer round: the deletion
+		t.Fatal(err)
+	}
+	for i := 0; len(q.Segments()) > 0 && q.Segments()[0].Base == first.Base; i++ {
+		if i == 1000 {
+			t.Fatal("the acknowledged segment was not deleted")
+		}
+		q.Sync(ctx)
+	}
+	if n := f.refs.Load(); n != 0 {
+		t.Fatalf("the deleted segment's files have %d holders, want none (unmapped)", n)
+	}
+	rec, err := q.Read(ctx)
+	if err != nil || rec.Seq != first.End {
+		t.Fatalf("Read after the deletion: seq %d, %v; want %d", rec.Seq, err, first.End)
+	}
+}

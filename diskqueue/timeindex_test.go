@@ -73,3 +73,21 @@ func TestSeekTime(t *testing.T) {
 		t.Fatalf("equal timestamps: got %d, want 30", got)
 	}
 }
+
+func TestDecodeTimeIndex(t *testing.T) {
+	b := appendFileHeader(nil, magicTimeIndex, 100)
+	b = appendTimeEntry(b, 5, 100)
+	b = appendTimeEntry(b, 5, 104)
+	b = appendTimeEntry(b, 9, 110)
+	got, err := decodeTimeIndex(b, 100)
+	if err != nil || len(got) != 3 || got[2] != (timeEntry{9, 110}) {
+		t.Fatalf("got %v, %v", got, err)
+	}
+	bad := appendTimeEntry(append([]byte(nil), b...), 8, 111) // running max went down
+	if _, err := decodeTimeIndex(bad, 100); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("decreasing max: got %v, want ErrCorrupt", err)
+	}
+	if _, err := decodeTimeIndex(b, 101); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("wrong base: got %v, want ErrCorrupt", err)
+	}
+}
