@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"runtime"
 	"testing"
+
+	"github.com/spillq/spillq/internal/vfs"
 )
 
 // TestSegmentCutUnderReader: another process cutting a sealed segment's
@@ -138,5 +141,70 @@ func TestBitmapCutUnderAck(t *testing.T) {
 	}
 	if err := q.Ack(rec.Seq); !errors.Is(err, errFault) {
 		t.Fatalf("Ack into a bitmap cut to zero: %v, want the fault as an error", err)
+	}
+}
+
+// TestFaultGuards: copyMapped copies what the mapping holds and refuses,
+// touching nothing, a range outside it; guarded and copyMapped report a
+// fault on a mapping whose file was cut short underneath as false, and
+// the process lives; any other panic goes on through the guard.
+func TestFaultGuards(t *testing.T) {
+	m := []byte("0123456789")
+	b := make([]byte, 4)
+	if !copyMapped(b, m, 3) || string(b) != "3456" {
+		t.Fatalf("copyMapped inside the mapping: %q", b)
+	}
+	for _, off := range []int64{-1, 7, 100} {
+		if copyMapped(b, m, off) {
+			t.Fatalf("copyMapped at %d of a 10-byte mapping reported success", off)
+		}
+	}
+	if copyMapped(b, nil, 0) {
+		t.Fatal("copyMapped of no mapping reported success")
+	}
+	if !guarded(func() {}) {
+		t.Fatal("guarded reported a fault where nothing faulted")
+	}
+	func() {
+		defer func() {
+			if v := recover(); v != "not a fault" {
+				t.Fatalf("guarded swallowed or changed a panic that is not a fault: %v", v)
+			}
+		}()
+		guarded(func() { panic("not a fault") })
+		t.Fatal("guarded returned after a panic that is not a fault")
+	}()
+
+	path := filepath.Join(t.TempDir(), "mapped")
+	f, err := vfs.OS.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rm, ok := f.(vfs.ReadMapper)
+	if !ok {
+		t.Skip("files are not mapped here")
+	}
+	size := 2 * pageSize
+	if _, err := f.WriteAt(bytes.Repeat([]byte{'x'}, size), 0); err != nil {
+		t.Fatal(err)
+	}
+	mm, err := rm.MapRead(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unmap(mm)
+	if !copyMapped(b, mm, int64(pageSize)) || string(b) != "xxxx" {
+		t.Fatalf("copyMapped of the file before the cut: %q", b)
+	}
+	if err := f.Truncate(0); err != nil {
+		t.Fatal(err)
+	}
+	if copyMapped(b, mm, int64(pageSize)+8) {
+		t.Fatal("copyMapped of a page the file no longer holds reported success")
+	}
+	var sink byte
+	if guarded(func() { sink = mm[pageSize+16] }) {
+		t.Fatalf("touching a page the file no longer holds: no fault reported (read %q)", sink)
 	}
 }
