@@ -19,6 +19,7 @@ import (
 // the bitmap is durable as Close left it (4096 bytes, room for 32512
 // records, its readEnd past that), and the log with 1000 records more, put
 // and synced after a restart.
+// Found by a review of the crash recovery.
 func TestPowerCutShortBitmap(t *testing.T) {
 	for _, kind := range memFSKinds() {
 		t.Run(kind.name, func(t *testing.T) {
@@ -98,6 +99,7 @@ func TestPowerCutShortBitmap(t *testing.T) {
 // are delivered again"), though it never held an acknowledgement. Here
 // four records are put under SyncEvery 1, and the power cut comes after
 // the last Put returned.
+// Found by a review of the crash recovery.
 func TestPowerCutEmptyBitmaps(t *testing.T) {
 	for _, kind := range memFSKinds() {
 		t.Run(kind.name, func(t *testing.T) {

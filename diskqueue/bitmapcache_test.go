@@ -107,6 +107,7 @@ func TestClosedBitmapsKeepAcks(t *testing.T) {
 // the directory fsync that covers its log when a tombstone's fsync comes
 // between the two (TestPowerCutAtEverySync meets that about once in 100
 // runs). Nothing sets dirDirty for such a file.
+// Found by a review of the crash recovery.
 func TestAckFileMadeAfterItsSegmentIsDurable(t *testing.T) {
 	for _, kind := range memFSKinds() {
 		t.Run(kind.name, func(t *testing.T) {
@@ -177,6 +178,7 @@ func TestAckFileMadeAfterItsSegmentIsDurable(t *testing.T) {
 // not durable, and a power cut there lost them with it: records 0..2,
 // acknowledged before that fsync, were delivered again. A second cursor
 // that reads nothing keeps segment 0 from being deleted.
+// Found by a review of the crash recovery.
 func TestRetiredBitmapFsyncedWithItsName(t *testing.T) {
 	for _, kind := range memFSKinds() {
 		t.Run(kind.name, func(t *testing.T) {

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/spillq/spillq/diskqueue"
@@ -296,101 +295,6 @@ func TestBitRotInTheLastRecord(t *testing.T) {
 	}
 }
 
-// TestDamageInSealedSegment corrupts a record in the middle of a sealed
-// segment: it is skipped, copied to a .bad file and counted, and the
-// records after it, in the same segment and later ones, are served.
-func TestDamageInSealedSegment(t *testing.T) {
-	dir := t.TempDir()
-	opts := diskqueue.Options{MaxSegmentBytes: 400}
-	offs := writeFixture(t, dir, 40, opts)
-	f, err := os.OpenFile(segFile(dir, 0, "log"), os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Scribble over the length and CRC of record 3, so framing cannot say
-	// where record 4 starts; the sequence index must.
-	if _, err := f.WriteAt([]byte{0x7f, 0xff, 0, 1, 2, 3, 4}, offs[3]); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	q := openQueue(t, dir, opts)
-	defer q.Close()
-	if _, err := q.ReadAt(3); !errors.Is(err, diskqueue.ErrCorrupt) {
-		t.Fatalf("ReadAt of the damaged record: got %v, want ErrCorrupt", err)
-	}
-	seen := checkServed(t, drain(t, q))
-	for i := 0; i < 40; i++ {
-		if i != 3 && !seen[uint64(i)] {
-			t.Fatalf("record %d not served", i)
-		}
-	}
-	if seen[3] {
-		t.Fatal("damaged record served")
-	}
-	st := q.Stats()
-	if st.CorruptRecords != 1 || st.BadFiles != 1 {
-		t.Fatalf("Stats: CorruptRecords %d BadFiles %d, want 1 and 1", st.CorruptRecords, st.BadFiles)
-	}
-	bad, _ := filepath.Glob(filepath.Join(dir, "*.bad"))
-	if len(bad) != 1 {
-		t.Fatalf(".bad files: got %v", bad)
-	}
-	if err := q.Put(context.Background(), body(40)); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// TestIndexDamage deletes, truncates and scribbles on index files: lookups
-// stay right and the rebuild is reported. Sizes are checked at Open; a
-// sealed segment's headers when it is first used.
-func TestIndexDamage(t *testing.T) {
-	opts := diskqueue.Options{MaxSegmentBytes: 600}
-	cases := []struct {
-		name   string
-		damage func(t *testing.T, dir string)
-	}{
-		{"delete sealed index", func(t *testing.T, dir string) { os.Remove(segFile(dir, 0, "index")) }},
-		{"truncate sealed index", func(t *testing.T, dir string) { os.Truncate(segFile(dir, 0, "index"), 21) }},
-		{"delete sealed time index", func(t *testing.T, dir string) { os.Remove(segFile(dir, 0, "timeindex")) }},
-		{"delete last index", func(t *testing.T, dir string) { os.Remove(lastFile(t, dir, "index")) }},
-		{"truncate last index", func(t *testing.T, dir string) { os.Truncate(lastFile(t, dir, "index"), 20) }},
-		{"scribble last index", func(t *testing.T, dir string) {
-			name := lastFile(t, dir, "index")
-			b, _ := os.ReadFile(name)
-			for i := 16; i < len(b); i++ {
-				b[i] = 0xEE
-			}
-			os.WriteFile(name, b, 0o644)
-		}},
-		{"scribble index header", func(t *testing.T, dir string) {
-			f, _ := os.OpenFile(segFile(dir, 0, "index"), os.O_RDWR, 0)
-			f.WriteAt([]byte("XXXX"), 0)
-			f.Close()
-		}},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			writeFixture(t, dir, 100, opts)
-			tc.damage(t, dir)
-			q := openQueue(t, dir, opts)
-			defer q.Close()
-			for i := 0; i < 100; i++ {
-				rec, err := q.ReadAt(uint64(i))
-				if err != nil || !bytes.Equal(rec.Body, body(i)) {
-					t.Fatalf("ReadAt(%d): %q, %v", i, rec.Body, err)
-				}
-			}
-			// A damaged header is found when the segment is first used,
-			// the other cases at Open: either way before this.
-			if got := q.Stats().IndexRebuilds; got == 0 {
-				t.Fatal("rebuild not reported in Stats")
-			}
-			checkServed(t, drain(t, q))
-		})
-	}
-}
-
 func lastFile(t *testing.T, dir, ext string) string {
 	t.Helper()
 	names, _ := filepath.Glob(filepath.Join(dir, "*."+ext))
@@ -428,64 +332,6 @@ func TestCursorDamage(t *testing.T) {
 				t.Fatalf("after cursor damage served %d records ending at %d", len(recs), recs[len(recs)-1].Seq)
 			}
 		})
-	}
-}
-
-// TestTornSegmentCreation: a crash while a new segment's header was being
-// written leaves a short file; Open removes it and carries on.
-func TestTornSegmentCreation(t *testing.T) {
-	dir := t.TempDir()
-	writeFixture(t, dir, 10, diskqueue.Options{})
-	os.WriteFile(segFile(dir, 10, "log"), []byte("SQLG\x01"), 0o644)
-	q := openQueue(t, dir, diskqueue.Options{})
-	defer q.Close()
-	checkServed(t, drain(t, q))
-	putN(t, q, 10, 1)
-	recs := drain(t, q)
-	if len(recs) != 1 || recs[0].Seq != 10 {
-		t.Fatalf("got %v", recs)
-	}
-}
-
-// TestRebuildIndexes: a sealed segment's damaged index is rebuilt by
-// RebuildIndexes, not left for its first use, and counted; the others
-// are left alone.
-func TestRebuildIndexes(t *testing.T) {
-	dir := t.TempDir()
-	opts := diskqueue.Options{MaxSegmentBytes: 1 << 10}
-	writeFixture(t, dir, 200, opts)
-	name := segFile(dir, 0, "index")
-	b, err := os.ReadFile(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b[0] ^= 0xff
-	if err := os.WriteFile(name, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	// Verify names the damage (it said the header was 0 bytes: the view
-	// had not opened the index it found damaged).
-	rep, err := diskqueue.Verify(dir)
-	if err != nil || len(rep.Problems) == 0 || !strings.Contains(rep.Problems[0].Err.Error(), "bad magic") {
-		t.Fatalf("Verify of a flipped index magic: %v %+v", err, rep.Problems)
-	}
-	q := openQueue(t, dir, opts)
-	n, err := q.RebuildIndexes(context.Background())
-	if err != nil || n != 1 {
-		t.Fatalf("RebuildIndexes = %d, %v; want 1 rebuilt", n, err)
-	}
-	if got := q.Stats().IndexRebuilds; got != 1 {
-		t.Errorf("IndexRebuilds = %d, want 1", got)
-	}
-	if n, err := q.RebuildIndexes(context.Background()); err != nil || n != 0 {
-		t.Errorf("a second RebuildIndexes = %d, %v; want none", n, err)
-	}
-	q.Close()
-	if _, err := q.RebuildIndexes(context.Background()); !errors.Is(err, diskqueue.ErrClosed) {
-		t.Errorf("RebuildIndexes after Close: %v, want ErrClosed", err)
-	}
-	if rep, err := diskqueue.Verify(dir); err != nil || len(rep.Problems) != 0 {
-		t.Fatalf("Verify after the rebuild: %v %+v", err, rep.Problems)
 	}
 }
 

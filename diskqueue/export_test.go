@@ -4,8 +4,9 @@ package diskqueue
 // into test binaries.
 
 // CrashPoints lists the moments log.go and writer.go name with crashPoint, where
-// SetCrashPoint can stop a test's child. Those of compaction (compact.go)
-// are also in CompactCrashPoints, in the order a compaction passes them.
+// SetCrashPoint can stop a test's child. Those of compaction (compact.go,
+// compactswap.go) are also in CompactCrashPoints, in the order a compaction
+// passes them.
 var CrashPoints = append([]string{"index-flush", "rotate-sealed", "rotate-created", "cursor-persist", "retention-delete", "spare-rename"}, CompactCrashPoints...)
 
 // CompactCrashPoints are the steps of Log.Compact, in order: new files

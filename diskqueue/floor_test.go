@@ -3,7 +3,6 @@ package diskqueue_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/spillq/spillq/diskqueue"
 )
@@ -57,45 +56,5 @@ func TestLogAcknowledgedByAll(t *testing.T) {
 	}
 	if !l.Acknowledged(0) || l.Floor() != 2 {
 		t.Fatalf("after both acknowledged 0 and 1: Acknowledged(0)=%v Floor=%d; want true, 2", l.Acknowledged(0), l.Floor())
-	}
-}
-
-// TestHoldFrom: HoldFrom keeps the acknowledged segments holding records
-// from its seq on, and moving it lets them go.
-func TestHoldFrom(t *testing.T) {
-	l := openLog(t, t.TempDir(), diskqueue.Options{MaxSegmentBytes: 1 << 10})
-	defer l.Close()
-	c := openCursor(t, l, "a", diskqueue.FromOldest())
-	l.HoldFrom(0)
-	ctx := context.Background()
-	for range 200 {
-		if err := l.Put(ctx, make([]byte, 50)); err != nil {
-			t.Fatal(err)
-		}
-		rec, err := c.Read(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := c.Ack(rec.Seq); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := l.Sync(ctx); err != nil { // a writer round: housekeeping
-		t.Fatal(err)
-	}
-	if st := l.Stats(); st.FirstSeq != 0 || st.Segments < 5 {
-		t.Fatalf("held from 0: first seq %d, %d segments; want all kept", st.FirstSeq, st.Segments)
-	}
-	l.HoldFrom(150)
-	deadline := time.Now().Add(10 * time.Second)
-	for l.Stats().FirstSeq == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("hold moved to 150: still %+v", l.Stats())
-		}
-		l.Sync(ctx)
-		time.Sleep(time.Millisecond)
-	}
-	if st := l.Stats(); st.FirstSeq > 150 {
-		t.Fatalf("hold at 150: first seq %d; the segment holding 150 went", st.FirstSeq)
 	}
 }

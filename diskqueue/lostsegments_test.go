@@ -118,6 +118,9 @@ func TestPowerCutLostRecordsAreNotDamage(t *testing.T) {
 // skipped them ("segments missing"); dropLostTail dropped empty segments
 // at the end only when one with records came before them.
 // TestPowerCutAtEverySync met this in about one run in 300 (mmap, every7).
+// Open also warned that it could not remove the orphan indexes of the
+// segments the cut left empty, which it had removed. Found by a review of
+// the crash recovery.
 func TestPowerCutLostEverySegment(t *testing.T) {
 	for _, kind := range memFSKinds() {
 		t.Run(kind.name, func(t *testing.T) {
@@ -172,6 +175,7 @@ func TestPowerCutLostEverySegment(t *testing.T) {
 // records that were durable (Compact's removed seqs are kept the same way).
 // Here segment 0 holds 0..2 (2 not acknowledged), 3 and 6 are tombstones
 // and 9, whose records were never fsynced, is empty.
+// Found by a review of the crash recovery.
 func TestPowerCutLostSegmentAfterTombstones(t *testing.T) {
 	for _, kind := range memFSKinds() {
 		t.Run(kind.name, func(t *testing.T) {
@@ -229,6 +233,7 @@ func TestPowerCutLostSegmentAfterTombstones(t *testing.T) {
 // Nothing in it was promised: its header is written before any record and
 // made durable by the first fsync of it. Open went by size alone, took the
 // zeros for a damaged segment and set them aside as a .bad file.
+// Found by a review of the crash recovery.
 func TestPowerCutPreallocatedLostSegment(t *testing.T) {
 	for _, kind := range memFSKinds() {
 		t.Run(kind.name, func(t *testing.T) {

@@ -41,14 +41,16 @@ import (
 //   - take new records as any other (putAfterCut): delivered after a
 //     restart, their Acks counted.
 //
-// It also fails on the bugs found_test.go pins, each fixed: records a cut
-// lost that were never promised reported as damage (Open took a segment
-// rotated out and never fsynced for a sealed one); an acknowledgement
-// fsynced and lost with its bitmap file, made after the directory fsync
-// covering its segment; and a reader left in a segment deleted under it
-// (when an Ack moves the floor over records acknowledged before a restart)
-// delivering those again from its buffer, or failing every Read
-// (ErrNotFound) until the next Open. A cut after which the queue reports
+// It also fails on the bugs it found, each fixed and pinned by a test of
+// its concept: records a cut lost that were never promised reported as
+// damage (Open took a segment rotated out and never fsynced for a sealed
+// one: TestPowerCutLostRecordsAreNotDamage); an acknowledgement fsynced and
+// lost with its bitmap file, made after the directory fsync covering its
+// segment (TestAckFileMadeAfterItsSegmentIsDurable); and a reader left in a
+// segment deleted under it (when an Ack moves the floor over records
+// acknowledged before a restart) delivering those again from its buffer
+// (TestReadInDeletedSegmentRedeliversNothing), or failing every Read
+// (ErrNotFound) until the next Open (TestFirstReadAfterOpenWhileDeleting). A cut after which the queue reports
 // damage fails at once, with its files and the warnings Open logged.
 //
 // It runs on the write(2) path and (on Linux) the mapped one, under
@@ -418,7 +420,7 @@ func (h *cutHarness) consume(q *Queue, producing *atomic.Int32, rng *rand.Rand, 
 		rec, err := q.Read(ctx)
 		cancel()
 		if errors.Is(err, ErrNotFound) {
-			// A bug found_test.go pins (fixed; counted, and failed at the end): when acknowledging
+			// A bug TestFirstReadAfterOpenWhileDeleting pins (fixed; counted, and failed at the end): when acknowledging
 			// moves the floor over records acknowledged before a restart,
 			// the writer may delete the segment the reader is in, and a
 			// reader caught mid-segment fails every Read from then on
@@ -450,7 +452,7 @@ func (h *cutHarness) consume(q *Queue, producing *atomic.Int32, rng *rand.Rand, 
 		r := h.recs[id]
 		switch {
 		case r != nil && r.ackRet != 0 && deleted:
-			// A bug found_test.go pins (fixed; counted, and failed at the end): after a restart
+			// A bug TestReadInDeletedSegmentRedeliversNothing pins (fixed; counted, and failed at the end): after a restart
 			// the reader can still be in a segment the writer deleted
 			// (the floor passed records acknowledged before the restart)
 			// and hands out those records again from its buffer, having
@@ -514,7 +516,7 @@ func (h *cutHarness) checkCuts() {
 		}
 	}
 	h.t.Logf("checked %d of %d cuts in %v", checked, n, time.Since(start).Round(time.Millisecond))
-	// The bugs found_test.go pins, each fixed: none may come back.
+	// The bugs named in the test's comment, each fixed: none may come back.
 	if h.damaged+h.ackFileLost+h.redelivered+h.stuck > 0 {
 		h.t.Errorf("%d cuts reported damage, %d lost fsynced acknowledgements with their bitmap's name; %d acknowledged records delivered again from deleted segments, %d readers stuck in one, live and after the cuts",
 			h.damaged, h.ackFileLost, h.redelivered, h.stuck)
@@ -694,7 +696,7 @@ func (h *cutHarness) checkCut(k int) {
 				continue
 			}
 			if !names[filepath.Join(pcDir, segmentName(r.seg, ackSuffix))] {
-				// A bug found_test.go pins (fixed; counted, and failed at the end): the bitmap
+				// A bug TestAckFileMadeAfterItsSegmentIsDurable pins (fixed; counted, and failed at the end): the bitmap
 				// was fsynced, but made after its segment's directory
 				// fsync and never covered by one (syncAcks does none).
 				h.ackFileLost++

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io/fs"
 	"math/rand/v2"
 	"sync/atomic"
 	"testing"
@@ -108,4 +109,32 @@ func TestPutCtxAndDurability(t *testing.T) {
 	if err := q.Sync(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// gatedSyncFS holds every fsync of a file while hold is set, until
+// release is closed.
+type gatedSyncFS struct {
+	fileSystem
+	hold    *atomic.Bool
+	release chan struct{}
+}
+
+func (g gatedSyncFS) OpenFile(name string, flag int, perm fs.FileMode) (file, error) {
+	f, err := g.fileSystem.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return gatedFile{f, g}, nil
+}
+
+type gatedFile struct {
+	file
+	g gatedSyncFS
+}
+
+func (f gatedFile) Sync() error {
+	if f.g.hold.Load() {
+		<-f.g.release
+	}
+	return f.file.Sync()
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -85,51 +84,6 @@ func TestPutReadAck(t *testing.T) {
 	}
 	if got := q.Depth(); got != 0 {
 		t.Fatalf("Depth after acks: got %d, want 0", got)
-	}
-}
-
-func TestRotationAndDeletion(t *testing.T) {
-	dir := t.TempDir()
-	q := openQueue(t, dir, diskqueue.Options{MaxSegmentBytes: 1024})
-	defer q.Close()
-	putN(t, q, 0, 200)
-	if err := q.Sync(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	st := q.Stats()
-	if st.Segments < 5 {
-		t.Fatalf("Segments: got %d, want several", st.Segments)
-	}
-	readN(t, q, 0, 200, true)
-	// Deletion happens on the writer goroutine; Sync is a barrier through it.
-	if err := q.Sync(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	logs, _ := filepath.Glob(filepath.Join(dir, "0*.log")) // segments, not the spare
-	if len(logs) != 1 {
-		t.Fatalf("log files after consuming everything: got %d (%v), want 1", len(logs), logs)
-	}
-}
-
-func TestReopenKeepsUnacked(t *testing.T) {
-	dir := t.TempDir()
-	q := openQueue(t, dir, diskqueue.Options{MaxSegmentBytes: 2048})
-	putN(t, q, 0, 300)
-	readN(t, q, 0, 100, true)
-	readN(t, q, 100, 50, false) // in flight, never acknowledged
-	if err := q.Close(); err != nil {
-		t.Fatal(err)
-	}
-	q = openQueue(t, dir, diskqueue.Options{MaxSegmentBytes: 2048})
-	defer q.Close()
-	if got := q.Depth(); got != 200 {
-		t.Fatalf("Depth after reopen: got %d, want 200", got)
-	}
-	readN(t, q, 100, 200, true)
-	putN(t, q, 300, 10)
-	recs := readN(t, q, 300, 10, true)
-	if recs[0].Seq != 300 {
-		t.Fatalf("seq after reopen: got %d, want 300", recs[0].Seq)
 	}
 }
 

@@ -21,6 +21,7 @@ import (
 // the tombstones' seqs, all acknowledged, as damage ("segments missing"):
 // counted in CorruptRecords and logged as skipped damaged records. A Scan
 // overtaken by a deletion there yields ErrCorrupt for them the same way.
+// Found by TestPowerCutAtEverySync, and fixed with it.
 func TestReadPastDeletedSegmentAndTombstones(t *testing.T) {
 	dir := t.TempDir()
 	var logs lockedBuffer
@@ -77,6 +78,7 @@ func TestReadPastDeletedSegmentAndTombstones(t *testing.T) {
 // every Read after it, until the queue is reopened (the channel's pump and
 // nsqbridge log a warning and retry every 100ms, for ever). The writer and
 // the reader are held here so the deletion lands inside that Read.
+// Found by TestPowerCutAtEverySync, and fixed with it.
 func TestFirstReadAfterOpenWhileDeleting(t *testing.T) {
 	for _, kind := range memFSKinds() {
 		t.Run(kind.name, func(t *testing.T) {

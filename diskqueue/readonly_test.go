@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 )
 
@@ -142,5 +144,31 @@ func TestVerify(t *testing.T) {
 	}
 	if rep.Records != 199 {
 		t.Fatalf("Records %d, want 199 (every record but the damaged one)", rep.Records)
+	}
+}
+
+// TestUnwritableDirectory: Open on a read-only file system fails with the
+// operating system's error, and OpenReadOnly still reads what is there.
+// Root ignores permission bits, so the test mounts a read-only tmpfs.
+func TestUnwritableDirectory(t *testing.T) {
+	mnt := mountTmpfs(t, "root ignores permission bits, so only a read-only mount makes a directory unwritable")
+	dir := filepath.Join(mnt, "q")
+	q := mustOpen(t, dir, Options{})
+	q.Put(context.Background(), []byte("kept"))
+	q.Close()
+	if out, err := exec.Command("mount", "-o", "remount,ro", mnt).CombinedOutput(); err != nil {
+		t.Fatalf("remount read-only: %v: %s", err, out)
+	}
+	_, err := Open(dir, Options{})
+	if !errors.Is(err, syscall.EROFS) {
+		t.Fatalf("Open on a read-only file system: got %v, want EROFS", err)
+	}
+	ro, err := OpenReadOnly(dir, Options{})
+	if err != nil {
+		t.Fatalf("OpenReadOnly on a read-only file system: %v", err)
+	}
+	defer ro.Close()
+	if rec, err := ro.ReadAt(0); err != nil || string(rec.Body) != "kept" {
+		t.Fatalf("ReadAt: %q, %v", rec.Body, err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -278,4 +279,29 @@ func TestResyncFindsALargeRecordAfterDamage(t *testing.T) {
 			t.Fatalf("read %v, want [0 2 3 4 5]: the 2 MiB record 2 lost", got)
 		}
 	}
+}
+
+// countingFS counts the bytes its files' ReadAt return.
+type countingFS struct {
+	fileSystem
+	read *atomic.Int64
+}
+
+func (c countingFS) OpenFile(name string, flag int, perm fs.FileMode) (file, error) {
+	f, err := c.fileSystem.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return countingFile{f, c.read}, nil
+}
+
+type countingFile struct {
+	file
+	read *atomic.Int64
+}
+
+func (f countingFile) ReadAt(b []byte, off int64) (int, error) {
+	n, err := f.file.ReadAt(b, off)
+	f.read.Add(int64(n))
+	return n, err
 }

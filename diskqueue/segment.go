@@ -115,7 +115,7 @@ type segment struct {
 	shrunk atomic.Int64
 	// leftovers says a compaction of the segment failed after its marker
 	// was written: the marker and the new files may still be there, and
-	// deleting the segment removes them first (compact.go).
+	// deleting the segment removes them first (compactswap.go).
 	leftovers atomic.Bool
 }
 

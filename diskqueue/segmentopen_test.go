@@ -19,6 +19,7 @@ import (
 // nothing was wrong with it), and acknowledging its last record moves the
 // read cursor to 3 only, the "first clear bit" of the bitmap past its real
 // end, until the next sync tick walks the floor over the tombstones.
+// Found by TestPowerCutAtEverySync, and fixed with it.
 func TestSealedSegmentBeforeTombstonesKeepsItsEnd(t *testing.T) {
 	dir := t.TempDir()
 	var logs lockedBuffer

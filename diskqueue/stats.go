@@ -176,3 +176,32 @@ func (c *counters) fill(st *Stats) {
 	p := c.syncLatency.Percentiles(0.5, 0.99)
 	st.SyncP50, st.SyncP99 = p[0], p[1]
 }
+
+// SegmentInfo describes one segment of a log, for choosing what to
+// compact.
+type SegmentInfo struct {
+	Base, End uint64 // its seqs: [Base, End)
+	// Bytes is what its files hold on disk: the log, the two indexes and
+	// each cursor's acknowledgement bitmap (for the segment being written,
+	// its sequence index as of the last time-index entry).
+	Bytes int64
+	// Sealed says appends have moved on and the segment's files are cut
+	// to size and fsynced: [Log.Compact] takes it.
+	Sealed bool
+}
+
+// Segments returns the log's segments, oldest first, from memory (no I/O).
+// Segments deleted as acknowledged while an older one still held records
+// are left out.
+func (l *Log) Segments() []SegmentInfo {
+	l.segMu.RLock()
+	defer l.segMu.RUnlock()
+	out := make([]SegmentInfo, 0, len(l.segs))
+	for _, s := range l.segs {
+		if s.gone.Load() {
+			continue
+		}
+		out = append(out, SegmentInfo{Base: s.base, End: s.endNow(), Bytes: s.diskBytes(), Sealed: s.sealed.Load() && !s.writing.Load()})
+	}
+	return out
+}

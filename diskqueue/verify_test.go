@@ -11,6 +11,7 @@ import (
 // TestVerifyShortSealedBitmap: a power cut can leave a sealed segment's
 // bitmap as long as it was at its last fsync, before appends grew it.
 // Open grows it again without a word; Verify reported it as damage.
+// Found by a review of the crash recovery.
 func TestVerifyShortSealedBitmap(t *testing.T) {
 	dir := t.TempDir()
 	opts := Options{MaxSegmentBytes: 1 << 10}

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -122,5 +125,116 @@ func TestReadAfterFailedSwap(t *testing.T) {
 	}
 	if st := l.Stats(); st.CorruptRecords != 0 {
 		t.Errorf("%d records counted corrupt", st.CorruptRecords)
+	}
+}
+
+// copyTree copies the files under src to dst, as they are.
+func copyTree(src, dst string) error {
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		to := filepath.Join(dst, rel)
+		if d.IsDir() {
+			return os.MkdirAll(to, 0o755)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(to, b, 0o644)
+	})
+}
+
+// TestFinishInterruptedCompaction: Open finishes a compaction a crash
+// interrupted once its marker was written, even when the marker is
+// damaged (every new file was whole and durable before it was written);
+// keeps the old segment, removing the new files, when the new log is not
+// the one the marker names or there is no marker; and leaves no
+// compaction file behind either way. The crash is a copy of the files
+// taken at the moment the marker became durable.
+func TestFinishInterruptedCompaction(t *testing.T) {
+	src, snap := t.TempDir(), t.TempDir()
+	var snapped bool
+	var opts Options
+	opts.crashPointForTesting = func(p string) {
+		if p == "compact-marked" && !snapped {
+			snapped = true
+			if err := copyTree(src, snap); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	l := compactFixture(t, src, nil, 300, opts)
+	sealed := sealedSegs(l)
+	if len(sealed) < 3 {
+		t.Fatalf("%d sealed segments, want 3 or more", len(sealed))
+	}
+	target := sealed[1]
+	if _, err := l.Compact(context.Background(), target.Base, func(r Record) bool { return r.Seq%2 == 0 }); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !snapped {
+		t.Fatal("the compaction never reached compact-marked")
+	}
+	marker := segmentName(target.Base, compactSuffix)
+	newLog := segmentName(target.Base, logSuffix) + compactSuffix
+	for _, tc := range []struct {
+		name     string
+		change   func(dir string) error
+		finished bool
+	}{
+		{"marked", func(string) error { return nil }, true},
+		{"damaged marker", func(dir string) error {
+			b, err := os.ReadFile(filepath.Join(dir, marker))
+			if err != nil {
+				return err
+			}
+			b[20] ^= 0xff
+			return os.WriteFile(filepath.Join(dir, marker), b, 0o644)
+		}, true},
+		{"another new log", func(dir string) error {
+			f, err := os.OpenFile(filepath.Join(dir, newLog), os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			_, err = f.Write([]byte{0})
+			return err
+		}, false},
+		{"no marker", func(dir string) error { return os.Remove(filepath.Join(dir, marker)) }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := copyTree(snap, dir); err != nil {
+				t.Fatal(err)
+			}
+			if err := tc.change(dir); err != nil {
+				t.Fatal(err)
+			}
+			l, err := OpenLog(dir, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			for seq := target.Base; seq < target.End; seq++ {
+				rec, err := l.ReadAt(seq)
+				switch {
+				case seq%2 == 1 && tc.finished:
+					if !errors.Is(err, ErrCompacted) {
+						t.Fatalf("ReadAt(%d) of a removed record: %q, %v; want ErrCompacted (compaction finished)", seq, rec.Body, err)
+					}
+				case err != nil || !bytes.Equal(rec.Body, compactTestBody(seq)):
+					t.Fatalf("ReadAt(%d): %q, %v; want the record put", seq, rec.Body, err)
+				}
+			}
+			if left, _ := filepath.Glob(filepath.Join(dir, "*"+compactSuffix)); len(left) > 0 {
+				t.Fatalf("compaction files left after Open: %v", left)
+			}
+		})
 	}
 }

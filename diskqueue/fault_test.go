@@ -5,15 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/spillq/spillq/internal/vfs"
 )
@@ -114,51 +110,6 @@ func TestSegmentCutUnderReader(t *testing.T) {
 	}
 }
 
-// TestDeletedSegmentLetGo: a segment deleted once every record of it is
-// acknowledged is unmapped with the deletion, even when the cursor whose
-// reader last read it is idle there: a mapping would keep the deleted
-// file's blocks allocated.
-func TestDeletedSegmentLetGo(t *testing.T) {
-	dir := t.TempDir()
-	q := mustOpen(t, dir, Options{MaxSegmentBytes: 16 << 10, NoSync: true})
-	defer q.Close()
-	ctx := context.Background()
-	for i := 0; i < 400; i++ {
-		if err := q.Put(ctx, bytes.Repeat([]byte{'y'}, 100)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	first := q.Segments()[0]
-	seg, _ := q.segmentFor(first.Base)
-	f := seg.files.Load()
-	for seq := first.Base; seq < first.End; seq++ {
-		rec, err := q.Read(ctx)
-		if err != nil || rec.Seq != seq {
-			t.Fatalf("Read: seq %d, %v; want %d", rec.Seq, err, seq)
-		}
-		if err := q.Ack(seq); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// The reader stays at the segment's end until the next Read.
-	if err := q.Sync(ctx); err != nil { // a writer round: the deletion
-		t.Fatal(err)
-	}
-	for i := 0; len(q.Segments()) > 0 && q.Segments()[0].Base == first.Base; i++ {
-		if i == 1000 {
-			t.Fatal("the acknowledged segment was not deleted")
-		}
-		q.Sync(ctx)
-	}
-	if n := f.refs.Load(); n != 0 {
-		t.Fatalf("the deleted segment's files have %d holders, want none (unmapped)", n)
-	}
-	rec, err := q.Read(ctx)
-	if err != nil || rec.Seq != first.End {
-		t.Fatalf("Read after the deletion: seq %d, %v; want %d", rec.Seq, err, first.End)
-	}
-}
-
 // TestBitmapCutUnderAck: an acknowledgement bitmap cut short by another
 // process makes the in-order Ack (setAtFloor, the guard Read's hot path
 // shares with Ack) return the fault as an error, and the process lives.
@@ -193,74 +144,67 @@ func TestBitmapCutUnderAck(t *testing.T) {
 	}
 }
 
-// hookFS calls onOpen before every OpenFile.
-type hookFS struct {
-	fileSystem
-	onOpen func(name string)
-}
-
-func (h hookFS) OpenFile(name string, flag int, perm fs.FileMode) (file, error) {
-	h.onOpen(name)
-	return h.fileSystem.OpenFile(name, flag, perm)
-}
-
-// TestEnteringSegmentsOutsideReadMu: a drain after a restart enters
-// segments whose files Open left unopened (lazily opened) and whose
-// bitmaps no Read has opened yet; Read opens them before it takes the
-// cursor's readMu (prepare), so neither another consumer nor an Ack waits
-// behind that I/O.
-func TestEnteringSegmentsOutsideReadMu(t *testing.T) {
-	dir := t.TempDir()
-	q := mustOpen(t, dir, Options{MaxSegmentBytes: 4 << 10, NoSync: true})
-	ctx := context.Background()
-	for i := 0; i < 300; i++ {
-		if err := q.Put(ctx, bytes.Repeat([]byte{'z'}, 100)); err != nil {
-			t.Fatal(err)
+// TestFaultGuards: copyMapped copies what the mapping holds and refuses,
+// touching nothing, a range outside it; guarded and copyMapped report a
+// fault on a mapping whose file was cut short underneath as false, and
+// the process lives; any other panic goes on through the guard.
+func TestFaultGuards(t *testing.T) {
+	m := []byte("0123456789")
+	b := make([]byte, 4)
+	if !copyMapped(b, m, 3) || string(b) != "3456" {
+		t.Fatalf("copyMapped inside the mapping: %q", b)
+	}
+	for _, off := range []int64{-1, 7, 100} {
+		if copyMapped(b, m, off) {
+			t.Fatalf("copyMapped at %d of a 10-byte mapping reported success", off)
 		}
 	}
-	q.Close()
-
-	var mu sync.Mutex
-	var under []string
-	var cur *Cursor
-	h := hookFS{fileSystem: vfs.OS, onOpen: func(name string) {
-		mu.Lock()
-		defer mu.Unlock()
-		if cur == nil || !(strings.HasSuffix(name, logSuffix) || strings.HasSuffix(name, indexSuffix) || strings.HasSuffix(name, ackSuffix)) {
-			return
-		}
-		// The writer goroutine takes readMu now and then (housekeeping
-		// asks each cursor what it has acknowledged): only a lock that
-		// stays taken for as long as this open waits is this goroutine's.
-		for i := 0; !cur.readMu.TryLock(); i++ {
-			if i == 200 {
-				under = append(under, filepath.Base(name))
-				return
+	if copyMapped(b, nil, 0) {
+		t.Fatal("copyMapped of no mapping reported success")
+	}
+	if !guarded(func() {}) {
+		t.Fatal("guarded reported a fault where nothing faulted")
+	}
+	func() {
+		defer func() {
+			if v := recover(); v != "not a fault" {
+				t.Fatalf("guarded swallowed or changed a panic that is not a fault: %v", v)
 			}
-			time.Sleep(time.Millisecond)
-		}
-		cur.readMu.Unlock()
-	}}
-	q = mustOpen(t, dir, Options{MaxSegmentBytes: 4 << 10, NoSync: true, FS: h})
-	defer q.Close()
-	if n := len(q.Segments()); n < 5 {
-		t.Fatalf("%d segments, want several", n)
+		}()
+		guarded(func() { panic("not a fault") })
+		t.Fatal("guarded returned after a panic that is not a fault")
+	}()
+
+	path := filepath.Join(t.TempDir(), "mapped")
+	f, err := vfs.OS.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
 	}
-	mu.Lock()
-	cur = q.c
-	mu.Unlock()
-	for i := 0; i < 300; i++ {
-		rec, err := q.Read(ctx)
-		if err != nil || rec.Seq != uint64(i) {
-			t.Fatalf("Read %d: seq %d, %v", i, rec.Seq, err)
-		}
-		if err := q.Ack(rec.Seq); err != nil {
-			t.Fatal(err)
-		}
+	defer f.Close()
+	rm, ok := f.(vfs.ReadMapper)
+	if !ok {
+		t.Skip("files are not mapped here")
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(under) > 0 {
-		t.Fatalf("files opened under the cursor's readMu while draining: %v", under)
+	size := 2 * pageSize
+	if _, err := f.WriteAt(bytes.Repeat([]byte{'x'}, size), 0); err != nil {
+		t.Fatal(err)
+	}
+	mm, err := rm.MapRead(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unmap(mm)
+	if !copyMapped(b, mm, int64(pageSize)) || string(b) != "xxxx" {
+		t.Fatalf("copyMapped of the file before the cut: %q", b)
+	}
+	if err := f.Truncate(0); err != nil {
+		t.Fatal(err)
+	}
+	if copyMapped(b, mm, int64(pageSize)+8) {
+		t.Fatal("copyMapped of a page the file no longer holds reported success")
+	}
+	var sink byte
+	if guarded(func() { sink = mm[pageSize+16] }) {
+		t.Fatalf("touching a page the file no longer holds: no fault reported (read %q)", sink)
 	}
 }
