@@ -367,9 +367,7 @@ func channelDeadLetters(topicDir, name string, logOpts diskqueue.Options, opts C
 // store is read, redriven and purged with it open; ChannelStats counts its
 // letters either way).
 func (t *Topic) DeadLetters(name string) (*DeadLetters, error) {
-	t.openMu.Lock()
-	oc, ok := t.open[name]
-	t.openMu.Unlock()
+	oc, ok := t.chans.get(name)
 	if !ok {
 		return nil, fmt.Errorf("spillq: dead letters of channel %q: %w: the channel is not open in this process", name, diskqueue.ErrNotFound)
 	}
