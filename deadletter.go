@@ -14,7 +14,6 @@ import (
 
 	"github.com/spillq/spillq/channel"
 	"github.com/spillq/spillq/diskqueue"
-	"github.com/spillq/spillq/internal/vfs"
 )
 
 // DeadDir is the subdirectory that holds a channel's dead-letter store: a
@@ -300,21 +299,6 @@ func (d *DeadLetters) close() error {
 	d.putBack = nil
 	d.opMu.Unlock()
 	return d.store.Close()
-}
-
-// deadDepth is the number of letters in the dead-letter store in dir on
-// fsys, read with a read-only view; 0 when there is none or it cannot be
-// read.
-func deadDepth(fsys vfs.FS, dir string) int64 {
-	if _, err := fsys.Stat(dir); err != nil {
-		return 0
-	}
-	q, err := diskqueue.OpenReadOnly(dir, diskqueue.Options{FS: fsys})
-	if err != nil {
-		return 0
-	}
-	defer q.Close()
-	return q.Depth()
 }
 
 // deadLetterDir is the dead-letter store of a topic's channel.

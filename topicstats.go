@@ -6,6 +6,7 @@ import (
 
 	"github.com/spillq/spillq/channel"
 	"github.com/spillq/spillq/diskqueue"
+	"github.com/spillq/spillq/internal/vfs"
 )
 
 // TopicStats is a snapshot of a topic.
@@ -70,7 +71,7 @@ func (t *Topic) Stats() TopicStats {
 			cs.DeadLetters = oc.dead.Len()
 		} else {
 			cs.Timers = t.closedTimerDepth(cur.Name)
-			cs.DeadLetters = deadDepth(t.fs, deadLetterDir(t.dir, cur.Name))
+			cs.DeadLetters, _ = storeDepth(t.fs, deadLetterDir(t.dir, cur.Name))
 		}
 		st.Channels = append(st.Channels, cs)
 	}
@@ -78,20 +79,26 @@ func (t *Topic) Stats() TopicStats {
 }
 
 // closedTimerDepth is the depth of the timer store of a channel not open,
-// read with a read-only view the first time it is asked for (a listing
-// and the tail of its last segment) and kept until the channel opens. A
+// read the first time it is asked for and kept until the channel opens. A
 // store that cannot be read counts zero, and is read again next time.
 func (t *Topic) closedTimerDepth(name string) int64 {
 	return t.chans.timerDepth(name, func() (int64, bool) {
-		dir := filepath.Join(t.dir, ChannelsDir, name)
-		if _, err := t.fs.Stat(dir); err != nil {
-			return 0, false // none yet: the channel never kept anything there
-		}
-		q, err := diskqueue.OpenReadOnly(dir, diskqueue.Options{FS: t.fs})
-		if err != nil {
-			return 0, false
-		}
-		defer q.Close()
-		return q.Depth(), true
+		return storeDepth(t.fs, filepath.Join(t.dir, ChannelsDir, name))
 	})
+}
+
+// storeDepth is the depth of the disk queue in dir on fsys (a closed
+// channel's timer store or dead-letter store), read with a read-only view:
+// a listing and the tail of its last segment. It is 0, not ok, when there
+// is none (the channel never kept anything there) or it cannot be read.
+func storeDepth(fsys vfs.FS, dir string) (n int64, ok bool) {
+	if _, err := fsys.Stat(dir); err != nil {
+		return 0, false
+	}
+	q, err := diskqueue.OpenReadOnly(dir, diskqueue.Options{FS: fsys})
+	if err != nil {
+		return 0, false
+	}
+	defer q.Close()
+	return q.Depth(), true
 }
