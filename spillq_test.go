@@ -5,6 +5,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/spillq/spillq"
@@ -72,5 +74,69 @@ func TestOpenRefusedMakesNoDirectory(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("Open refused its options and left %s behind (stat: %v)", dir, err)
+	}
+}
+
+// TestFacadeReachesNoEngineHandle: nothing a program reaches from Open or
+// OpenTopic, through the methods' results and the exported fields of what
+// they return, is a handle that can write, consume or close the stores
+// the queue owns: a Put to its log behind the channel's back would be
+// delivered with no envelope, a Read or Ack on its cursor would take a
+// record from the channel, a Close would pull the files from under it.
+// Disk, Timers and Log hand out a diskqueue.View instead, which only
+// looks.
+func TestFacadeReachesNoEngineHandle(t *testing.T) {
+	forbidden := map[reflect.Type]bool{
+		reflect.TypeFor[*channel.Channel]():  true,
+		reflect.TypeFor[*channel.Fanout]():   true,
+		reflect.TypeFor[*diskqueue.Queue]():  true,
+		reflect.TypeFor[*diskqueue.Log]():    true,
+		reflect.TypeFor[*diskqueue.Cursor](): true,
+	}
+	seen := map[reflect.Type]bool{}
+	var walk func(typ reflect.Type, path string)
+	walk = func(typ reflect.Type, path string) {
+		if seen[typ] {
+			return
+		}
+		seen[typ] = true
+		if forbidden[typ] || (typ.Kind() != reflect.Pointer && forbidden[reflect.PointerTo(typ)]) {
+			t.Errorf("%s is a %v", path, typ)
+			return
+		}
+		for i := range typ.NumMethod() {
+			m := typ.Method(i)
+			for j := range m.Type.NumOut() {
+				walk(m.Type.Out(j), path+"."+m.Name+"()")
+			}
+		}
+		switch typ.Kind() {
+		case reflect.Pointer, reflect.Slice, reflect.Array, reflect.Chan:
+			walk(typ.Elem(), path+"[]")
+		case reflect.Map:
+			walk(typ.Key(), path+"[key]")
+			walk(typ.Elem(), path+"[]")
+		case reflect.Func:
+			for j := range typ.NumOut() {
+				walk(typ.Out(j), path+"()")
+			}
+		case reflect.Struct:
+			for i := range typ.NumField() {
+				if f := typ.Field(i); f.IsExported() {
+					walk(f.Type, path+"."+f.Name)
+				}
+			}
+		}
+	}
+	walk(reflect.TypeOf(spillq.Open), "Open")
+	walk(reflect.TypeOf(spillq.OpenTopic), "OpenTopic")
+	var reached []string
+	for typ := range seen {
+		if strings.HasPrefix(typ.String(), "*diskqueue.View") {
+			reached = append(reached, typ.String())
+		}
+	}
+	if len(reached) == 0 {
+		t.Error("the walk never reached a diskqueue.View: it does not follow Disk, Timers or Log")
 	}
 }
