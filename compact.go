@@ -373,3 +373,22 @@ func (q *Queue) Compact(ctx context.Context) (CompactStats, error) {
 
 // CompactStats returns what every compaction since Open did, from memory.
 func (q *Queue) CompactStats() CompactStats { return q.comp.stats() }
+
+// Compact compacts the topic's log now, as [Queue.Compact] does a
+// queue's: under KeyReplace every version a newer one superseded goes
+// (each channel would drop it), and with retention the finished versions
+// a newer one replaced; otherwise nothing. After Close it returns
+// [channel.ErrClosed].
+func (t *Topic) Compact(ctx context.Context) (CompactStats, error) {
+	t.opMu.Lock()
+	closed := t.closed
+	t.opMu.Unlock()
+	if closed {
+		return CompactStats{}, channel.ErrClosed
+	}
+	return t.comp.compact(ctx)
+}
+
+// CompactStats returns what every compaction of the topic's log since
+// OpenTopic did.
+func (t *Topic) CompactStats() CompactStats { return t.comp.stats() }

@@ -14,7 +14,6 @@ import (
 
 	"github.com/spillq/spillq/channel"
 	"github.com/spillq/spillq/diskqueue"
-	"github.com/spillq/spillq/internal/vfs"
 )
 
 // DeadDir is the subdirectory that holds a channel's dead-letter store: a
@@ -302,21 +301,6 @@ func (d *DeadLetters) close() error {
 	return d.store.Close()
 }
 
-// deadDepth is the number of letters in the dead-letter store in dir on
-// fsys, read with a read-only view; 0 when there is none or it cannot be
-// read.
-func deadDepth(fsys vfs.FS, dir string) int64 {
-	if _, err := fsys.Stat(dir); err != nil {
-		return 0
-	}
-	q, err := diskqueue.OpenReadOnly(dir, diskqueue.Options{FS: fsys})
-	if err != nil {
-		return 0
-	}
-	defer q.Close()
-	return q.Depth()
-}
-
 // deadLetterDir is the dead-letter store of a topic's channel.
 func deadLetterDir(topicDir, name string) string {
 	return filepath.Join(topicDir, ChannelsDir, name, DeadDir)
@@ -367,9 +351,7 @@ func channelDeadLetters(topicDir, name string, logOpts diskqueue.Options, opts C
 // store is read, redriven and purged with it open; ChannelStats counts its
 // letters either way).
 func (t *Topic) DeadLetters(name string) (*DeadLetters, error) {
-	t.openMu.Lock()
-	oc, ok := t.open[name]
-	t.openMu.Unlock()
+	oc, ok := t.chans.get(name)
 	if !ok {
 		return nil, fmt.Errorf("spillq: dead letters of channel %q: %w: the channel is not open in this process", name, diskqueue.ErrNotFound)
 	}

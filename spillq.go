@@ -27,6 +27,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/spillq/spillq/channel"
@@ -426,4 +427,29 @@ func (q *Queue) Timers() *diskqueue.View { return q.timers.View() }
 // them (up to [channel.MaxEnvelopeOverhead] bytes more than the body).
 func DiskBackend(q *diskqueue.Queue) channel.Store {
 	return channel.Store{Log: q.Log, Cursor: q.OwnCursor(), Close: q.Close}
+}
+
+// queueCloser is the Close of a queue's Backend: the channel's Close calls it
+// after storing what it held, so the keeper (if any) stores the key state
+// last, before the disk queue closes, and the queue's own methods learn
+// it closed (closed).
+type queueCloser struct {
+	q      *diskqueue.Queue
+	keep   *keeper // nil without key state or compaction
+	closed atomic.Bool
+	// dead is the dead-letter store (nil: Options.DiscardDeadLetters),
+	// closed here: the channel calls its handler no more.
+	dead *DeadLetters
+}
+
+func (b *queueCloser) Close() error {
+	b.closed.Store(true)
+	var err error
+	if b.keep != nil {
+		err = b.keep.close()
+	}
+	if b.dead != nil {
+		err = errors.Join(err, b.dead.close())
+	}
+	return errors.Join(err, b.q.Close())
 }

@@ -1,8 +1,11 @@
 package spillq_test
 
 import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
 	"reflect"
-	"slices"
 	"strings"
 	"testing"
 
@@ -11,48 +14,66 @@ import (
 	"github.com/spillq/spillq/diskqueue"
 )
 
-// TestFacadeMethods: the façade's types offer what a program using a queue
-// or a topic calls, and nothing else. A Queue and a topic's Channel wrap a
-// *channel.Channel whose exported methods include the wiring spillq pairs
-// it with its log, compactor, key state and dead-letter store by
-// (Compacted, KeyState, PutBack, TimerStats); embedding it, as Queue once
-// did, promoted all of them, and a caller of Compacted could make the
-// channel count a message superseded that was not. A method added to one
-// of these types has to be added here, on purpose. A topic's Channel has
-// no Put: its messages are put to the topic.
-func TestFacadeMethods(t *testing.T) {
-	shared := []string{
-		"Close", "Depth", "Empty", "FinishAll", "LatencyBuckets", "LatencySumSeconds",
-		"Messages", "MsgTimeout", "Pause", "Receive", "ReceiveBatch", "Stats", "TryReceive", "Unpause",
+// TestOpenRefusesRawLogs: a directory the diskqueue package wrote
+// directly holds records that are not channel messages. Open and OpenTopic
+// refuse it, rather than counting each record bad and dropping it, and
+// every record is still there for diskqueue.Open.
+func TestOpenRefusesRawLogs(t *testing.T) {
+	ctx := context.Background()
+	qd := t.TempDir()
+	dq, err := diskqueue.Open(qd, diskqueue.Options{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, tc := range []struct {
-		typ   reflect.Type
-		allow []string
-	}{
-		{reflect.TypeFor[*spillq.Queue](), append([]string{
-			"Compact", "CompactStats", "DeadLetters", "Disk", "Enqueue", "Health",
-			"Put", "PutWith", "Replay", "Timers",
-		}, shared...)},
-		{reflect.TypeFor[*spillq.Channel](), shared},
-		{reflect.TypeFor[*spillq.Topic](), []string{
-			"Channel", "Channels", "Close", "Compact", "CompactStats", "DeadLetters", "DeleteChannel",
-			"Enqueue", "Health", "KeyState", "Log", "Put", "PutBatch", "PutWith", "Stats",
-		}},
-	} {
-		var got []string
-		for i := range tc.typ.NumMethod() {
-			got = append(got, tc.typ.Method(i).Name)
+	for i := 0; i < 10; i++ {
+		if err := dq.Put(ctx, []byte("raw record")); err != nil {
+			t.Fatal(err)
 		}
-		slices.Sort(got)
-		want := slices.Sorted(slices.Values(tc.allow))
-		if !slices.Equal(got, want) {
-			t.Errorf("%v's methods are %v, want %v", tc.typ, got, want)
+	}
+	dq.Close()
+	if q, err := spillq.Open(qd, spillq.Options{}); !errors.Is(err, diskqueue.ErrInvalidOptions) {
+		if q != nil {
+			q.Close()
 		}
-		for i := range tc.typ.Elem().NumField() {
-			if f := tc.typ.Elem().Field(i); f.IsExported() {
-				t.Errorf("%v has an exported field %s, through which its parts are reachable", tc.typ, f.Name)
-			}
+		t.Fatalf("Open of a raw queue: %v, want ErrInvalidOptions", err)
+	}
+	if dq, err = diskqueue.Open(qd, diskqueue.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if d := dq.Depth(); d != 10 {
+		t.Errorf("after the refusal the raw queue holds %d records, want 10", d)
+	}
+	dq.Close()
+
+	ld := t.TempDir()
+	l, err := diskqueue.OpenLog(ld, diskqueue.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Cursor("a", diskqueue.FromOldest()); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Put(ctx, []byte("raw record")); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if tp, err := spillq.OpenTopic(ld, spillq.TopicOptions{}); !errors.Is(err, diskqueue.ErrInvalidOptions) {
+		if tp != nil {
+			tp.Close()
 		}
+		t.Fatalf("OpenTopic of a raw log: %v, want ErrInvalidOptions", err)
+	}
+}
+
+// TestOpenRefusedMakesNoDirectory: Open with channel options it refuses
+// made the queue's directory first.
+func TestOpenRefusedMakesNoDirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "q")
+	if _, err := spillq.Open(dir, spillq.Options{MemQueueSize: -1}); !errors.Is(err, channel.ErrInvalidOptions) {
+		t.Fatalf("Open with MemQueueSize -1: %v, want ErrInvalidOptions", err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Open refused its options and left %s behind (stat: %v)", dir, err)
 	}
 }
 
