@@ -155,7 +155,7 @@ func decodeKeyState(b []byte) (keyFile, error) {
 // default was 0600 is not kept readable to others.
 func saveKeyState(dir string, modes fileModes, st keyFile) error {
 	kd := filepath.Join(dir, KeysDir)
-	if err := modes.fs.MkdirAll(kd, modes.dir); err != nil {
+	if err := vfs.MkdirAllSynced(modes.fs, kd, modes.dir); err != nil {
 		return err
 	}
 	tmp := keyStateFile(dir) + ".tmp"

@@ -102,7 +102,7 @@ func OpenTopic(dir string, opts TopicOptions) (*Topic, error) {
 	if _, err := fsys.Stat(filepath.Join(dir, "cursor")); err == nil {
 		return nil, fmt.Errorf("spillq: %w: %s is a queue's directory (it has a cursor of its own); open it with Open", diskqueue.ErrInvalidOptions, dir)
 	}
-	if err := fsys.MkdirAll(filepath.Join(dir, ChannelsDir), modesOf(dopts).dir); err != nil {
+	if err := vfs.MkdirAllSynced(fsys, filepath.Join(dir, ChannelsDir), modesOf(dopts).dir); err != nil {
 		return nil, fmt.Errorf("spillq: open topic: %w", err)
 	}
 	dopts.HoldAtOpen = keepsKeyState(opts.Keys) // see Open

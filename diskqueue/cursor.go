@@ -99,7 +99,7 @@ func (l *Log) newCursor(name string) *Cursor {
 func (l *Log) openCursor(name string, start Start, create bool) (*Cursor, error) {
 	c := l.newCursor(name)
 	if create && name != "" && !l.readOnly {
-		if err := l.fs.MkdirAll(c.dir, l.opts.dirMode); err != nil {
+		if err := l.fs.MkdirAll(c.dir, l.opts.dirMode); err != nil { // durable once startCursor syncs the chain
 			return nil, fmt.Errorf("diskqueue: create cursor %q: %w", name, err)
 		}
 	}

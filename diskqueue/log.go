@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spillq/spillq/internal/broadcast"
+	"github.com/spillq/spillq/internal/vfs"
 )
 
 // Log is the durable, append-only part of a queue: the segment files, their
@@ -159,7 +160,7 @@ func OpenLog(dir string, opts Options) (*Log, error) {
 	if o.HoldAtOpen {
 		l.HoldFrom(0)
 	}
-	if err := l.fs.MkdirAll(dir, o.dirMode); err != nil {
+	if err := l.mkdirAll(dir); err != nil {
 		return nil, fmt.Errorf("diskqueue: open: %w", err)
 	}
 	lock, err := l.fs.Lock(filepath.Join(dir, lockName), o.FileMode)
@@ -287,3 +288,13 @@ func (l *Log) NextSeq() uint64 { return l.nextSeq.Load() }
 
 // maxSeq is used where "no bound" is meant.
 const maxSeq = math.MaxUint64
+
+// mkdirAll makes dir and any missing parents, fsyncing the parent of each
+// it makes (unless NoSync): the log's fsyncs cover its files, and a file
+// in a directory whose own entry a power cut took away is lost with it.
+func (l *Log) mkdirAll(dir string) error {
+	if l.opts.NoSync {
+		return l.fs.MkdirAll(dir, l.opts.dirMode)
+	}
+	return vfs.MkdirAllSynced(l.fs, dir, l.opts.dirMode)
+}

@@ -16,6 +16,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 )
 
 // FS is the seam through which the queue touches the disk. Paths are full
@@ -116,4 +117,34 @@ func ReadFile(fsys FS, name string) ([]byte, error) {
 		return nil, err
 	}
 	return b[:n], nil
+}
+
+// MkdirAllSynced is MkdirAll that also makes the new directories durable:
+// it fsyncs the parent of each directory it creates, so that a power cut
+// after it returns cannot take away a directory whose files were fsynced
+// since (a file's fsync covers its data, not the entry of the directory
+// that holds it). Directories that existed cost a Stat each, up to the
+// first that exists.
+func MkdirAllSynced(fsys FS, dir string, perm fs.FileMode) error {
+	var made []string
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := fsys.Stat(d); err == nil || !errors.Is(err, fs.ErrNotExist) {
+			break // there, or MkdirAll says what is wrong
+		}
+		made = append(made, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	if err := fsys.MkdirAll(dir, perm); err != nil {
+		return err
+	}
+	// Outermost first: each parent's entry is durable before the one
+	// below it is synced.
+	for i := len(made) - 1; i >= 0; i-- {
+		if err := fsys.SyncDir(filepath.Dir(made[i])); err != nil {
+			return err
+		}
+	}
+	return nil
 }
