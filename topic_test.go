@@ -14,6 +14,7 @@ import (
 	"github.com/spillq/spillq"
 	"github.com/spillq/spillq/channel"
 	"github.com/spillq/spillq/diskqueue"
+	"github.com/spillq/spillq/internal/vfs"
 )
 
 func openTopic(t *testing.T, dir string, o spillq.TopicOptions) *spillq.Topic {
@@ -421,5 +422,40 @@ func TestOpenTopicRefusedMakesNoDirectory(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("OpenTopic refused its options and left %s behind (stat: %v)", dir, err)
+	}
+}
+
+// dirSyncs is the OS's file system, recording the directories fsynced.
+type dirSyncs struct {
+	vfs.FS
+	mu     sync.Mutex
+	synced map[string]int
+}
+
+func (d *dirSyncs) SyncDir(dir string) error {
+	d.mu.Lock()
+	d.synced[dir]++
+	d.mu.Unlock()
+	return d.FS.SyncDir(dir)
+}
+
+// TestOpenTopicSyncsNewDirectories: the directories OpenTopic makes (the
+// topic's, its channels/) have their entries fsynced in their parents, so
+// a power cut cannot take them with the fsynced files inside.
+func TestOpenTopicSyncsNewDirectories(t *testing.T) {
+	root := t.TempDir()
+	rec := &dirSyncs{FS: vfs.OS, synced: map[string]int{}}
+	dir := filepath.Join(root, "topics", "orders")
+	tp, err := spillq.OpenTopic(dir, spillq.TopicOptions{Disk: diskqueue.Options{FS: rec}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tp.Close()
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for _, parent := range []string{root, filepath.Join(root, "topics"), dir} {
+		if rec.synced[parent] == 0 {
+			t.Errorf("OpenTopic made %s and fsynced %v: want %s fsynced", filepath.Join(dir, spillq.ChannelsDir), rec.synced, parent)
+		}
 	}
 }
