@@ -86,14 +86,14 @@ func (c *Channel) expireInFlight() {
 				dead = append(dead, m)
 				continue
 			}
-			c.addReadyLocked(m.redelivery())
+			c.ready.addLocked(m.redelivery())
 			readied = true
 		}
 		c.mu.Unlock()
 		f.mu.Unlock()
 	}
 	if readied {
-		c.readyBell.Notify()
+		c.ready.ring()
 	}
 	for _, m := range dead {
 		c.deadLetter(m, ErrMaxAttempts)
@@ -108,7 +108,7 @@ func (c *Channel) releaseDue() {
 	for len(c.deferred) > 0 && c.deferred[0].due <= now {
 		m := c.deferred.pop()
 		m.due = 0
-		c.addReadyLocked(m)
+		c.ready.addLocked(m)
 		readied = true
 	}
 	c.mu.Unlock()
@@ -116,7 +116,7 @@ func (c *Channel) releaseDue() {
 		readied = true
 	}
 	if readied {
-		c.readyBell.Notify()
+		c.ready.ring()
 	}
 }
 
@@ -136,3 +136,18 @@ func (h *deferHeap) Pop() any {
 }
 func (h *deferHeap) push(m *Message) { heap.Push(h, m) }
 func (h *deferHeap) pop() *Message   { return heap.Pop(h).(*Message) }
+
+// wakeClock has the clock goroutine look at its due times again: one
+// changed (the deferred heap, the timer set, the moves to settle).
+func (c *Channel) wakeClock() {
+	select {
+	case c.clockWake <- struct{}{}:
+	default:
+	}
+}
+
+// monotonic is the time now on the channel's clock: Unix ns at New plus
+// the monotonic time since, immune to the wall clock stepping.
+func (c *Channel) monotonic() int64 {
+	return c.started.UnixNano() + int64(time.Since(c.started))
+}
