@@ -299,9 +299,6 @@ func newChannel(opts Options, src Cursor, fan *Fanout, storeErr error) (*Channel
 			c.mu.Lock()
 			c.startRefillLocked()
 			c.mu.Unlock()
-			c.moves.bell = make(chan struct{}, 1)
-			c.wg.Add(1)
-			go c.settler()
 		}
 		c.wg.Add(1)
 		go c.pump()

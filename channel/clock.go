@@ -23,8 +23,10 @@ func unixNano(t time.Time) int64 {
 
 var latestUnixNano, earliestUnixNano = time.Unix(0, math.MaxInt64), time.Unix(0, math.MinInt64)
 
-// clock owns time: it times out in-flight messages and releases deferred
-// messages when due, onto the ready list receivers take from.
+// clock owns time: it times out in-flight messages, releases deferred
+// messages when due, onto the ready list receivers take from, and settles
+// the moves to the timer store (settleDue) when they have waited
+// moveSettleWait.
 func (c *Channel) clock() {
 	defer c.wg.Done()
 	// Timeouts are found by a periodic scan, as nsqd's queueScanLoop does,
@@ -34,6 +36,9 @@ func (c *Channel) clock() {
 	defer ticker.Stop()
 	due := time.NewTimer(time.Hour)
 	defer due.Stop()
+	settle := time.NewTimer(time.Hour)
+	settle.Stop()
+	defer settle.Stop()
 	for {
 		c.mu.Lock()
 		next := int64(0)
@@ -50,12 +55,21 @@ func (c *Channel) clock() {
 		if next != 0 {
 			due.Reset(time.Until(time.Unix(0, next)))
 		}
+		// A nil chan while no move waits: its timer may have fired for
+		// moves settleBefore took since.
+		var settled <-chan time.Time
+		if at, ok := c.moves.due(); ok {
+			settle.Reset(time.Until(at))
+			settled = settle.C
+		}
 		select {
 		case <-ticker.C:
 			storeMax(&c.now, c.monotonic())
 			c.expireInFlight()
 		case <-due.C:
 			c.releaseDue()
+		case <-settled:
+			c.settleDue()
 		case <-c.clockWake:
 		case <-c.closeCh:
 			return

@@ -98,11 +98,11 @@ func (c *Channel) waitTakers() {
 	c.takers.closeAndWait()
 }
 
-// settleQueuedMoves settles the moves to the timer store the settler had
+// settleQueuedMoves settles the moves to the timer store the clock had
 // not settled yet.
 func (c *Channel) settleQueuedMoves() {
 	if c.timers != nil {
-		// Moves queued and not settled yet (settler), none to come: the
+		// Moves queued and not settled yet (settleDue), none to come: the
 		// goroutines and Requeues that queue them are done.
 		c.settleMoves(context.Background(), c.timers.store.log, c.takeMoves(), "deferred to the timer store")
 	}

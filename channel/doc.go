@@ -104,7 +104,7 @@
 //     until its entry is in the set (putTimer); exclusively by a refill's
 //     merge.
 //   - moveQueue.mu (c.moves.mu, settle.go): the moves waiting for the
-//     settler.
+//     clock to settle them.
 //   - pauseGate.mu (c.pause.mu, pause.go): the pause state and its chans.
 //   - keyTable.mu (keys.go): the key policy's state, a channel's or a
 //     topic's.
@@ -164,19 +164,26 @@
 //     heap (dispatch). Ends when closeCh closes while it waits for room
 //     (what it had not handed over stays in c.unsent, which Close gives
 //     back), or when a read fails after Close (closeCtx).
-//   - clock (clock.go): started by New. Times out messages in flight,
-//     releases deferred ones when due, starts timer store refills. Ends
-//     with closeCh.
-//   - settler (settle.go): started by New with a timer store. Acknowledges
-//     the old records of messages moved to the timer store, after one sync
-//     for those of a few milliseconds. Ends with closeCh; what it had not
-//     settled Close settles, once the goroutines that queue moves are done.
+//   - clock (clock.go): started by New. Each of its duties is a due time
+//     in one select: it times out messages in flight (a ticker), releases
+//     deferred ones when due, and, with a timer store, settles the moves
+//     to it (settle.go: moveSettleWait after the first waiting, one Sync of
+//     the timer store, then the old records acknowledged); it starts timer
+//     store refills. Ends with closeCh; the moves it had not settled Close
+//     settles, once the goroutines that queue moves are done. A duty that
+//     takes long delays the others (a DeadLetter handler run for a
+//     timed-out message, the Sync of a settling): the timeouts and
+//     releases come later then, and a settling's acknowledgements, never
+//     earlier than the Sync that makes them safe.
 //   - refillTimers (refill.go): started by startRefillLocked, one at a
 //     time (timerSet.refilling), at New and from the clock goroutine, so
 //     that its wg.Add never races Close's Wait from zero (the clock's own
 //     count is still held). Reads the timer store through for the earliest
-//     entries. Ends when read and merged, or at Close (isClosed during the
-//     read, closeCh while it waits to read again after an error).
+//     entries. Kept off the clock: the read is of every deferred record
+//     (O(deferred), long for a store with many), during which the clock
+//     must go on timing out, releasing and settling. Ends when read and
+//     merged, or at Close (isClosed during the read, closeCh while it
+//     waits to read again after an error).
 //   - forward (receive.go): started by the first call of Messages. Feeds
 //     its Go channel, touching the message it holds until it is taken.
 //     Ends when Receive fails (Close) or closeCh closes; closes the Go
@@ -201,7 +208,7 @@ package channel
 //     ready.go: the ready list and its bell.
 //   - flight.go: the in-flight lists; answer.go: Finish, Requeue, Release,
 //     Fail, Touch, dead letters, and acknowledging a message's record.
-//   - clock.go: the clock goroutine (timeouts, due times).
+//   - clock.go: the clock goroutine (timeouts, due times, settling).
 //   - timers.go: deferral to the timer store and release from it;
 //     timerset.go: the timer set (which deferred messages are in memory);
 //     refill.go: reading the timer store through for the earliest;

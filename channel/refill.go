@@ -11,7 +11,7 @@ import (
 // runs on a goroutine of its own, one at a time, not on the clock's: it
 // reads every record not acknowledged (O(deferred), a long read for a
 // store with many deferred messages), and meanwhile the clock goes on
-// timing out and releasing.
+// timing out, releasing and settling.
 
 // refillTimers reads the timer store through and merges the earliest
 // entries into the timer set; it runs on its own goroutine, one at a time.

@@ -13,36 +13,38 @@ import (
 // old record acknowledged. Not at once: settleMoves says why the timer
 // store's Sync must come between the two, and one Sync for each move
 // (Requeue waiting for it) made a retry a hundred times slower. So moves
-// wait in a moveQueue, and the settler settles what waits there, one Sync
-// for all, moveSettleWait after the first came.
+// wait in a moveQueue, and the clock goroutine settles what waits there,
+// one Sync for all, moveSettleWait after the first came (settleDue).
 
 // moveSettleWait is how long a moved message's old record waits for others
-// before one sync of the timer store lets the settler acknowledge them
-// all. It bounds what a crash delivers twice: a message moved within it
-// (and the timer store's fsync after) comes from both stores.
+// before one sync of the timer store lets the clock acknowledge them all.
+// It bounds what a crash delivers twice: a message moved within it (and
+// the timer store's fsync after) comes from both stores.
 const moveSettleWait = 2 * time.Millisecond
 
 // moveQueue holds the messages moved to the timer store whose old records
 // wait to be acknowledged until the timer store has made the new ones
-// durable (settler). Its lock is a leaf.
+// durable. Its lock is a leaf.
 type moveQueue struct {
 	mu      sync.Mutex
 	pending []*Message
 	// n is len(pending), for a look without mu (settleBefore).
 	n     atomic.Int64
 	since time.Time // when the first of pending came
-	bell  chan struct{}
 }
 
-// add queues m.
-func (q *moveQueue) add(m *Message) {
+// add queues m, reporting whether it is the first waiting: the clock
+// then has a settling to schedule.
+func (q *moveQueue) add(m *Message) (first bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if len(q.pending) == 0 {
+	first = len(q.pending) == 0
+	if first {
 		q.since = time.Now()
 	}
 	q.pending = append(q.pending, m)
 	q.n.Store(int64(len(q.pending)))
+	return first
 }
 
 // take returns what waits to be settled, leaving none.
@@ -55,24 +57,33 @@ func (q *moveQueue) take() []*Message {
 	return out
 }
 
-// queueMove hands m, just stored in the timer store, to the settler, which
+// due returns when what waits is to be settled, and false when nothing
+// waits.
+func (q *moveQueue) due() (time.Time, bool) {
+	if q.n.Load() == 0 {
+		return time.Time{}, false
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.since.Add(moveSettleWait), len(q.pending) > 0
+}
+
+// queueMove hands m, just stored in the timer store, to the clock, which
 // acknowledges its old record once the timer store has made the new one
-// durable.
+// durable (settleDue).
 func (c *Channel) queueMove(m *Message) {
-	c.moves.add(m)
-	select {
-	case c.moves.bell <- struct{}{}:
-	default:
+	if c.moves.add(m) {
+		c.wakeClock() // to schedule the settling
 	}
 }
 
 // takeMoves returns what waits to be settled.
 func (c *Channel) takeMoves() []*Message { return c.moves.take() }
 
-// settleBefore settles the moves waiting for the settler now, before the
-// caller acknowledges a timer store record: a message moved there can be
-// due, delivered and finished before the settler's next round, and its new
-// record acknowledged while its old one was not would bring it back after a
+// settleBefore settles the moves waiting now, before the caller
+// acknowledges a timer store record: a message moved there can be due,
+// delivered and finished before the clock settles it, and its new record
+// acknowledged while its old one was not would bring it back after a
 // crash, finished. Rare (a delay shorter than moveSettleWait), it costs a
 // Sync of the timer store then.
 func (c *Channel) settleBefore() {
@@ -82,33 +93,12 @@ func (c *Channel) settleBefore() {
 	c.settleMoves(c.closeCtx, c.timers.store.log, c.takeMoves(), "deferred to the timer store")
 }
 
-// settler is the goroutine that settles moves (queueMove): at most
-// moveSettleWait after the first waiting, one sync of the timer store for
-// all that wait. What waits when the channel closes is settled by Close
-// (after the goroutines that queue moves are done).
-func (c *Channel) settler() {
-	defer c.wg.Done()
-	wait := time.NewTimer(time.Hour)
-	wait.Stop()
-	defer wait.Stop()
-	for {
-		select {
-		case <-c.moves.bell:
-		case <-c.closeCh:
-			return
-		}
-		c.moves.mu.Lock()
-		since := c.moves.since
-		c.moves.mu.Unlock()
-		wait.Reset(time.Until(since.Add(moveSettleWait)))
-		select {
-		case <-wait.C:
-		case <-c.closeCh:
-			wait.Stop()
-			return
-		}
-		c.settleMoves(c.closeCtx, c.timers.store.log, c.takeMoves(), "deferred to the timer store")
-	}
+// settleDue is the clock's settling (moveQueue): one sync of the timer
+// store for all the moves that wait. What waits when the channel closes
+// is settled by Close (settleQueuedMoves), after the goroutines that queue
+// moves are done.
+func (c *Channel) settleDue() {
+	c.settleMoves(c.closeCtx, c.timers.store.log, c.takeMoves(), "deferred to the timer store")
 }
 
 // settleMoves acknowledges the old records of msgs, each just stored again

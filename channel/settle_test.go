@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/spillq/spillq/channel"
@@ -68,7 +69,7 @@ func (c ackChecking) Ack(seq uint64) error {
 // keep the acknowledgement and lose the new record, losing a message put
 // and fsynced long before (a review of the deferral paths). The old record
 // is now acknowledged once the timer store has made the new one durable,
-// one sync for the moves of a moment (settler).
+// one sync for the moves of a moment (settleDue, on the clock goroutine).
 func TestMovedRecordAckedOnceDurable(t *testing.T) {
 	ctx := context.Background()
 	t.Run("requeue", func(t *testing.T) {
@@ -126,6 +127,38 @@ func TestMovedRecordAckedOnceDurable(t *testing.T) {
 		}
 		if n := s.syncs.Load(); n >= 40 {
 			t.Errorf("%d syncs of the timer store for 40 moved records: one a record, not one a batch", n)
+		}
+	})
+}
+
+// TestMovedRecordSettledWithinItsWait: a move (its old record
+// acknowledged after one sync of the timer store) is settled once it has
+// waited its few milliseconds, by the clock goroutine on a due time of its
+// own, not left to Close, a later acknowledgement (settleBefore) or the
+// clock's next timeout scan (seconds away under the default MsgTimeout).
+// In a synctest bubble, so the clock is fake and the wait exact.
+func TestMovedRecordSettledWithinItsWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := &syncTimers{memStore: newMemStore()}
+		b := newMemStore()
+		c := newChannel(t, channel.Options{Backend: b.store(), Timers: s.store()})
+		defer c.Close()
+		put(t, c, "a")
+		m := await(t, c)
+		if err := m.Requeue(time.Hour); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if d := b.Depth(); d != 1 {
+			t.Fatalf("backend depth %d at once after the move; want 1: its old record waits for the sync", d)
+		}
+		time.Sleep(10 * time.Millisecond)
+		synctest.Wait()
+		if d := b.Depth(); d != 0 {
+			t.Fatalf("backend depth %d 10 ms after the move; want 0: settled by the clock", d)
+		}
+		if s.syncs.Load() == 0 {
+			t.Fatal("old record acknowledged without a sync of the timer store")
 		}
 	})
 }
