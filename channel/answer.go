@@ -1,8 +1,11 @@
 package channel
 
 import (
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/spillq/spillq/diskqueue"
 )
 
 // A consumer's answers to a delivered message: Finish, Requeue (and Retry,
@@ -66,9 +69,9 @@ func (c *Channel) keyDone(m *Message) {
 		return
 	}
 	c.mu.Lock()
-	c.addReadyLocked(next)
+	c.ready.addLocked(next)
 	c.mu.Unlock()
-	c.readyBell.Notify()
+	c.ready.ring()
 }
 
 // timeEvery is how many finishes share one clock read when they come fast.
@@ -199,14 +202,14 @@ func (c *Channel) requeueLanded(f *flightList, again *Message, delay time.Durati
 		again.due = unixNano(time.Now().Add(delay))
 		c.deferred.push(again)
 	} else {
-		c.addReadyLocked(again)
+		c.ready.addLocked(again)
 	}
 	c.mu.Unlock()
 	f.mu.Unlock()
 	if delay > 0 {
 		c.wakeClock()
 	} else {
-		c.readyBell.Notify()
+		c.ready.ring()
 	}
 }
 
@@ -364,4 +367,70 @@ func (c *Channel) deadLetterFailed(m *Message, reason, err error) {
 		return
 	}
 	c.wakeClock()
+}
+
+// keepsSerialPlace reports whether m, requeued with a delay, waits in
+// memory with its record left in place rather than moving to the timer
+// store: under KeySerial, on a channel of its own, a keyed message from
+// the backend. It holds its key while it waits, and so must its record
+// across a restart: moved to the timer store, due later, the key's next
+// message, still in place in the backend, was delivered first by the next
+// run, which holds no key. Its delay is then not kept by a restart (the
+// record does not carry it): it comes again at once, first of its key.
+//
+// At most MaxDeferredInMemory wait so (each whole, in memory, its segment
+// kept): past that one goes to the timer store, and a restart may deliver
+// its key's next message ahead of it.
+func (c *Channel) keepsSerialPlace(m *Message) bool {
+	if c.opts.Keys != KeySerial || c.fan != nil || m.Key == nil || m.src != srcBackend {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.deferred) < c.opts.MaxDeferredInMemory
+}
+
+// ackRecord acknowledges the record m came from, if any, logging a failure
+// (the message is then delivered again after a restart); why says what
+// became of m.
+func (c *Channel) ackRecord(m *Message, why string) error {
+	err := c.ack(m)
+	if err != nil {
+		c.log.Warn("channel: cannot acknowledge a message's old record; it is delivered again after a restart", "id", m.ID.String(), "why", why, "err", err)
+	}
+	return err
+}
+
+// ack acknowledges the record m came from, if any, and then its delivery
+// journal record: that one counts nothing once the record is gone.
+func (c *Channel) ack(m *Message) error {
+	if err := c.ackSource(m); err != nil || m.jrec == 0 {
+		return err
+	}
+	c.journalAck(m.jrec - 1)
+	return nil
+}
+
+func (c *Channel) ackSource(m *Message) error {
+	switch m.src {
+	case srcBackend:
+		err := c.src.Ack(m.seq)
+		if c.fan != nil && errors.Is(err, diskqueue.ErrNotInFlight) {
+			// The channel acknowledges each record it delivered once, so
+			// the topic's cursor finds one not in flight only when its
+			// Empty or the lag policy discarded it while a consumer had
+			// it in hand: done already, not an error to its Finish.
+			return nil
+		}
+		return err
+	case srcTimers:
+		c.settleBefore()
+		if err := c.timers.store.ack(m.seq); err != nil {
+			return err
+		}
+		c.mu.Lock()
+		c.timers.done(m.seq)
+		c.mu.Unlock()
+	}
+	return nil
 }

@@ -144,39 +144,6 @@ func TestDeadLetterHandlerErrorKeepsTheMessage(t *testing.T) {
 	})
 }
 
-func TestReceiveWithDoneContextTakesNothing(t *testing.T) {
-	c := newChannel(t, channel.Options{MemQueueSize: 10})
-	defer c.Close()
-	put(t, c, "a")
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if m, err := c.Receive(ctx); m != nil || !errors.Is(err, context.Canceled) {
-		t.Fatalf("Receive(done ctx) = %v, %v; want nil, context.Canceled", m, err)
-	}
-	if ms, err := c.ReceiveBatch(ctx, 4); ms != nil || !errors.Is(err, context.Canceled) {
-		t.Fatalf("ReceiveBatch(done ctx) = %v, %v; want nil, context.Canceled", ms, err)
-	}
-	if st := c.Stats(); st.InFlight != 0 || st.MemoryDepth != 1 {
-		t.Fatalf("in flight %d, memory depth %d; want 0, 1", st.InFlight, st.MemoryDepth)
-	}
-	m, err := c.TryReceive()
-	if err != nil || string(m.Body) != "a" {
-		t.Fatalf("TryReceive = %v, %v; want a", m, err)
-	}
-	if m, err := c.TryReceive(); m != nil || !errors.Is(err, channel.ErrNoMessage) {
-		t.Fatalf("TryReceive on an empty channel = %v, %v; want ErrNoMessage", m, err)
-	}
-	c.Pause()
-	m.Requeue(0)
-	if m, err := c.TryReceive(); m != nil || !errors.Is(err, channel.ErrNoMessage) {
-		t.Fatalf("TryReceive on a paused channel = %v, %v; want ErrNoMessage", m, err)
-	}
-	c.Close()
-	if _, err := c.TryReceive(); !errors.Is(err, channel.ErrClosed) {
-		t.Fatalf("TryReceive after Close: %v, want ErrClosed", err)
-	}
-}
-
 // A snooze: Release with a delay waits it out and spends no attempt.
 func TestReleaseWithDelay(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -196,13 +163,4 @@ func TestReleaseWithDelay(t *testing.T) {
 		}
 		m.Finish()
 	})
-}
-
-// Messages after Close hands back a closed Go channel and starts nothing.
-func TestMessagesAfterClose(t *testing.T) {
-	c := newChannel(t, channel.Options{MemQueueSize: 1})
-	c.Close()
-	if _, ok := <-c.Messages(); ok {
-		t.Fatal("a message from a closed channel")
-	}
 }

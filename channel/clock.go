@@ -23,8 +23,10 @@ func unixNano(t time.Time) int64 {
 
 var latestUnixNano, earliestUnixNano = time.Unix(0, math.MaxInt64), time.Unix(0, math.MinInt64)
 
-// clock owns time: it times out in-flight messages and releases deferred
-// messages when due, onto the ready list receivers take from.
+// clock owns time: it times out in-flight messages, releases deferred
+// messages when due, onto the ready list receivers take from, and settles
+// the moves to the timer store (settleDue) when they have waited
+// moveSettleWait.
 func (c *Channel) clock() {
 	defer c.wg.Done()
 	// Timeouts are found by a periodic scan, as nsqd's queueScanLoop does,
@@ -34,6 +36,9 @@ func (c *Channel) clock() {
 	defer ticker.Stop()
 	due := time.NewTimer(time.Hour)
 	defer due.Stop()
+	settle := time.NewTimer(time.Hour)
+	settle.Stop()
+	defer settle.Stop()
 	for {
 		c.mu.Lock()
 		next := int64(0)
@@ -50,12 +55,21 @@ func (c *Channel) clock() {
 		if next != 0 {
 			due.Reset(time.Until(time.Unix(0, next)))
 		}
+		// A nil chan while no move waits: its timer may have fired for
+		// moves settleBefore took since.
+		var settled <-chan time.Time
+		if at, ok := c.moves.due(); ok {
+			settle.Reset(time.Until(at))
+			settled = settle.C
+		}
 		select {
 		case <-ticker.C:
 			storeMax(&c.now, c.monotonic())
 			c.expireInFlight()
 		case <-due.C:
 			c.releaseDue()
+		case <-settled:
+			c.settleDue()
 		case <-c.clockWake:
 		case <-c.closeCh:
 			return
@@ -86,14 +100,14 @@ func (c *Channel) expireInFlight() {
 				dead = append(dead, m)
 				continue
 			}
-			c.addReadyLocked(m.redelivery())
+			c.ready.addLocked(m.redelivery())
 			readied = true
 		}
 		c.mu.Unlock()
 		f.mu.Unlock()
 	}
 	if readied {
-		c.readyBell.Notify()
+		c.ready.ring()
 	}
 	for _, m := range dead {
 		c.deadLetter(m, ErrMaxAttempts)
@@ -108,7 +122,7 @@ func (c *Channel) releaseDue() {
 	for len(c.deferred) > 0 && c.deferred[0].due <= now {
 		m := c.deferred.pop()
 		m.due = 0
-		c.addReadyLocked(m)
+		c.ready.addLocked(m)
 		readied = true
 	}
 	c.mu.Unlock()
@@ -116,7 +130,7 @@ func (c *Channel) releaseDue() {
 		readied = true
 	}
 	if readied {
-		c.readyBell.Notify()
+		c.ready.ring()
 	}
 }
 
@@ -136,3 +150,18 @@ func (h *deferHeap) Pop() any {
 }
 func (h *deferHeap) push(m *Message) { heap.Push(h, m) }
 func (h *deferHeap) pop() *Message   { return heap.Pop(h).(*Message) }
+
+// wakeClock has the clock goroutine look at its due times again: one
+// changed (the deferred heap, the timer set, the moves to settle).
+func (c *Channel) wakeClock() {
+	select {
+	case c.clockWake <- struct{}{}:
+	default:
+	}
+}
+
+// monotonic is the time now on the channel's clock: Unix ns at New plus
+// the monotonic time since, immune to the wall clock stepping.
+func (c *Channel) monotonic() int64 {
+	return c.started.UnixNano() + int64(time.Since(c.started))
+}

@@ -95,17 +95,14 @@ func (c *Channel) waitForWorkers() {
 // so none waits in take; what is left of each is a deliver. isClosed is
 // set, so no receiver comes in after the count is read here.
 func (c *Channel) waitTakers() {
-	if c.cons.taking.Add(takingClosed) == takingClosed {
-		return // none in take
-	}
-	<-c.cons.takersDone
+	c.takers.closeAndWait()
 }
 
-// settleQueuedMoves settles the moves to the timer store the settler had
+// settleQueuedMoves settles the moves to the timer store the clock had
 // not settled yet.
 func (c *Channel) settleQueuedMoves() {
 	if c.timers != nil {
-		// Moves queued and not settled yet (settler), none to come: the
+		// Moves queued and not settled yet (settleDue), none to come: the
 		// goroutines and Requeues that queue them are done.
 		c.settleMoves(context.Background(), c.timers.store.log, c.takeMoves(), "deferred to the timer store")
 	}
@@ -161,7 +158,7 @@ drain:
 	ahead = append(c.ahead.drain(), c.unsent...)
 	c.lockFlights()
 	c.mu.Lock()
-	held = append(held, c.ready...)
+	held = append(held, c.ready.takeAllLocked()...)
 	held = append(held, c.deferred...)
 	for _, m := range c.dropFlightsLocked() {
 		// A delivery Close cuts short is not spent: stored with the
@@ -175,9 +172,8 @@ drain:
 	if c.keys != nil {
 		held = append(held, c.keys.parked()...)
 	}
-	c.ready, c.deferred = nil, nil
+	c.deferred = nil
 	c.collected = true
-	c.readyN.Store(0)
 	c.mu.Unlock()
 	c.unlockFlights()
 	for _, m := range unspent {

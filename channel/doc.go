@@ -97,19 +97,21 @@
 //     each sees no Put halfway.
 //   - the 16 flightList shards' mu (flight.go): each its in-flight list and
 //     the state, deadline and links of the messages in it.
-//   - Channel.mu: the ready list, the deferred heap, collected, pause
-//     state, the timerSet (timers.go), the heldGate's opening, and the
-//     state of every message that is ready or deferred.
+//   - Channel.mu: the ready list (readyList, ready.go), the deferred heap,
+//     collected, the timerSet (timerset.go), the heldGate's opening, and
+//     the state of every message that is ready or deferred.
 //   - timerSet.putMu, a RWMutex: held shared from a Put to the timer store
 //     until its entry is in the set (putTimer); exclusively by a refill's
 //     merge.
-//   - moveQueue.mu (c.moves.mu): the moves waiting for the settler.
+//   - moveQueue.mu (c.moves.mu, settle.go): the moves waiting for the
+//     clock to settle them.
+//   - pauseGate.mu (c.pause.mu, pause.go): the pause state and its chans.
 //   - keyTable.mu (keys.go): the key policy's state, a channel's or a
 //     topic's.
 //   - Channel.passMu: passesSeen and its taking off diskPending.
-//   - diskDeferred.mu: the count of deferred records in the backend
-//     against the backlog scan.
 //   - journal.mu: the delivery journal's entries for the timer store.
+//   - seqStore.mu (seqstore.go): a store's acknowledgements and Empty,
+//     which move its Cursor.
 //   - Fanout.putMu, a RWMutex: as producerCounters.putMu, for the topic's
 //     Puts (shared) against its Close and KeyState (exclusive).
 //   - Fanout.memMu: the members and the memory path that sends to them.
@@ -133,8 +135,8 @@
 //   - keyTable.mu is a leaf but for a topic's table, which asks the log
 //     whether a record is acknowledged under it (the log's locks, see
 //     package diskqueue). c.passMu, journal.mu, seqStore.mu (a store's
-//     Cursor under it) and c.moves.mu are leaves: nothing of the channel's
-//     is taken under them.
+//     Cursor under it), c.moves.mu and c.pause.mu are leaves: nothing of
+//     the channel's is taken under them.
 //
 // Several paths take two of these one after the other, not nested (keyDone:
 // keyTable.mu, let go, then Channel.mu; Stats: each shard, then
@@ -162,20 +164,27 @@
 //     heap (dispatch). Ends when closeCh closes while it waits for room
 //     (what it had not handed over stays in c.unsent, which Close gives
 //     back), or when a read fails after Close (closeCtx).
-//   - clock (clock.go): started by New. Times out messages in flight,
-//     releases deferred ones when due, starts timer store refills. Ends
-//     with closeCh.
-//   - settler (timers.go): started by New with a timer store. Acknowledges
-//     the old records of messages moved to the timer store, after one sync
-//     for those of a few milliseconds. Ends with closeCh; what it had not
-//     settled Close settles, once the goroutines that queue moves are done.
-//   - refillTimers (timers.go): started by startRefillLocked, one at a
+//   - clock (clock.go): started by New. Each of its duties is a due time
+//     in one select: it times out messages in flight (a ticker), releases
+//     deferred ones when due, and, with a timer store, settles the moves
+//     to it (settle.go: moveSettleWait after the first waiting, one Sync of
+//     the timer store, then the old records acknowledged); it starts timer
+//     store refills. Ends with closeCh; the moves it had not settled Close
+//     settles, once the goroutines that queue moves are done. A duty that
+//     takes long delays the others (a DeadLetter handler run for a
+//     timed-out message, the Sync of a settling): the timeouts and
+//     releases come later then, and a settling's acknowledgements, never
+//     earlier than the Sync that makes them safe.
+//   - refillTimers (refill.go): started by startRefillLocked, one at a
 //     time (timerSet.refilling), at New and from the clock goroutine, so
 //     that its wg.Add never races Close's Wait from zero (the clock's own
 //     count is still held). Reads the timer store through for the earliest
-//     entries. Ends when read and merged, or at Close (isClosed during the
-//     read, closeCh while it waits to read again after an error).
-//   - forward (channel.go): started by the first call of Messages. Feeds
+//     entries. Kept off the clock: the read is of every deferred record
+//     (O(deferred), long for a store with many), during which the clock
+//     must go on timing out, releasing and settling. Ends when read and
+//     merged, or at Close (isClosed during the read, closeCh while it
+//     waits to read again after an error).
+//   - forward (receive.go): started by the first call of Messages. Feeds
 //     its Go channel, touching the message it holds until it is taken.
 //     Ends when Receive fails (Close) or closeCh closes; closes the Go
 //     channel.
@@ -187,3 +196,26 @@
 // bound (put.go) leaves a context.AfterFunc to the runtime, stopped when
 // the call it bounds returns.
 package channel
+
+// The source, by concept (each file's tests in its _test.go):
+//
+//   - channel.go: the Channel, New, Empty, KeyState, Replay.
+//   - store.go, seqstore.go: the seam (Log, Cursor, Store) and a store
+//     read by seq (the timer store, the delivery journal).
+//   - put.go, putback.go: Put and the spill rule; PutBack.
+//   - pump.go: reading the backend back into the read-ahead.
+//   - receive.go: Receive, take and deliver, ReceiveBatch, Messages;
+//     ready.go: the ready list and its bell.
+//   - flight.go: the in-flight lists; answer.go: Finish, Requeue, Release,
+//     Fail, Touch, dead letters, and acknowledging a message's record.
+//   - clock.go: the clock goroutine (timeouts, due times, settling).
+//   - timers.go: deferral to the timer store and release from it;
+//     timerset.go: the timer set (which deferred messages are in memory);
+//     refill.go: reading the timer store through for the earliest;
+//     settle.go: moves to the timer store and their settling; held.go: a
+//     topic's channel's held messages first; deferred.go: deferred records
+//     in the backend, counted.
+//   - pause.go, stats.go, close.go: Pause, Stats and Depth, Close's phases.
+//   - keys.go, keyindex.go, keystate.go: key policies; fanout.go: a topic's
+//     channels; journal.go: the delivery journal; message.go: messages and
+//     their envelope.

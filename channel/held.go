@@ -48,7 +48,7 @@ func (c *Channel) heldWait() <-chan struct{} {
 
 // releaseHeldLocked opens the gate if every record due by New has been
 // released; the caller holds Channel.mu and, having put released messages
-// on the ready list, rings readyBell after.
+// on the ready list, rings the ready list after.
 func (c *Channel) releaseHeldLocked() {
 	if c.held.waiting.Load() && !c.timers.dueBy(c.held.before) {
 		c.openHeldLocked()

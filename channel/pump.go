@@ -152,7 +152,7 @@ func (c *Channel) dispatch(seq uint64, body []byte, gen uint32, slot *Message) *
 			// Moved to the timer store (a queue written before it had
 			// one, where it failed, or a topic's deferred message): a new
 			// record there, then this one acknowledged, once the new one
-			// is durable (settler).
+			// is durable (settleDue).
 			c.deferToTimers(c.closeCtx, m, m.due)
 			return nil
 		}

@@ -4,7 +4,8 @@ package channel
 // first, the backend once it is full or holds anything), as fanout.go is
 // for a topic's channels and pump.go for reading the backend back. What
 // happens to a message once a consumer can take it (in flight, requeue,
-// timeouts, deferral) is channel.go, flight.go and clock.go.
+// timeouts, deferral) is receive.go, answer.go, flight.go, clock.go and
+// timers.go.
 
 import (
 	"context"
