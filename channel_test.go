@@ -728,8 +728,9 @@ func TestDeadLetterAckedBeforeClose(t *testing.T) {
 // TestEmptyRacesAQueuedMove: a Requeue with a delay has its old record
 // acknowledged a moment later, once the timer store has synced the new
 // one; an Empty in between discarded the old record first, and the
-// settler's Ack then warned that the message would come again after a
-// restart, which it does not (a review of the settler).
+// settling Ack then warned that the message would come again after a
+// restart, which it does not (a review of the settling, then a goroutine
+// of its own, now one of the clock's due times).
 func TestEmptyRacesAQueuedMove(t *testing.T) {
 	var logs lockedLog
 	q := open(t, t.TempDir(), spillq.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
@@ -744,13 +745,13 @@ func TestEmptyRacesAQueuedMove(t *testing.T) {
 	if err := q.Empty(); err != nil {
 		t.Fatal(err)
 	}
-	// Close settles the moves still queued: the settler is done with this
+	// Close settles the moves still queued: the settling is done with this
 	// one after it, where a sleep past its wait could end first.
 	if err := q.Close(); err != nil {
 		t.Fatal(err)
 	}
 	if s := logs.String(); strings.Contains(s, "cannot acknowledge") {
-		t.Errorf("after Empty, the settler acknowledged the emptied record and warned:\n%s", s)
+		t.Errorf("after Empty, the settling acknowledged the emptied record and warned:\n%s", s)
 	}
 }
 
