@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"github.com/spillq/spillq/diskqueue"
+	"github.com/spillq/spillq/internal/vfs"
 )
 
 // Damage in the middle of a log stays there until its segment is deleted:
@@ -183,19 +184,7 @@ func writeNew(path string, b []byte, perm fs.FileMode) error {
 		os.Remove(path)
 		return err
 	}
-	return syncDir(filepath.Dir(path))
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
+	return vfs.OS.SyncDir(filepath.Dir(path))
 }
 
 // acknowledge renames b to its acknowledged name. If that name is taken (a
@@ -215,12 +204,12 @@ func acknowledge(dir string, b badFile) (to string, removed bool, err error) {
 		if err := os.Remove(from); err != nil {
 			return "", false, err
 		}
-		return to, true, syncDir(dir)
+		return to, true, vfs.OS.SyncDir(dir)
 	}
 	if err := os.Rename(from, target); err != nil {
 		return "", false, err
 	}
-	return to, false, syncDir(dir)
+	return to, false, vfs.OS.SyncDir(dir)
 }
 
 func sameContents(a, b string) (bool, error) {
