@@ -1,14 +1,15 @@
 // Package memlog is an in-memory log with cursors: the contract of
 // [diskqueue.Log] and [diskqueue.Cursor] (channel.Log and channel.Cursor)
 // without the disk, for tests of what runs over them. Records stay until
-// every cursor has acknowledged them; [Log.Reopen] and [Log.Clone] make
-// what a restart and a crash would find.
+// every cursor has acknowledged them; [Log.Reopen] makes what a restart
+// or a crash would find (nothing of a memlog is lost in one).
 package memlog
 
 import (
 	"context"
 	"fmt"
 	"iter"
+	"maps"
 	"runtime"
 	"slices"
 	"sync"
@@ -77,20 +78,10 @@ func (l *Log) Reopen() *Log {
 	defer l.mu.Unlock()
 	n := &Log{records: slices.Clone(l.records), cursors: map[string]*Cursor{}, minRecord: l.minRecord, maxRecord: l.maxRecord, wake: make(chan struct{})}
 	for name, c := range l.cursors {
-		nc := &Cursor{log: n, acked: map[uint64]bool{}, floor: c.floor, next: c.floor}
-		for seq, ok := range c.acked {
-			if ok {
-				nc.acked[seq] = true
-			}
-		}
-		n.cursors[name] = nc
+		n.cursors[name] = &Cursor{log: n, acked: maps.Clone(c.acked), floor: c.floor, next: c.floor}
 	}
 	return n
 }
-
-// Clone is Reopen: what a crash at this moment leaves (nothing of a memlog
-// is lost in one).
-func (l *Log) Clone() *Log { return l.Reopen() }
 
 func (l *Log) notifyLocked() {
 	close(l.wake)
@@ -201,7 +192,7 @@ func (l *Log) ReadAt(seq uint64) (diskqueue.Record, error) {
 // Scan yields the records ReadAt would return, with from <= seq < to, a
 // record at a time as it goes (Puts and Acks may land in the middle).
 func (l *Log) Scan(from, to uint64) iter.Seq2[diskqueue.Record, error] {
-	return l.scan(from, to, func(seq uint64) bool { return l.acknowledgedLocked(seq) })
+	return l.scan(from, to, l.acknowledgedLocked)
 }
 
 // scan yields the records with from <= seq < to that skip does not leave
@@ -256,6 +247,3 @@ func (l *Log) MinRecordBytes() int {
 	defer l.mu.Unlock()
 	return l.minRecord
 }
-
-// Len is how many records were ever appended.
-func (l *Log) Len() int { return int(l.NextSeq()) }
