@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/spillq/spillq/diskqueue"
+	"github.com/spillq/spillq/internal/broadcast"
 )
 
 // Log is an in-memory log. It is safe for concurrent use.
@@ -26,13 +27,14 @@ type Log struct {
 	// minRecord and maxRecord bound the records Put takes (SetLimits).
 	minRecord, maxRecord int
 	closed               bool
-	// wake is closed (and replaced) by every Put, for readers waiting.
-	wake chan struct{}
+	// wake is notified by every Put (and Unread, and Close), for readers
+	// waiting; they take its channel under mu, before they let go of it.
+	wake broadcast.Broadcast
 }
 
 // NewLog returns an empty log with no cursor and no record limits.
 func NewLog() *Log {
-	return &Log{cursors: map[string]*Cursor{}, maxRecord: diskqueue.MaxRecordBytesLimit, wake: make(chan struct{})}
+	return &Log{cursors: map[string]*Cursor{}, maxRecord: diskqueue.MaxRecordBytesLimit}
 }
 
 // SetLimits makes Put refuse records shorter than min or longer than max
@@ -76,17 +78,14 @@ func (l *Log) Close() error {
 func (l *Log) Reopen() *Log {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	n := &Log{records: slices.Clone(l.records), cursors: map[string]*Cursor{}, minRecord: l.minRecord, maxRecord: l.maxRecord, wake: make(chan struct{})}
+	n := &Log{records: slices.Clone(l.records), cursors: map[string]*Cursor{}, minRecord: l.minRecord, maxRecord: l.maxRecord}
 	for name, c := range l.cursors {
 		n.cursors[name] = &Cursor{log: n, acked: maps.Clone(c.acked), floor: c.floor, next: c.floor}
 	}
 	return n
 }
 
-func (l *Log) notifyLocked() {
-	close(l.wake)
-	l.wake = make(chan struct{})
-}
+func (l *Log) notifyLocked() { l.wake.Notify() }
 
 // Put appends body; see [diskqueue.Log.Put].
 func (l *Log) Put(ctx context.Context, body []byte) error {
