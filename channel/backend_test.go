@@ -65,7 +65,7 @@ func (s *memStore) Depth() int64 { return s.cur.Depth() }
 func (s *memStore) live() int { return int(s.cur.Depth()) }
 
 // written is how many records were ever put.
-func (s *memStore) written() int { return s.log.Len() }
+func (s *memStore) written() int { return int(s.log.NextSeq()) }
 
 // reopen makes the store usable again after Close, from the oldest
 // unacknowledged record, like a disk queue opened after a restart.
@@ -74,11 +74,9 @@ func (s *memStore) reopen() *memStore {
 	return &memStore{log: l, cur: l.Cursor("")}
 }
 
-// snapshot is what a crash at this moment leaves; s goes on.
-func (s *memStore) snapshot() *memStore {
-	l := s.log.Clone()
-	return &memStore{log: l, cur: l.Cursor("")}
-}
+// snapshot is what a crash at this moment leaves; s goes on. A memlog
+// loses nothing in a crash: that is what a restart finds.
+func (s *memStore) snapshot() *memStore { return s.reopen() }
 
 // errorBackend fails every call, like nsq's errorBackendQueue.
 type errorBackend struct{}

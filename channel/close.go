@@ -104,7 +104,7 @@ func (c *Channel) settleQueuedMoves() {
 	if c.timers != nil {
 		// Moves queued and not settled yet (settleDue), none to come: the
 		// goroutines and Requeues that queue them are done.
-		c.settleMoves(context.Background(), c.timers.store.log, c.takeMoves(), "deferred to the timer store")
+		c.settleDue() // settleMoves syncs past the cancelled closeCtx
 	}
 }
 

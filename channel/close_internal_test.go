@@ -55,7 +55,7 @@ func TestCloseWaitsForATakenMessage(t *testing.T) {
 			t.Errorf("Requeue after Close returned nil")
 		}
 	}
-	stored := b.Len()
+	stored := int(b.NextSeq())
 	if stored != 1 {
 		t.Fatalf("Close stored %d messages, want 1: the one a receiver took as Close ran", stored)
 	}

@@ -37,9 +37,8 @@ func checkStore(name string, s Store) (bool, error) {
 // reads the cursor past the record: each record is read once that way, in
 // batches, after it is last needed, which also passes the damaged ones.
 type seqStore struct {
-	log   Log
-	cur   Cursor
-	close func() error
+	log Log
+	cur Cursor
 
 	// mu serialises acks and Empty, which move the cursor; readNext is
 	// the seq after the last record it handed out.
@@ -49,7 +48,7 @@ type seqStore struct {
 }
 
 func newSeqStore(s Store) *seqStore {
-	return &seqStore{log: s.Log, cur: s.Cursor, close: s.Close, readNext: s.Cursor.Floor()}
+	return &seqStore{log: s.Log, cur: s.Cursor, readNext: s.Cursor.Floor()}
 }
 
 // put stores body and returns its seq; an error as [Log.PutSeq]'s.

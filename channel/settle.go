@@ -87,10 +87,9 @@ func (c *Channel) takeMoves() []*Message { return c.moves.take() }
 // crash, finished. Rare (a delay shorter than moveSettleWait), it costs a
 // Sync of the timer store then.
 func (c *Channel) settleBefore() {
-	if c.moves.n.Load() == 0 {
-		return
+	if c.moves.n.Load() != 0 {
+		c.settleDue()
 	}
-	c.settleMoves(c.closeCtx, c.timers.store.log, c.takeMoves(), "deferred to the timer store")
 }
 
 // settleDue is the clock's settling (moveQueue): one sync of the timer

@@ -55,7 +55,7 @@ func (c *Cursor) ReadBatch(ctx context.Context, dst []diskqueue.Record) (int, er
 				n++
 			}
 		}
-		wake := l.wake
+		wake := l.wake.Wait()
 		l.mu.Unlock()
 		if n > 0 {
 			return n, nil

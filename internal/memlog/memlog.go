@@ -1,20 +1,22 @@
 // Package memlog is an in-memory log with cursors: the contract of
 // [diskqueue.Log] and [diskqueue.Cursor] (channel.Log and channel.Cursor)
 // without the disk, for tests of what runs over them. Records stay until
-// every cursor has acknowledged them; [Log.Reopen] and [Log.Clone] make
-// what a restart and a crash would find.
+// every cursor has acknowledged them; [Log.Reopen] makes what a restart
+// or a crash would find (nothing of a memlog is lost in one).
 package memlog
 
 import (
 	"context"
 	"fmt"
 	"iter"
+	"maps"
 	"runtime"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/spillq/spillq/diskqueue"
+	"github.com/spillq/spillq/internal/broadcast"
 )
 
 // Log is an in-memory log. It is safe for concurrent use.
@@ -25,13 +27,14 @@ type Log struct {
 	// minRecord and maxRecord bound the records Put takes (SetLimits).
 	minRecord, maxRecord int
 	closed               bool
-	// wake is closed (and replaced) by every Put, for readers waiting.
-	wake chan struct{}
+	// wake is notified by every Put (and Unread, and Close), for readers
+	// waiting; they take its channel under mu, before they let go of it.
+	wake broadcast.Broadcast
 }
 
 // NewLog returns an empty log with no cursor and no record limits.
 func NewLog() *Log {
-	return &Log{cursors: map[string]*Cursor{}, maxRecord: diskqueue.MaxRecordBytesLimit, wake: make(chan struct{})}
+	return &Log{cursors: map[string]*Cursor{}, maxRecord: diskqueue.MaxRecordBytesLimit}
 }
 
 // SetLimits makes Put refuse records shorter than min or longer than max
@@ -75,27 +78,14 @@ func (l *Log) Close() error {
 func (l *Log) Reopen() *Log {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	n := &Log{records: slices.Clone(l.records), cursors: map[string]*Cursor{}, minRecord: l.minRecord, maxRecord: l.maxRecord, wake: make(chan struct{})}
+	n := &Log{records: slices.Clone(l.records), cursors: map[string]*Cursor{}, minRecord: l.minRecord, maxRecord: l.maxRecord}
 	for name, c := range l.cursors {
-		nc := &Cursor{log: n, acked: map[uint64]bool{}, floor: c.floor, next: c.floor}
-		for seq, ok := range c.acked {
-			if ok {
-				nc.acked[seq] = true
-			}
-		}
-		n.cursors[name] = nc
+		n.cursors[name] = &Cursor{log: n, acked: maps.Clone(c.acked), floor: c.floor, next: c.floor}
 	}
 	return n
 }
 
-// Clone is Reopen: what a crash at this moment leaves (nothing of a memlog
-// is lost in one).
-func (l *Log) Clone() *Log { return l.Reopen() }
-
-func (l *Log) notifyLocked() {
-	close(l.wake)
-	l.wake = make(chan struct{})
-}
+func (l *Log) notifyLocked() { l.wake.Notify() }
 
 // Put appends body; see [diskqueue.Log.Put].
 func (l *Log) Put(ctx context.Context, body []byte) error {
@@ -201,7 +191,7 @@ func (l *Log) ReadAt(seq uint64) (diskqueue.Record, error) {
 // Scan yields the records ReadAt would return, with from <= seq < to, a
 // record at a time as it goes (Puts and Acks may land in the middle).
 func (l *Log) Scan(from, to uint64) iter.Seq2[diskqueue.Record, error] {
-	return l.scan(from, to, func(seq uint64) bool { return l.acknowledgedLocked(seq) })
+	return l.scan(from, to, l.acknowledgedLocked)
 }
 
 // scan yields the records with from <= seq < to that skip does not leave
@@ -256,6 +246,3 @@ func (l *Log) MinRecordBytes() int {
 	defer l.mu.Unlock()
 	return l.minRecord
 }
-
-// Len is how many records were ever appended.
-func (l *Log) Len() int { return int(l.NextSeq()) }
