@@ -154,14 +154,7 @@ func TestAckFileMadeAfterItsSegmentIsDurable(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer q.Close()
-			var got []uint64
-			for {
-				rec, err := q.Read(done)
-				if err != nil {
-					break
-				}
-				got = append(got, rec.Seq)
-			}
+			got := readSeqs(done, q)
 			if len(got) != 2 || got[0] != 0 || got[1] != 2 {
 				t.Errorf("after a power cut Read gave %v, want 0 and 2: 1 was acknowledged before Close\nfiles at the cut:%s", got, listing)
 			}
@@ -218,14 +211,7 @@ func TestRetiredBitmapFsyncedWithItsName(t *testing.T) {
 			if n, err = l.Cursor("n", FromOldest()); err != nil {
 				t.Fatal(err)
 			}
-			var got []uint64
-			for {
-				rec, err := n.Read(done)
-				if err != nil {
-					break
-				}
-				got = append(got, rec.Seq)
-			}
+			got := readSeqs(done, n)
 			if len(got) != 1 || got[0] != 3 {
 				t.Errorf("after a power cut at the fsync of its bitmap of segment 0, cursor n delivers %v, want [3]: 0..2 were acknowledged before it\ncursor n's files at the cut:%s", got, listing)
 			}

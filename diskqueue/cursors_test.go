@@ -158,14 +158,7 @@ func TestPowerCutTwiceNamedBitmapComesBack(t *testing.T) {
 			if c, err = l.Cursor("n", FromOldest()); err != nil {
 				t.Fatal(err)
 			}
-			var got []uint64
-			for {
-				rec, err := c.Read(done)
-				if err != nil {
-					break
-				}
-				got = append(got, rec.Seq)
-			}
+			got := readSeqs(done, c)
 			if len(got) != 1 || got[0] != 3 {
 				t.Errorf("cursor n after the second cut delivers %v, want [3]\ncursor n's files at the cut:%s\nwarnings:\n%s", got, listing, logs.String())
 			}

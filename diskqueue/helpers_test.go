@@ -51,6 +51,21 @@ func readFixed(t *testing.T, q *Queue) []uint64 {
 	}
 }
 
+// readSeqs reads from r until a Read fails (with a done ctx: what r has
+// ready) and returns the seqs read.
+func readSeqs(ctx context.Context, r interface {
+	Read(context.Context) (Record, error)
+}) []uint64 {
+	var got []uint64
+	for {
+		rec, err := r.Read(ctx)
+		if err != nil {
+			return got
+		}
+		got = append(got, rec.Seq)
+	}
+}
+
 // readAcking reads n records from r without waiting and acknowledges
 // those ack says (every one, with ack nil).
 func readAcking(t *testing.T, r interface {

@@ -151,11 +151,12 @@ func (l *Log) Scan(from, to uint64) iter.Seq2[Record, error] {
 			yield(Record{}, ErrClosed) // as ReadAt
 			return
 		}
-		if _, err := l.segmentFor(from); err != nil && errors.Is(err, ErrNotFound) && from < l.firstSeq() {
+		seg, err := l.segmentFor(from)
+		if err != nil && errors.Is(err, ErrNotFound) && from < l.firstSeq() {
 			yield(Record{}, err)
 			return
 		}
-		if seg, err := l.segmentFor(from); err == nil {
+		if err == nil {
 			if f, err := l.acquireFiles(seg); err == nil {
 				f.release()
 				if seg.punchedBelow(from) {

@@ -224,14 +224,7 @@ func TestReadInDeletedSegmentRedeliversNothing(t *testing.T) {
 	if st := q.Stats(); st.FirstSeq != 3 {
 		t.Fatalf("the oldest segment is %d, want 3 (0 deleted)", st.FirstSeq)
 	}
-	var got []uint64
-	for {
-		rec, err := q.Read(done)
-		if err != nil {
-			break
-		}
-		got = append(got, rec.Seq)
-	}
+	got := readSeqs(done, q)
 	if len(got) != 3 || got[0] != 3 {
 		_, statErr := os.Stat(filepath.Join(dir, segmentName(0, ackSuffix)))
 		t.Errorf("Read after segment 0 was deleted gave seqs %v, want 3, 4, 5 (1 and 2 were acknowledged before the restart); the deleted segment's acknowledgement file: %v", got, statErr)

@@ -94,14 +94,17 @@ type Position struct {
 // are those of the cursor furthest behind, the one retention waits on (for
 // a Queue: its cursor); with no cursor, ReadSeq is WriteSeq. Each cursor's
 // own figures are in [Cursor.Stats].
-func (l *Log) Stats() Stats {
+func (l *Log) Stats() Stats { return l.stats(l.slowestCursor()) }
+
+// slowestCursor is the cursor furthest behind (nil: none).
+func (l *Log) slowestCursor() *Cursor {
 	var slowest *Cursor
 	for _, c := range *l.cursorList.Load() {
 		if slowest == nil || c.ackFloor.Load() < slowest.ackFloor.Load() {
 			slowest = c
 		}
 	}
-	return l.stats(slowest)
+	return slowest
 }
 
 // stats is Stats with the cursor fields of c (none if nil).

@@ -28,37 +28,24 @@ func (l *Log) recoverTail(seg *segment, size int64) (*tail, error) {
 		return nil, l.viewTail(seg, log, size)
 	}
 	w := &tail{seg: seg, maxTime: l.lastMaxTime}
-	var err error
-	open := func(suffix string) (file, error) {
-		return l.fs.OpenFile(seg.path(suffix), os.O_RDWR|os.O_CREATE, l.opts.FileMode)
-	}
-	closeAll := func() {
-		for _, f := range []file{w.log.f, w.index.f, w.timeIdx.f} {
-			if f != nil {
-				f.Close()
-			}
+	// In the order of regions.
+	for i, suffix := range [3]string{logSuffix, indexSuffix, timeIndexSuffix} {
+		f, err := l.fs.OpenFile(seg.path(suffix), os.O_RDWR|os.O_CREATE, l.opts.FileMode)
+		if err != nil {
+			w.close()
+			return nil, fmt.Errorf("diskqueue: open: %w", err)
 		}
-	}
-	if w.log.f, err = open(logSuffix); err != nil {
-		return nil, fmt.Errorf("diskqueue: open: %w", err)
-	}
-	if w.index.f, err = open(indexSuffix); err != nil {
-		closeAll()
-		return nil, fmt.Errorf("diskqueue: open: %w", err)
-	}
-	if w.timeIdx.f, err = open(timeIndexSuffix); err != nil {
-		closeAll()
-		return nil, fmt.Errorf("diskqueue: open: %w", err)
+		w.regions()[i].f = f
 	}
 	index, err := l.fs.OpenFile(seg.path(indexSuffix), os.O_RDONLY, 0)
 	if err != nil {
-		closeAll()
+		w.close()
 		return nil, fmt.Errorf("diskqueue: open: %w", err)
 	}
 	seg.setFiles(log, index)
 	t, err := l.recoverTailFiles(w, seg, log, size)
 	if err != nil {
-		closeAll()
+		w.close()
 		return nil, err
 	}
 	return t, nil

@@ -115,10 +115,15 @@ func (l *Log) viewTail(seg *segment, log file, size int64) error {
 	if punched {
 		seg.keptFrom.Store(keptSeq)
 	}
+	// The entries written, found once: they size the index in Stats too.
+	idxSize, written := fileSize(idx), int64(0)
+	if idxSize >= fileHeaderSize {
+		written = writtenEntries(idx, indexEntriesIn(idxSize), indexEntrySize)
+	}
 	var entries int64
 	index := idx // nil unless its header checks out
 	if idx != nil && l.headerOK(idx, magicIndex, seg.base) {
-		entries = writtenEntries(idx, indexEntriesIn(fileSize(idx)), indexEntrySize)
+		entries = written
 	} else {
 		index = nil
 	}
@@ -167,8 +172,8 @@ func (l *Log) viewTail(seg *segment, log file, size int64) error {
 	}
 	seg.setExtent(extent, end)
 	seg.maxTime.Store(maxTime)
-	if n := fileSize(idx); n >= fileHeaderSize {
-		seg.indexBytes.Store(indexBytesFor(writtenEntries(idx, indexEntriesIn(n), indexEntrySize)))
+	if idxSize >= fileHeaderSize {
+		seg.indexBytes.Store(indexBytesFor(written))
 	}
 	return nil
 }

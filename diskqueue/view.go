@@ -44,7 +44,12 @@ func (v *View) Depth() int64 {
 	if v.q != nil {
 		return v.q.Depth()
 	}
-	return v.l.Stats().Depth
+	// Not through Stats, which also walks the segments and locates the
+	// read position.
+	if c := v.l.slowestCursor(); c != nil {
+		return c.Depth()
+	}
+	return 0
 }
 
 // ReadAt returns the record seq without moving any cursor; see
