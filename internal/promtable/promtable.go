@@ -57,3 +57,35 @@ func (t Table[S]) Collect(out chan<- prometheus.Metric, st S) {
 		out <- prometheus.MustNewConstMetric(m.desc, m.kind, m.value(st))
 	}
 }
+
+// Series is one series of a [Family]: its label's value, and how to read
+// it from the stats S.
+type Series[S any] struct {
+	Label string
+	Value func(S) float64
+}
+
+// Family is one metric with a variable label, a series for each of its
+// Series, as a table is several metrics: one list feeding both Describe
+// and Collect.
+type Family[S any] struct {
+	desc   *prometheus.Desc
+	kind   prometheus.ValueType
+	series []Series[S]
+}
+
+// CounterFamily makes the counter name, labelled queue=queue, with one
+// series for each of series, told apart by the variable label label.
+func CounterFamily[S any](queue, name, help, label string, series []Series[S]) Family[S] {
+	return Family[S]{prometheus.NewDesc(name, help, []string{label}, prometheus.Labels{"queue": queue}), prometheus.CounterValue, series}
+}
+
+// Describe sends the family's Desc.
+func (f Family[S]) Describe(out chan<- *prometheus.Desc) { out <- f.desc }
+
+// Collect sends every series' value read from st.
+func (f Family[S]) Collect(out chan<- prometheus.Metric, st S) {
+	for _, s := range f.series {
+		out <- prometheus.MustNewConstMetric(f.desc, f.kind, s.Value(st), s.Label)
+	}
+}
