@@ -35,11 +35,12 @@ type metric[S any] struct {
 type Table[S any] []metric[S]
 
 // New makes specs' Descs, each with the constant label queue=queue, so
-// that collectors of several queues can share a registry.
-func New[S any](queue string, specs []Spec[S]) Table[S] {
+// that collectors of several queues can share a registry, and the
+// variable labels named (whose values each Collect then gives).
+func New[S any](queue string, specs []Spec[S], variable ...string) Table[S] {
 	t := make(Table[S], len(specs))
 	for i, s := range specs {
-		t[i] = metric[S]{prometheus.NewDesc(s.name, s.help, nil, prometheus.Labels{"queue": queue}), s.kind, s.value}
+		t[i] = metric[S]{prometheus.NewDesc(s.name, s.help, variable, prometheus.Labels{"queue": queue}), s.kind, s.value}
 	}
 	return t
 }
@@ -51,10 +52,11 @@ func (t Table[S]) Describe(out chan<- *prometheus.Desc) {
 	}
 }
 
-// Collect sends every metric's value read from st.
-func (t Table[S]) Collect(out chan<- prometheus.Metric, st S) {
+// Collect sends every metric's value read from st, with the values of
+// the table's variable labels.
+func (t Table[S]) Collect(out chan<- prometheus.Metric, st S, labelValues ...string) {
 	for _, m := range t {
-		out <- prometheus.MustNewConstMetric(m.desc, m.kind, m.value(st))
+		out <- prometheus.MustNewConstMetric(m.desc, m.kind, m.value(st), labelValues...)
 	}
 }
 
