@@ -338,14 +338,11 @@ func TestDeferredHeapBound(t *testing.T) {
 	})
 }
 
-// TestRestartDoesNotReadTheBacklog: a restart with a large backlog and a
-// few deferred messages finds the deferred ones by reading the timer store,
-// which holds only them, and does not read the backlog to count them.
-func TestRestartDoesNotReadTheBacklog(t *testing.T) {
-	dir := t.TempDir()
-	q := open(t, dir, spillq.Options{})
+// putBacklogThenDeferred puts backlog messages, then deferred more an
+// hour ahead, behind them in the log.
+func putBacklogThenDeferred(t *testing.T, q *spillq.Queue, backlog, deferred int) {
+	t.Helper()
 	ctx := context.Background()
-	const backlog, deferred = 20000, 5
 	for i := 0; i < backlog; i++ {
 		if err := q.Put(ctx, body(i)); err != nil {
 			t.Fatal(err)
@@ -356,6 +353,16 @@ func TestRestartDoesNotReadTheBacklog(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestRestartDoesNotReadTheBacklog: a restart with a large backlog and a
+// few deferred messages finds the deferred ones by reading the timer store,
+// which holds only them, and does not read the backlog to count them.
+func TestRestartDoesNotReadTheBacklog(t *testing.T) {
+	dir := t.TempDir()
+	q := open(t, dir, spillq.Options{})
+	const backlog, deferred = 20000, 5
+	putBacklogThenDeferred(t, q, backlog, deferred)
 	if err := q.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -133,7 +133,7 @@ func (q *Queue) Health(opts HealthOptions) Health {
 // not open, the records of the log it has not finished.
 func (t *Topic) Health(opts HealthOptions) Health {
 	var h Health
-	s := t.Stats()
+	s := t.stats(false)
 	if s.Log.Closed {
 		h.add(HealthFailed, "closed")
 		return h

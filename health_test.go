@@ -11,6 +11,7 @@ import (
 
 	"github.com/spillq/spillq"
 	"github.com/spillq/spillq/diskqueue"
+	"github.com/spillq/spillq/internal/vfs"
 )
 
 func wantHealth(t *testing.T, h spillq.Health, status spillq.HealthStatus, reason string) {
@@ -152,4 +153,23 @@ func TestCombineHealth(t *testing.T) {
 	if h.Status != spillq.HealthFailed || strings.Join(h.Reasons, ",") != "a: closed,b: lag" || h.String() != "failed: a: closed; b: lag" {
 		t.Fatalf("combined: %+v", h)
 	}
+}
+
+// TestTopicHealthOpensNoStore: Health judges a channel not open by its
+// cursor, and opens none of its stores on disk (Stats reads the
+// dead-letter store's depth at each call), so a probe every few seconds
+// costs no file opens however many channels are closed.
+func TestTopicHealthOpensNoStore(t *testing.T) {
+	efs := &vfs.ErrorFS{}
+	tp := openTopic(t, t.TempDir(), spillq.TopicOptions{Disk: diskqueue.Options{FS: efs}})
+	defer tp.Close()
+	if err := topicChannel(t, tp, "a", spillq.ChannelOptions{}).Close(); err != nil {
+		t.Fatal(err)
+	}
+	efs.Arm(vfs.OpOpen, 1, errors.New("no opens in Health"), true)
+	wantHealth(t, tp.Health(spillq.HealthOptions{}), spillq.HealthOK, "")
+	if n := efs.Fired(); n != 0 {
+		t.Fatalf("Health opened %d files", n)
+	}
+	efs.Heal()
 }

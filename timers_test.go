@@ -19,18 +19,8 @@ func TestDeferredOnDiskAfterRestart(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		dir := t.TempDir()
 		q := open(t, dir, spillq.Options{})
-		ctx := context.Background()
 		const n, d = 300, 4
-		for i := 0; i < n; i++ {
-			if err := q.Put(ctx, body(i)); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for i := 0; i < d; i++ {
-			if err := q.PutWith(ctx, body(n+i), channel.PutOptions{Delay: time.Hour}); err != nil {
-				t.Fatal(err)
-			}
-		}
+		putBacklogThenDeferred(t, q, n, d)
 		check := func(when string, wantWaiting int64) {
 			t.Helper()
 			synctest.Wait()

@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"runtime"
 	"runtime/debug"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -394,19 +392,11 @@ func (w *Worker) Stats() WorkerStats {
 // handler runs under 50 µs, one call in 8 is timed and stands for the
 // others.
 func (w *Worker) DurationBuckets() (upper []time.Duration, counts []uint64) {
-	sum := map[time.Duration]uint64{}
+	hs := make([]*histogram.Histogram, len(w.lanes))
 	for i := range w.lanes {
-		u, c := w.lanes[i].duration.Snapshot()
-		for j := range u {
-			sum[u[j]] += c[j]
-		}
+		hs[i] = &w.lanes[i].duration
 	}
-	upper = slices.Sorted(maps.Keys(sum))
-	counts = make([]uint64, len(upper))
-	for i, u := range upper {
-		counts[i] = sum[u]
-	}
-	return upper, counts
+	return histogram.SnapshotOf(hs...)
 }
 
 // DurationSumSeconds returns the sum of every handler duration recorded.

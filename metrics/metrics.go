@@ -53,6 +53,7 @@ import (
 	"github.com/spillq/spillq"
 	"github.com/spillq/spillq/channel"
 	"github.com/spillq/spillq/diskqueue"
+	"github.com/spillq/spillq/internal/promtable"
 )
 
 // Collector is a prometheus.Collector over a queue ([NewQueueCollector]),
@@ -67,18 +68,18 @@ type Collector struct {
 	// dead is a queue's dead-letter store (NewQueueCollector; nil
 	// without), and deadStored its gauge.
 	dead       *spillq.DeadLetters
-	deadStored metric
+	deadStored promtable.Table[*spillq.DeadLetters]
 	// The descriptions carry the queue's name as a constant label, which is
 	// what lets collectors of several queues share a registry: the
 	// registry tells collectors apart by name and constant labels. A
 	// topic's per-channel ones have a variable "channel" label too.
-	chMetrics    []metric // channelMetrics[i] for this queue, or per channel of this topic
-	dqMetrics    []metric // diskMetrics[i] for this queue or topic
+	chMetrics    promtable.Table[channel.Stats]   // for this queue, or per channel of this topic
+	dqMetrics    promtable.Table[diskqueue.Stats] // for this queue or topic
 	latency      *prometheus.Desc
 	fsyncLatency *prometheus.Desc
 	// A topic's only.
-	cursorMetrics []metric // cursorMetrics[i] per channel
-	putMetrics    []metric // topicMetrics[i]
+	cursorMetrics promtable.Table[spillq.ChannelStats] // per channel
+	putMetrics    promtable.Table[spillq.TopicStats]
 }
 
 // channelSource is what a collector reads of a channel: a
@@ -123,15 +124,11 @@ func NewCollector(name string, ch *channel.Channel, dq *diskqueue.Queue) *Collec
 func newCollector(name string, ch channelSource, dq diskSource) *Collector {
 	labels := prometheus.Labels{"queue": name}
 	c := &Collector{ch: ch, dq: dq}
-	for _, d := range channelMetrics {
-		// A "channel" label, always empty (which Prometheus takes for
-		// none), as a topic's channels have it filled: a registry holds a
-		// name's series with one set of label names, so the two share one.
-		c.chMetrics = append(c.chMetrics, d.metric(labels, "channel"))
-	}
-	for _, d := range diskMetrics {
-		c.dqMetrics = append(c.dqMetrics, d.metric(labels))
-	}
+	// A "channel" label, always empty (which Prometheus takes for none),
+	// as a topic's channels have it filled: a registry holds a name's
+	// series with one set of label names, so the two share one.
+	c.chMetrics = promtable.New(name, channelMetrics, "channel")
+	c.dqMetrics = promtable.New(name, diskMetrics)
 	// The empty "channel" label of the other channel series (it had none).
 	c.latency = prometheus.NewDesc("spillq_channel_latency_seconds", "End-to-end latency from Put to Finish; under a backlog one finish in 8 is timed and stands for the others.", []string{"channel"}, labels)
 	c.fsyncLatency = fsyncLatencyDesc(labels)
@@ -147,7 +144,7 @@ func newCollector(name string, ch channelSource, dq diskSource) *Collector {
 func NewQueueCollector(name string, q *spillq.Queue) *Collector {
 	c := newCollector(name, q, q.Disk())
 	if c.dead = q.DeadLetters(); c.dead != nil {
-		c.deadStored = deadLettersStored.metric(prometheus.Labels{"queue": name}, "channel")
+		c.deadStored = promtable.New(name, queueDeadLetters, "channel")
 	}
 	return c
 }
@@ -176,18 +173,10 @@ func NewQueueCollector(name string, q *spillq.Queue) *Collector {
 func NewTopicCollector(name string, t *spillq.Topic) *Collector {
 	labels := prometheus.Labels{"queue": name}
 	c := &Collector{topic: t}
-	for _, d := range channelMetrics {
-		c.chMetrics = append(c.chMetrics, d.metric(labels, "channel"))
-	}
-	for _, d := range cursorMetrics {
-		c.cursorMetrics = append(c.cursorMetrics, d.metric(labels, "channel"))
-	}
-	for _, d := range topicMetrics {
-		c.putMetrics = append(c.putMetrics, d.metric(labels))
-	}
-	for _, d := range diskMetrics {
-		c.dqMetrics = append(c.dqMetrics, d.metric(labels))
-	}
+	c.chMetrics = promtable.New(name, channelMetrics, "channel")
+	c.cursorMetrics = promtable.New(name, cursorMetrics, "channel")
+	c.putMetrics = promtable.New(name, topicMetrics)
+	c.dqMetrics = promtable.New(name, diskMetrics)
 	c.fsyncLatency = fsyncLatencyDesc(labels)
 	return c
 }
@@ -196,114 +185,83 @@ func fsyncLatencyDesc(labels prometheus.Labels) *prometheus.Desc {
 	return prometheus.NewDesc("spillq_disk_fsync_duration_seconds", "Duration of fsyncs of the log.", nil, labels)
 }
 
-// def is a metric's name, help and type, before it has a queue's label.
-type def struct {
-	name, help string
-	kind       prometheus.ValueType
-}
-
-type metric struct {
-	desc *prometheus.Desc
-	kind prometheus.ValueType
-}
-
-// metric makes d's description with the constant labels, and the variable
-// ones named (whose values each sample then gives).
-func (d def) metric(labels prometheus.Labels, variable ...string) metric {
-	return metric{prometheus.NewDesc(d.name, d.help, variable, labels), d.kind}
-}
-
-// sample is one value of m, with its variable labels' values.
-func (m metric) sample(v float64, labelValues ...string) prometheus.Metric {
-	return prometheus.MustNewConstMetric(m.desc, m.kind, v, labelValues...)
-}
-
-const (
-	gauge   = prometheus.GaugeValue
-	counter = prometheus.CounterValue
-)
-
 // One table per layer: each metric with the Stats field it reports, so
 // Describe and Collect cannot drift apart.
-var channelMetrics = []struct {
-	def
-	value func(channel.Stats) float64
-}{
-	{def{"spillq_channel_memory_depth", "Messages in the memory buffer.", gauge}, func(s channel.Stats) float64 { return float64(s.MemoryDepth) }},
-	{def{"spillq_channel_memory_capacity", "Size of the memory buffer (MemQueueSize), in messages.", gauge}, func(s channel.Stats) float64 { return float64(s.MemoryBound) }},
-	{def{"spillq_channel_disk_depth", "Messages in the backend waiting for delivery.", gauge}, func(s channel.Stats) float64 { return float64(s.DiskDepth) }},
-	{def{"spillq_channel_in_flight", "Messages delivered and not yet finished or requeued.", gauge}, func(s channel.Stats) float64 { return float64(s.InFlight) }},
-	{def{"spillq_channel_deferred", "Messages waiting for their due time.", gauge}, func(s channel.Stats) float64 { return float64(s.Deferred) }},
-	{def{"spillq_channel_ready", "Requeued or timed-out messages waiting for delivery.", gauge}, func(s channel.Stats) float64 { return float64(s.Ready) }},
-	{def{"spillq_channel_puts_total", "Messages accepted by Put.", counter}, func(s channel.Stats) float64 { return float64(s.Puts) }},
-	{def{"spillq_channel_spills_total", "Messages written to the backend by Put.", counter}, func(s channel.Stats) float64 { return float64(s.Spills) }},
-	{def{"spillq_channel_requeues_total", "Messages requeued by consumers.", counter}, func(s channel.Stats) float64 { return float64(s.Requeues) }},
-	{def{"spillq_channel_timeouts_total", "Deliveries that timed out.", counter}, func(s channel.Stats) float64 { return float64(s.Timeouts) }},
-	{def{"spillq_channel_finishes_total", "Messages finished.", counter}, func(s channel.Stats) float64 { return float64(s.Finishes) }},
-	{def{"spillq_channel_dead_letters_total", "Messages handed to the dead-letter handler.", counter}, func(s channel.Stats) float64 { return float64(s.DeadLetters) }},
-	{def{"spillq_channel_failed_total", "Messages a consumer failed for good (Message.Fail).", counter}, func(s channel.Stats) float64 { return float64(s.Failed) }},
-	{def{"spillq_channel_released_total", "Deliveries given back unspent (Message.Release).", counter}, func(s channel.Stats) float64 { return float64(s.Released) }},
-	{def{"spillq_channel_dead_letter_errors_total", "Errors of the dead-letter handler (each message it refused kept and tried again).", counter}, func(s channel.Stats) float64 { return float64(s.DeadLetterErrors) }},
-	{def{"spillq_channel_expired_total", "Dead letters that expired before delivery.", counter}, func(s channel.Stats) float64 { return float64(s.Expired) }},
-	{def{"spillq_channel_bad_records_total", "Backend records that were not channel messages.", counter}, func(s channel.Stats) float64 { return float64(s.BadRecords) }},
-	{def{"spillq_channel_read_errors_total", "Backend reads that failed (each tried again 100 ms later); nothing of the backend is delivered while they fail.", counter}, func(s channel.Stats) float64 { return float64(s.ReadErrors) }},
-	{def{"spillq_channel_keys_pending", "Keys with a message pending (KeyUnique, KeyReplace), put within the window (KeyDedup) or being worked on (KeySerial).", gauge}, func(s channel.Stats) float64 { return float64(s.KeysPending) }},
-	{def{"spillq_channel_key_waiting", "Messages waiting behind their key's message (KeySerial).", gauge}, func(s channel.Stats) float64 { return float64(s.KeyWaiting) }},
-	{def{"spillq_channel_duplicates_total", "Puts refused by the key policy (KeyUnique, KeyDedup).", counter}, func(s channel.Stats) float64 { return float64(s.Duplicates) }},
-	{def{"spillq_channel_superseded_total", "Messages replaced by a newer one with their key before delivery (KeyReplace).", counter}, func(s channel.Stats) float64 { return float64(s.Superseded) }},
+var channelMetrics = []promtable.Spec[channel.Stats]{
+	promtable.Gauge("spillq_channel_memory_depth", "Messages in the memory buffer.", func(s channel.Stats) float64 { return float64(s.MemoryDepth) }),
+	promtable.Gauge("spillq_channel_memory_capacity", "Size of the memory buffer (MemQueueSize), in messages.", func(s channel.Stats) float64 { return float64(s.MemoryBound) }),
+	promtable.Gauge("spillq_channel_disk_depth", "Messages in the backend waiting for delivery.", func(s channel.Stats) float64 { return float64(s.DiskDepth) }),
+	promtable.Gauge("spillq_channel_in_flight", "Messages delivered and not yet finished or requeued.", func(s channel.Stats) float64 { return float64(s.InFlight) }),
+	promtable.Gauge("spillq_channel_deferred", "Messages waiting for their due time.", func(s channel.Stats) float64 { return float64(s.Deferred) }),
+	promtable.Gauge("spillq_channel_ready", "Requeued or timed-out messages waiting for delivery.", func(s channel.Stats) float64 { return float64(s.Ready) }),
+	promtable.Counter("spillq_channel_puts_total", "Messages accepted by Put.", func(s channel.Stats) float64 { return float64(s.Puts) }),
+	promtable.Counter("spillq_channel_spills_total", "Messages written to the backend by Put.", func(s channel.Stats) float64 { return float64(s.Spills) }),
+	promtable.Counter("spillq_channel_requeues_total", "Messages requeued by consumers.", func(s channel.Stats) float64 { return float64(s.Requeues) }),
+	promtable.Counter("spillq_channel_timeouts_total", "Deliveries that timed out.", func(s channel.Stats) float64 { return float64(s.Timeouts) }),
+	promtable.Counter("spillq_channel_finishes_total", "Messages finished.", func(s channel.Stats) float64 { return float64(s.Finishes) }),
+	promtable.Counter("spillq_channel_dead_letters_total", "Messages handed to the dead-letter handler.", func(s channel.Stats) float64 { return float64(s.DeadLetters) }),
+	promtable.Counter("spillq_channel_failed_total", "Messages a consumer failed for good (Message.Fail).", func(s channel.Stats) float64 { return float64(s.Failed) }),
+	promtable.Counter("spillq_channel_released_total", "Deliveries given back unspent (Message.Release).", func(s channel.Stats) float64 { return float64(s.Released) }),
+	promtable.Counter("spillq_channel_dead_letter_errors_total", "Errors of the dead-letter handler (each message it refused kept and tried again).", func(s channel.Stats) float64 { return float64(s.DeadLetterErrors) }),
+	promtable.Counter("spillq_channel_expired_total", "Dead letters that expired before delivery.", func(s channel.Stats) float64 { return float64(s.Expired) }),
+	promtable.Counter("spillq_channel_bad_records_total", "Backend records that were not channel messages.", func(s channel.Stats) float64 { return float64(s.BadRecords) }),
+	promtable.Counter("spillq_channel_read_errors_total", "Backend reads that failed (each tried again 100 ms later); nothing of the backend is delivered while they fail.", func(s channel.Stats) float64 { return float64(s.ReadErrors) }),
+	promtable.Gauge("spillq_channel_keys_pending", "Keys with a message pending (KeyUnique, KeyReplace), put within the window (KeyDedup) or being worked on (KeySerial).", func(s channel.Stats) float64 { return float64(s.KeysPending) }),
+	promtable.Gauge("spillq_channel_key_waiting", "Messages waiting behind their key's message (KeySerial).", func(s channel.Stats) float64 { return float64(s.KeyWaiting) }),
+	promtable.Counter("spillq_channel_duplicates_total", "Puts refused by the key policy (KeyUnique, KeyDedup).", func(s channel.Stats) float64 { return float64(s.Duplicates) }),
+	promtable.Counter("spillq_channel_superseded_total", "Messages replaced by a newer one with their key before delivery (KeyReplace).", func(s channel.Stats) float64 { return float64(s.Superseded) }),
 }
 
-var diskMetrics = []struct {
-	def
-	value func(diskqueue.Stats) float64
-}{
-	{def{"spillq_disk_depth", "Records on disk not yet acknowledged.", gauge}, func(s diskqueue.Stats) float64 { return float64(s.Depth) }},
-	{def{"spillq_disk_in_flight", "Records read and not yet acknowledged.", gauge}, func(s diskqueue.Stats) float64 { return float64(s.InFlight) }},
-	{def{"spillq_disk_bytes", "Bytes of log, index and time-index files.", gauge}, func(s diskqueue.Stats) float64 { return float64(s.DiskBytes) }},
-	{def{"spillq_disk_segments", "Segment files on disk.", gauge}, func(s diskqueue.Stats) float64 { return float64(s.Segments) }},
-	{def{"spillq_disk_first_seq", "Oldest record still on disk.", gauge}, func(s diskqueue.Stats) float64 { return float64(s.FirstSeq) }},
-	{def{"spillq_disk_read_seq", "Read cursor: oldest record not acknowledged.", gauge}, func(s diskqueue.Stats) float64 { return float64(s.ReadSeq) }},
-	{def{"spillq_disk_write_seq", "Write cursor: the seq the next Put gets.", gauge}, func(s diskqueue.Stats) float64 { return float64(s.WriteSeq) }},
-	{def{"spillq_disk_puts_total", "Records accepted by Put since the queue was opened.", counter}, func(s diskqueue.Stats) float64 { return float64(s.Puts) }},
-	{def{"spillq_disk_acks_total", "Records acknowledged since the queue was opened.", counter}, func(s diskqueue.Stats) float64 { return float64(s.Acks) }},
-	{def{"spillq_disk_syncs_total", "fsyncs of the log since the queue was opened.", counter}, func(s diskqueue.Stats) float64 { return float64(s.Syncs) }},
-	{def{"spillq_disk_corrupt_records_total", "Records skipped because their bytes failed a check.", counter}, func(s diskqueue.Stats) float64 { return float64(s.CorruptRecords) }},
-	{def{"spillq_disk_bad_files_total", "Quarantine (.bad) files written since the queue was opened.", counter}, func(s diskqueue.Stats) float64 { return float64(s.BadFiles) }},
-	{def{"spillq_disk_index_rebuilds_total", "Index files rebuilt from their log.", counter}, func(s diskqueue.Stats) float64 { return float64(s.IndexRebuilds) }},
-	{def{"spillq_disk_read_errors_total", "I/O errors returned by reads (not corruption).", counter}, func(s diskqueue.Stats) float64 { return float64(s.ReadErrors) }},
-	{def{"spillq_disk_retried_writes_total", "Batches written again after the disk was full.", counter}, func(s diskqueue.Stats) float64 { return float64(s.RetriedWrites) }},
-	{def{"spillq_disk_compacted_records_total", "Records compaction removed from sealed segments since the queue was opened.", counter}, func(s diskqueue.Stats) float64 { return float64(s.CompactedRecords) }},
-	{def{"spillq_disk_compacted_bytes_total", "Log bytes compaction freed since the queue was opened.", counter}, func(s diskqueue.Stats) float64 { return float64(s.CompactedBytes) }},
+var diskMetrics = []promtable.Spec[diskqueue.Stats]{
+	promtable.Gauge("spillq_disk_depth", "Records on disk not yet acknowledged.", func(s diskqueue.Stats) float64 { return float64(s.Depth) }),
+	promtable.Gauge("spillq_disk_in_flight", "Records read and not yet acknowledged.", func(s diskqueue.Stats) float64 { return float64(s.InFlight) }),
+	promtable.Gauge("spillq_disk_bytes", "Bytes of log, index and time-index files.", func(s diskqueue.Stats) float64 { return float64(s.DiskBytes) }),
+	promtable.Gauge("spillq_disk_segments", "Segment files on disk.", func(s diskqueue.Stats) float64 { return float64(s.Segments) }),
+	promtable.Gauge("spillq_disk_first_seq", "Oldest record still on disk.", func(s diskqueue.Stats) float64 { return float64(s.FirstSeq) }),
+	promtable.Gauge("spillq_disk_read_seq", "Read cursor: oldest record not acknowledged.", func(s diskqueue.Stats) float64 { return float64(s.ReadSeq) }),
+	promtable.Gauge("spillq_disk_write_seq", "Write cursor: the seq the next Put gets.", func(s diskqueue.Stats) float64 { return float64(s.WriteSeq) }),
+	promtable.Counter("spillq_disk_puts_total", "Records accepted by Put since the queue was opened.", func(s diskqueue.Stats) float64 { return float64(s.Puts) }),
+	promtable.Counter("spillq_disk_acks_total", "Records acknowledged since the queue was opened.", func(s diskqueue.Stats) float64 { return float64(s.Acks) }),
+	promtable.Counter("spillq_disk_syncs_total", "fsyncs of the log since the queue was opened.", func(s diskqueue.Stats) float64 { return float64(s.Syncs) }),
+	promtable.Counter("spillq_disk_corrupt_records_total", "Records skipped because their bytes failed a check.", func(s diskqueue.Stats) float64 { return float64(s.CorruptRecords) }),
+	promtable.Counter("spillq_disk_bad_files_total", "Quarantine (.bad) files written since the queue was opened.", func(s diskqueue.Stats) float64 { return float64(s.BadFiles) }),
+	promtable.Counter("spillq_disk_index_rebuilds_total", "Index files rebuilt from their log.", func(s diskqueue.Stats) float64 { return float64(s.IndexRebuilds) }),
+	promtable.Counter("spillq_disk_read_errors_total", "I/O errors returned by reads (not corruption).", func(s diskqueue.Stats) float64 { return float64(s.ReadErrors) }),
+	promtable.Counter("spillq_disk_retried_writes_total", "Batches written again after the disk was full.", func(s diskqueue.Stats) float64 { return float64(s.RetriedWrites) }),
+	promtable.Counter("spillq_disk_compacted_records_total", "Records compaction removed from sealed segments since the queue was opened.", func(s diskqueue.Stats) float64 { return float64(s.CompactedRecords) }),
+	promtable.Counter("spillq_disk_compacted_bytes_total", "Log bytes compaction freed since the queue was opened.", func(s diskqueue.Stats) float64 { return float64(s.CompactedBytes) }),
 }
 
 // cursorMetrics are a topic's, per channel: its place in the log.
-var cursorMetrics = []struct {
-	def
-	value func(spillq.ChannelStats) float64
-}{
-	{def{"spillq_channel_lag_records", "Records of the topic's log the channel has not finished, in flight ones included.", gauge}, func(s spillq.ChannelStats) float64 { return float64(s.Cursor.Depth) }},
-	{def{"spillq_channel_lag_seconds", "Age of the oldest record of the topic's log the channel has not finished; 0 when none.", gauge}, func(s spillq.ChannelStats) float64 { return s.Lag.Seconds() }},
-	{def{"spillq_channel_open", "1 if the channel is open in this process, 0 if it only keeps its place in the log.", gauge}, func(s spillq.ChannelStats) float64 { return bool01(s.Open) }},
-	{def{"spillq_channel_timer_store_records", "Messages the channel keeps in its timer store: deferred, and what it held at its last Close.", gauge}, func(s spillq.ChannelStats) float64 { return float64(s.Timers) }},
-	{def{"spillq_channel_dropped_total", "Messages of the topic's log the channel gave up at MaxDiskBytes (ChannelOptions.DropWhenFull) since the topic opened.", counter}, func(s spillq.ChannelStats) float64 { return float64(s.Cursor.Dropped) }},
-	{deadLettersStored, func(s spillq.ChannelStats) float64 { return float64(s.DeadLetters) }},
+var cursorMetrics = []promtable.Spec[spillq.ChannelStats]{
+	promtable.Gauge("spillq_channel_lag_records", "Records of the topic's log the channel has not finished, in flight ones included.", func(s spillq.ChannelStats) float64 { return float64(s.Cursor.Depth) }),
+	promtable.Gauge("spillq_channel_lag_seconds", "Age of the oldest record of the topic's log the channel has not finished; 0 when none.", func(s spillq.ChannelStats) float64 { return s.Lag.Seconds() }),
+	promtable.Gauge("spillq_channel_open", "1 if the channel is open in this process, 0 if it only keeps its place in the log.", func(s spillq.ChannelStats) float64 { return bool01(s.Open) }),
+	promtable.Gauge("spillq_channel_timer_store_records", "Messages the channel keeps in its timer store: deferred, and what it held at its last Close.", func(s spillq.ChannelStats) float64 { return float64(s.Timers) }),
+	promtable.Counter("spillq_channel_dropped_total", "Messages of the topic's log the channel gave up at MaxDiskBytes (ChannelOptions.DropWhenFull) since the topic opened.", func(s spillq.ChannelStats) float64 { return float64(s.Cursor.Dropped) }),
+	promtable.Gauge(deadLettersStored, deadLettersStoredHelp, func(s spillq.ChannelStats) float64 { return float64(s.DeadLetters) }),
 }
 
 // deadLettersStored is a queue's (NewQueueCollector) and each topic
 // channel's: the letters its dead-letter store holds.
-var deadLettersStored = def{"spillq_channel_dead_letters_stored", "Dead letters the channel's dead-letter store holds (listed, redriven and purged with spillq dead).", gauge}
+const (
+	deadLettersStored     = "spillq_channel_dead_letters_stored"
+	deadLettersStoredHelp = "Dead letters the channel's dead-letter store holds (listed, redriven and purged with spillq dead)."
+)
+
+// queueDeadLetters is a queue's deadLettersStored, read from its store.
+var queueDeadLetters = []promtable.Spec[*spillq.DeadLetters]{
+	promtable.Gauge(deadLettersStored, deadLettersStoredHelp, func(d *spillq.DeadLetters) float64 { return float64(d.Len()) }),
+}
 
 // topicMetrics are a topic's, once: its Puts.
-var topicMetrics = []struct {
-	def
-	value func(spillq.TopicStats) float64
-}{
-	{def{"spillq_topic_puts_total", "Messages accepted by the topic's Put, each for every channel.", counter}, func(s spillq.TopicStats) float64 { return float64(s.Puts) }},
-	{def{"spillq_topic_memory_puts_total", "Of those, handed to the channels' memory buffers and not written to the log.", counter}, func(s spillq.TopicStats) float64 { return float64(s.ToMemory) }},
-	{def{"spillq_topic_log_puts_total", "Of those, written to the log.", counter}, func(s spillq.TopicStats) float64 { return float64(s.ToLog) }},
-	{def{"spillq_topic_put_failures_total", "Messages the log or the key policy refused.", counter}, func(s spillq.TopicStats) float64 { return float64(s.PutFailures) }},
-	{def{"spillq_topic_keys_pending", "Keys the topic's key policy holds (TopicOptions.Keys).", gauge}, func(s spillq.TopicStats) float64 { return float64(s.KeysPending) }},
-	{def{"spillq_topic_duplicates_total", "Puts the topic's key policy refused as duplicates.", counter}, func(s spillq.TopicStats) float64 { return float64(s.Duplicates) }},
+var topicMetrics = []promtable.Spec[spillq.TopicStats]{
+	promtable.Counter("spillq_topic_puts_total", "Messages accepted by the topic's Put, each for every channel.", func(s spillq.TopicStats) float64 { return float64(s.Puts) }),
+	promtable.Counter("spillq_topic_memory_puts_total", "Of those, handed to the channels' memory buffers and not written to the log.", func(s spillq.TopicStats) float64 { return float64(s.ToMemory) }),
+	promtable.Counter("spillq_topic_log_puts_total", "Of those, written to the log.", func(s spillq.TopicStats) float64 { return float64(s.ToLog) }),
+	promtable.Counter("spillq_topic_put_failures_total", "Messages the log or the key policy refused.", func(s spillq.TopicStats) float64 { return float64(s.PutFailures) }),
+	promtable.Gauge("spillq_topic_keys_pending", "Keys the topic's key policy holds (TopicOptions.Keys).", func(s spillq.TopicStats) float64 { return float64(s.KeysPending) }),
+	promtable.Counter("spillq_topic_duplicates_total", "Puts the topic's key policy refused as duplicates.", func(s spillq.TopicStats) float64 { return float64(s.Duplicates) }),
 }
 
 func bool01(b bool) float64 {
@@ -316,27 +274,22 @@ func bool01(b bool) float64 {
 // Describe sends every metric's description.
 func (c *Collector) Describe(out chan<- *prometheus.Desc) {
 	if c.topic != nil {
-		for _, ms := range [][]metric{c.putMetrics, c.chMetrics, c.cursorMetrics, c.dqMetrics} {
-			for _, m := range ms {
-				out <- m.desc
-			}
-		}
+		c.putMetrics.Describe(out)
+		c.chMetrics.Describe(out)
+		c.cursorMetrics.Describe(out)
+		c.dqMetrics.Describe(out)
 		out <- c.fsyncLatency
 		return
 	}
 	if c.ch != nil {
-		for _, m := range c.chMetrics {
-			out <- m.desc
-		}
+		c.chMetrics.Describe(out)
 		out <- c.latency
 	}
 	if c.dead != nil {
-		out <- c.deadStored.desc
+		c.deadStored.Describe(out)
 	}
 	if c.dq != nil {
-		for _, m := range c.dqMetrics {
-			out <- m.desc
-		}
+		c.dqMetrics.Describe(out)
 		out <- c.fsyncLatency
 	}
 }
@@ -353,7 +306,7 @@ func (c *Collector) Collect(out chan<- prometheus.Metric) {
 		out <- constHistogram(c.latency, upper, counts, c.ch.LatencySumSeconds(), "")
 	}
 	if c.dead != nil {
-		out <- c.deadStored.sample(float64(c.dead.Len()), "")
+		c.deadStored.Collect(out, c.dead, "")
 	}
 	if c.dq != nil {
 		c.collectDisk(out, c.dq.Stats(), c.dq)
@@ -364,13 +317,9 @@ func (c *Collector) Collect(out chan<- prometheus.Metric) {
 // series, and its log's.
 func (c *Collector) collectTopic(out chan<- prometheus.Metric) {
 	st := c.topic.Stats()
-	for i, m := range c.putMetrics {
-		out <- m.sample(topicMetrics[i].value(st))
-	}
+	c.putMetrics.Collect(out, st)
 	for _, cs := range st.Channels {
-		for i, m := range c.cursorMetrics {
-			out <- m.sample(cursorMetrics[i].value(cs), cs.Name)
-		}
+		c.cursorMetrics.Collect(out, cs, cs.Name)
 		if cs.Open {
 			c.collectChannel(out, cs.Channel, cs.Name)
 		}
@@ -381,16 +330,12 @@ func (c *Collector) collectTopic(out chan<- prometheus.Metric) {
 // collectChannel sends a channel's series; name is its "channel" label,
 // a topic's channel's name or "" for a queue's.
 func (c *Collector) collectChannel(out chan<- prometheus.Metric, st channel.Stats, name string) {
-	for i, m := range c.chMetrics {
-		out <- m.sample(channelMetrics[i].value(st), name)
-	}
+	c.chMetrics.Collect(out, st, name)
 }
 
 // collectDisk sends a log's series: st, and l's fsync histogram.
 func (c *Collector) collectDisk(out chan<- prometheus.Metric, st diskqueue.Stats, l syncLatency) {
-	for i, m := range c.dqMetrics {
-		out <- m.sample(diskMetrics[i].value(st))
-	}
+	c.dqMetrics.Collect(out, st)
 	upper, counts := l.SyncLatencyBuckets()
 	out <- constHistogram(c.fsyncLatency, upper, counts, l.SyncLatencySumSeconds())
 }

@@ -13,7 +13,7 @@ import (
 type WorkerCollector struct {
 	w        *spillq.Worker
 	table    promtable.Table[spillq.WorkerStats]
-	outcomes *prometheus.Desc
+	outcomes promtable.Family[spillq.WorkerStats]
 	duration *prometheus.Desc
 }
 
@@ -23,9 +23,9 @@ func NewWorkerCollector(name string, w *spillq.Worker) *WorkerCollector {
 	return &WorkerCollector{
 		w:     w,
 		table: promtable.New(name, workerSpecs),
-		outcomes: prometheus.NewDesc("spillq_worker_outcomes_total",
+		outcomes: promtable.CounterFamily(name, "spillq_worker_outcomes_total",
 			"Handled messages by how they ended: finished, retried, dead_lettered (an error on the last attempt), failed (Permanent), snoozed, released (cut short by a shutdown).",
-			[]string{"outcome"}, labels),
+			"outcome", workerOutcomes),
 		duration: prometheus.NewDesc("spillq_worker_handler_duration_seconds", "How long the handler ran, per attempt.", nil, labels),
 	}
 }
@@ -36,10 +36,19 @@ var workerSpecs = []promtable.Spec[spillq.WorkerStats]{
 	promtable.Counter("spillq_worker_answer_errors_total", "Answers the source refused (lease lost, source closed); it delivers those messages again.", func(s spillq.WorkerStats) float64 { return float64(s.AnswerErrors) }),
 }
 
+var workerOutcomes = []promtable.Series[spillq.WorkerStats]{
+	{Label: "finished", Value: func(s spillq.WorkerStats) float64 { return float64(s.Finished) }},
+	{Label: "retried", Value: func(s spillq.WorkerStats) float64 { return float64(s.Retried) }},
+	{Label: "dead_lettered", Value: func(s spillq.WorkerStats) float64 { return float64(s.DeadLettered) }},
+	{Label: "failed", Value: func(s spillq.WorkerStats) float64 { return float64(s.Failed) }},
+	{Label: "snoozed", Value: func(s spillq.WorkerStats) float64 { return float64(s.Snoozed) }},
+	{Label: "released", Value: func(s spillq.WorkerStats) float64 { return float64(s.Released) }},
+}
+
 // Describe sends every metric's description.
 func (c *WorkerCollector) Describe(out chan<- *prometheus.Desc) {
 	c.table.Describe(out)
-	out <- c.outcomes
+	c.outcomes.Describe(out)
 	out <- c.duration
 }
 
@@ -47,15 +56,7 @@ func (c *WorkerCollector) Describe(out chan<- *prometheus.Desc) {
 func (c *WorkerCollector) Collect(out chan<- prometheus.Metric) {
 	st := c.w.Stats()
 	c.table.Collect(out, st)
-	for _, o := range []struct {
-		name string
-		n    int64
-	}{
-		{"finished", st.Finished}, {"retried", st.Retried}, {"dead_lettered", st.DeadLettered},
-		{"failed", st.Failed}, {"snoozed", st.Snoozed}, {"released", st.Released},
-	} {
-		out <- prometheus.MustNewConstMetric(c.outcomes, prometheus.CounterValue, float64(o.n), o.name)
-	}
+	c.outcomes.Collect(out, st)
 	upper, counts := c.w.DurationBuckets()
 	out <- constHistogram(c.duration, upper, counts, c.w.DurationSumSeconds())
 }

@@ -353,12 +353,12 @@ func (h *Handler) lookup(r *http.Request, wantChannel bool) (name, ch string, q 
 
 // openChannel returns the channel ch of topic t if it is open in this
 // process. The handler opens none itself: a channel it opened would hold
-// its messages in memory with no consumer.
+// its messages in memory with no consumer. DeadLetters answers whether it
+// is open from the topic's table of open channels; Stats would also read
+// the log for every channel's lag and open the stores of those not open.
 func openChannel(t *spillq.Topic, ch string) (*spillq.Channel, error) {
-	for _, cs := range t.Stats().Channels {
-		if cs.Name == ch && cs.Open {
-			return t.Channel(ch, spillq.ChannelOptions{})
-		}
+	if _, err := t.DeadLetters(ch); err == nil {
+		return t.Channel(ch, spillq.ChannelOptions{})
 	}
 	return nil, errorf(http.StatusConflict, "CHANNEL_NOT_OPEN: channel %q is not open in this process; open it to pause or empty it", ch)
 }
@@ -398,11 +398,8 @@ func openChannels(q *spillq.Queue, t *spillq.Topic) []pausable {
 		return []pausable{q}
 	}
 	var out []pausable
-	for _, cs := range t.Stats().Channels {
-		if !cs.Open {
-			continue
-		}
-		if c, err := openChannel(t, cs.Name); err == nil {
+	for _, name := range t.Channels() {
+		if c, err := openChannel(t, name); err == nil {
 			out = append(out, c)
 		}
 	}

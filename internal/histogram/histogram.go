@@ -99,8 +99,19 @@ func (h *Histogram) Percentiles(qs ...float64) []time.Duration {
 // Snapshot returns the exclusive upper bound of every bucket that holds
 // anything, with the number of durations in it, in increasing order.
 func (h *Histogram) Snapshot() (upper []time.Duration, counts []uint64) {
-	for i := range h.buckets {
-		if n := h.buckets[i].Load(); n > 0 {
+	return SnapshotOf(h)
+}
+
+// SnapshotOf is Snapshot of hs taken together, each bucket's counts added,
+// for a figure recorded in several histograms so that its recorders do not
+// share cache lines.
+func SnapshotOf(hs ...*Histogram) (upper []time.Duration, counts []uint64) {
+	for i := range latencyBuckets {
+		var n int64
+		for _, h := range hs {
+			n += h.buckets[i].Load()
+		}
+		if n > 0 {
 			upper = append(upper, bucketUpper(i))
 			counts = append(counts, uint64(n))
 		}

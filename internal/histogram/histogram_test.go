@@ -1,6 +1,7 @@
 package histogram
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -99,4 +100,23 @@ func BenchmarkRecord(b *testing.B) {
 			h.Record(d)
 		}
 	})
+}
+
+// TestSnapshotOf: the snapshot of several histograms adds the counts of
+// the buckets they share and keeps those only one holds, in order.
+func TestSnapshotOf(t *testing.T) {
+	var a, b Histogram
+	a.Record(2 * time.Microsecond)
+	a.Record(time.Millisecond)
+	b.Record(2 * time.Microsecond)
+	b.Record(time.Second)
+	upper, counts := SnapshotOf(&a, &b)
+	wantUpper := []time.Duration{bucketUpper(bucketOf(2 * time.Microsecond)), bucketUpper(bucketOf(time.Millisecond)), bucketUpper(bucketOf(time.Second))}
+	wantCounts := []uint64{2, 1, 1}
+	if !slices.Equal(upper, wantUpper) || !slices.Equal(counts, wantCounts) {
+		t.Fatalf("SnapshotOf = %v %v, want %v %v", upper, counts, wantUpper, wantCounts)
+	}
+	if u, c := SnapshotOf(); u != nil || c != nil {
+		t.Fatalf("SnapshotOf() = %v %v, want nothing", u, c)
+	}
 }

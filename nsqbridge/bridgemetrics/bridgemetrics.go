@@ -34,16 +34,13 @@ var publisherSpecs = []promtable.Spec[pubStats]{
 }
 
 // publisherErrors are the kinds of spillq_nsqbridge_publisher_errors_total.
-var publisherErrors = []struct {
-	kind  string
-	value func(pubStats) int64
-}{
-	{"invalid", func(s pubStats) int64 { return s.Invalid }},
-	{"refused", func(s pubStats) int64 { return s.Refused }},
-	{"bad_record", func(s pubStats) int64 { return s.BadRecords }},
-	{"send", func(s pubStats) int64 { return s.SendErrors }},
-	{"connect", func(s pubStats) int64 { return s.ConnectErrors }},
-	{"lookupd", func(s pubStats) int64 { return s.LookupdErrors }},
+var publisherErrors = []promtable.Series[pubStats]{
+	{Label: "invalid", Value: func(s pubStats) float64 { return float64(s.Invalid) }},
+	{Label: "refused", Value: func(s pubStats) float64 { return float64(s.Refused) }},
+	{Label: "bad_record", Value: func(s pubStats) float64 { return float64(s.BadRecords) }},
+	{Label: "send", Value: func(s pubStats) float64 { return float64(s.SendErrors) }},
+	{Label: "connect", Value: func(s pubStats) float64 { return float64(s.ConnectErrors) }},
+	{Label: "lookupd", Value: func(s pubStats) float64 { return float64(s.LookupdErrors) }},
 }
 
 // PublisherCollector is a prometheus.Collector over an
@@ -52,7 +49,7 @@ var publisherErrors = []struct {
 type PublisherCollector struct {
 	p             *nsqbridge.Publisher
 	table         promtable.Table[pubStats]
-	errors        *prometheus.Desc
+	errors        promtable.Family[pubStats]
 	nodeConnected *prometheus.Desc
 	nodeForwarded *prometheus.Desc
 	nodeErrors    *prometheus.Desc
@@ -66,9 +63,9 @@ func NewPublisherCollector(name string, p *nsqbridge.Publisher) *PublisherCollec
 	return &PublisherCollector{
 		p:     p,
 		table: promtable.New(name, publisherSpecs),
-		errors: prometheus.NewDesc("spillq_nsqbridge_publisher_errors_total",
+		errors: promtable.CounterFamily(name, "spillq_nsqbridge_publisher_errors_total",
 			"Errors by kind: invalid (refused by Publish), refused (by nsqd; dead-lettered), bad_record (local record dead-lettered), send, connect, lookupd.",
-			[]string{"kind"}, labels),
+			"kind", publisherErrors),
 		nodeConnected: prometheus.NewDesc("spillq_nsqbridge_publisher_node_connected", "1 if the nsqd node is connected and its last send did not fail.", []string{"nsqd"}, labels),
 		nodeForwarded: prometheus.NewDesc("spillq_nsqbridge_publisher_node_forwarded_total", "Messages the nsqd node acknowledged.", []string{"nsqd"}, labels),
 		nodeErrors:    prometheus.NewDesc("spillq_nsqbridge_publisher_node_errors_total", "Failed connection attempts and sends to the nsqd node.", []string{"nsqd"}, labels),
@@ -78,7 +75,7 @@ func NewPublisherCollector(name string, p *nsqbridge.Publisher) *PublisherCollec
 // Describe sends every metric's description.
 func (c *PublisherCollector) Describe(out chan<- *prometheus.Desc) {
 	c.table.Describe(out)
-	out <- c.errors
+	c.errors.Describe(out)
 	out <- c.nodeConnected
 	out <- c.nodeForwarded
 	out <- c.nodeErrors
@@ -88,9 +85,7 @@ func (c *PublisherCollector) Describe(out chan<- *prometheus.Desc) {
 func (c *PublisherCollector) Collect(out chan<- prometheus.Metric) {
 	st := c.p.Stats()
 	c.table.Collect(out, st)
-	for _, e := range publisherErrors {
-		out <- prometheus.MustNewConstMetric(c.errors, prometheus.CounterValue, float64(e.value(st)), e.kind)
-	}
+	c.errors.Collect(out, st)
 	for _, n := range st.Nodes {
 		connected := 0.0
 		if n.Connected {
