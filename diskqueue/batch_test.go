@@ -120,7 +120,13 @@ func TestPutBatchDiskFull(t *testing.T) {
 		t.Fatalf("Depth %d after reading the %d stored, want 0", d, n)
 	}
 
+	// The reader starts once the batch waits: started beside it, a reader
+	// that kept pace let the batch through without once finding the disk
+	// full (a busy CI machine).
 	opts.BlockWhenFull = true
+	waiting := make(chan struct{})
+	var once sync.Once
+	diskqueue.SetFullHook(&opts, func() { once.Do(func() { close(waiting) }) })
 	q2 := openQueue(t, t.TempDir(), opts)
 	defer q2.Close()
 	done := make(chan error, 1)
@@ -131,6 +137,11 @@ func TestPutBatchDiskFull(t *testing.T) {
 		}
 		done <- err
 	}()
+	select {
+	case <-waiting:
+	case err := <-done:
+		t.Fatalf("PutBatch of 2000 into an 8 KiB budget returned before waiting for space: %v", err)
+	}
 	readN(t, q2, 0, 2000, true) // frees the space the batch waits for
 	if err := <-done; err != nil {
 		t.Fatalf("blocking PutBatch: %v", err)

@@ -28,3 +28,7 @@ func SetOpenSealed(opts *Options, n int) { opts.openSealedForTesting = n }
 // SetOpenBitmaps makes opts have each cursor look for acknowledgement
 // files to close once more than n are open (maxOpenBitmaps).
 func SetOpenBitmaps(opts *Options, n int) { opts.openBitmapsForTesting = n }
+
+// SetFullHook makes opts call f each time a Put with BlockWhenFull is about
+// to wait for space.
+func SetFullHook(opts *Options, f func()) { opts.fullHookForTesting = f }

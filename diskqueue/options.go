@@ -145,6 +145,9 @@ type Options struct {
 	// emptyHookForTesting, if set, runs in Empty once producers may append
 	// again, so a test can make them roll segments right there.
 	emptyHookForTesting func()
+	// fullHookForTesting, if set, runs when a Put with BlockWhenFull is
+	// about to wait for space, so a test can free it only then.
+	fullHookForTesting func()
 	// housekeepHookForTesting, if set, runs on the writer goroutine when
 	// housekeeping is about to delete acknowledged segments, so a test can
 	// see what a Put at the budget sees right then.

@@ -197,6 +197,9 @@ func (l *Log) putRecords(ctx context.Context, flags []byte, stored [][]byte) (n 
 			}
 			continue
 		}
+		if l.opts.fullHookForTesting != nil {
+			l.opts.fullHookForTesting()
+		}
 		if werr := l.waitForSpace(ctx, wait); werr != nil {
 			// Both: the caller may test for either.
 			err = fmt.Errorf("%w; stopped waiting for space: %w", err, werr)
