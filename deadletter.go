@@ -36,11 +36,16 @@ const redriveBatch = 256
 // concurrent use. Get one from [Queue.DeadLetters] or [Topic.DeadLetters].
 //
 // A message is stored durably (fsynced) before its channel acknowledges
-// its record: a crash in between stores it twice (two letters with one ID,
-// different Seq), never loses it.
+// its record, so a crash in between never loses it: the message comes
+// back, and when it is dead-lettered again the store, which keeps the IDs
+// of the letters it holds, stores nothing more. A message is listed once
+// however many crashes come between its letter and its acknowledgement.
+// The IDs cost memory, about 20 to 40 bytes per letter held, and are read
+// from the store when it opens (a read of all its records).
 type DeadLetters struct {
 	q     *diskqueue.Queue
 	store *deadStore // q, with Put durable on return and out-of-order Ack
+	ids   *deadIDs   // the messages q holds letters of
 	// maxRecord is q's record limit: a long error text is cut to fit.
 	maxRecord int
 	// putBack is the channel's PutBack, set once the channel is made.
@@ -70,21 +75,48 @@ func deadOptions(o diskqueue.Options) diskqueue.Options {
 	return d
 }
 
-// openDeadLetters opens the dead-letter store in dir.
+// openDeadLetters opens the dead-letter store in dir, and reads the IDs of
+// the letters it holds.
 func openDeadLetters(dir string, logOpts diskqueue.Options) (*DeadLetters, error) {
 	o := deadOptions(logOpts)
 	q, err := diskqueue.Open(dir, o)
 	if err != nil {
 		return nil, fmt.Errorf("spillq: dead-letter store: %w", err)
 	}
-	return &DeadLetters{q: q, store: newDeadStore(q), maxRecord: o.MaxRecordBytes}, nil
+	d := &DeadLetters{q: q, store: newDeadStore(q), ids: newDeadIDs(), maxRecord: o.MaxRecordBytes}
+	for dl, err := range d.list(context.Background(), 0, math.MaxUint64, DeadFilter{}) {
+		if errors.Is(err, errBadDeadRecord) {
+			continue // no ID: no letter to keep once
+		}
+		if err != nil {
+			q.Close()
+			return nil, fmt.Errorf("%w (reading the IDs of its letters)", err)
+		}
+		d.ids.add(dl.ID)
+	}
+	return d, nil
 }
 
 // Add stores m as a dead letter, with reason; it returns once the letter
 // is durable. It is the dead-letter handler a channel with a store uses
 // when its options name none (Options.DeadLetter), and one of your own can
 // call it too, to keep the letter as well as do what it does.
+//
+// Add is idempotent per message ID: if the store holds a letter of m.ID
+// already (its message came back after a crash cut its dead-lettering
+// short, before its channel acknowledged it), Add stores nothing and
+// returns nil, and the store keeps the letter it has. Once that letter is
+// redriven or purged, a dead-lettering of the message stores a new one.
 func (d *DeadLetters) Add(m *channel.Message, reason error) error {
+	if !d.ids.begin(m.ID) {
+		return nil
+	}
+	err := d.add(m, reason)
+	d.ids.end(m.ID, err == nil)
+	return err
+}
+
+func (d *DeadLetters) add(m *channel.Message, reason error) error {
 	dl := DeadLetter{ID: m.ID, Key: m.Key, Body: m.Body, PutAt: m.Timestamp, DeadAt: time.Now(), Attempts: m.Attempts, Reason: deadReason(reason)}
 	if reason != nil {
 		dl.Error = reason.Error()
@@ -228,25 +260,52 @@ func (d *DeadLetters) Redrive(ctx context.Context, f DeadFilter) (int, error) {
 		if len(msgs) == 0 {
 			break
 		}
-		for i, err := range d.putBack(ctx, msgs) {
-			switch {
-			case err == nil:
-				if aerr := d.store.Ack(seqs[i]); aerr != nil {
-					return n, fmt.Errorf("spillq: redrive: message %s is back in its channel, its dead letter stays (redriven again, it comes twice): %w", msgs[i].ID, aerr)
-				}
-				n++
-			case errors.Is(err, channel.ErrDuplicate) || errors.Is(err, channel.ErrTooLarge) || errors.Is(err, channel.ErrTooSmall):
-				refused++
-				if firstRefusal == nil {
-					firstRefusal = fmt.Errorf("message %s: %w", msgs[i].ID, err)
-				}
-			default:
-				return n, fmt.Errorf("spillq: redrive: message %s: %w", msgs[i].ID, err)
-			}
+		// Uncounted before they go back: a message redriven may be
+		// dead-lettered again before its old letter is acknowledged,
+		// and that is a new letter to store.
+		for _, m := range msgs {
+			d.ids.remove(m.ID)
+		}
+		moved, err := d.moved(msgs, seqs, d.putBack(ctx, msgs), &refused, &firstRefusal)
+		n += moved
+		if err != nil {
+			return n, err
 		}
 	}
 	if refused > 0 {
 		return n, fmt.Errorf("spillq: redrive: the channel refused %d dead letters, kept in the store; the first: %w", refused, firstRefusal)
+	}
+	return n, nil
+}
+
+// moved acknowledges the letters whose messages the channel took back
+// (errs[i] nil) and counts those it refused, which stay. It stops at an
+// acknowledgement that fails or an error of another kind; every letter
+// that stays in the store has its ID counted again. It returns how many
+// letters it acknowledged.
+func (d *DeadLetters) moved(msgs []*channel.Message, seqs []uint64, errs []error, refused *int, firstRefusal *error) (int, error) {
+	n, i := 0, 0
+	defer func() {
+		for _, m := range msgs[i:] {
+			d.ids.add(m.ID)
+		}
+	}()
+	for ; i < len(msgs); i++ {
+		switch err := errs[i]; {
+		case err == nil:
+			if aerr := d.store.Ack(seqs[i]); aerr != nil {
+				return n, fmt.Errorf("spillq: redrive: message %s is back in its channel, its dead letter stays (redriven again, it comes twice): %w", msgs[i].ID, aerr)
+			}
+			n++
+		case errors.Is(err, channel.ErrDuplicate) || errors.Is(err, channel.ErrTooLarge) || errors.Is(err, channel.ErrTooSmall):
+			d.ids.add(msgs[i].ID)
+			*refused++
+			if *firstRefusal == nil {
+				*firstRefusal = fmt.Errorf("message %s: %w", msgs[i].ID, err)
+			}
+		default:
+			return n, fmt.Errorf("spillq: redrive: message %s: %w", msgs[i].ID, err)
+		}
 	}
 	return n, nil
 }
@@ -264,6 +323,8 @@ func (d *DeadLetters) Purge(ctx context.Context, f DeadFilter) (int, error) {
 		// A batch, then its acknowledgements: not under the scan, whose
 		// segment the last of them may delete.
 		var seqs []uint64
+		var ids []channel.ID
+		var bad []bool // the record is not a letter: no ID of its own
 		for dl, err := range d.list(ctx, from, end, f) {
 			if err != nil {
 				if !errors.Is(err, errBadDeadRecord) {
@@ -274,6 +335,7 @@ func (d *DeadLetters) Purge(ctx context.Context, f DeadFilter) (int, error) {
 				}
 			}
 			from = dl.Seq + 1
+			ids, bad = append(ids, dl.ID), append(bad, err != nil)
 			if seqs = append(seqs, dl.Seq); len(seqs) == redriveBatch {
 				break
 			}
@@ -281,8 +343,17 @@ func (d *DeadLetters) Purge(ctx context.Context, f DeadFilter) (int, error) {
 		if len(seqs) == 0 {
 			return n, nil
 		}
-		for _, seq := range seqs {
+		for i, seq := range seqs {
+			// Uncounted first: a dead-lettering of the message from
+			// now on is a letter to keep, which this Purge (reading
+			// only what was stored when it began) leaves.
+			if !bad[i] {
+				d.ids.remove(ids[i])
+			}
 			if err := d.store.Ack(seq); err != nil {
+				if !bad[i] {
+					d.ids.add(ids[i])
+				}
 				return n, fmt.Errorf("spillq: purge: %w", err)
 			}
 			n++

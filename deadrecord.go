@@ -76,7 +76,9 @@ type DeadLetter struct {
 	Reason DeadReason
 	Error  string
 	// Seq is the letter's record in the store: two letters of one message
-	// (a crash while it was dead-lettered stores it twice) differ in it.
+	// (a store holds one per ID, but one written by an older build may
+	// hold two, stored twice by a crash while it was dead-lettered) differ
+	// in it.
 	Seq uint64
 }
 
