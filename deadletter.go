@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"iter"
 	"math"
 	"os"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/spillq/spillq/channel"
 	"github.com/spillq/spillq/diskqueue"
+	"github.com/spillq/spillq/internal/vfs"
 )
 
 // DeadDir is the subdirectory that holds a channel's dead-letter store: a
@@ -54,8 +56,10 @@ type DeadLetters struct {
 	// once would put it back twice.
 	opMu sync.Mutex
 	// own is set on a store OpenDeadLetters opened, which its caller
-	// closes.
-	own bool
+	// closes; topicLock is the lock it holds of the store's topic, if the
+	// store is a topic channel's.
+	own       bool
+	topicLock io.Closer
 }
 
 // deadOptions derives the dead-letter store's options from the log's (o,
@@ -436,20 +440,53 @@ var ErrNoChannel = errors.New("spillq: the dead-letter store was opened without 
 // OpenDeadLetters opens the dead-letter store in dir by itself (a queue's
 // DIR/dead, a topic channel's DIR/channels/NAME/dead), for a tool: Len,
 // List, Get and Purge work, Redrive returns [ErrNoChannel]. It takes the
-// store's lock, so it fails with [diskqueue.ErrLocked] while the store's
-// queue or channel is open; Close it when done. To read the store while a
-// service runs, open it with diskqueue.OpenReadOnly and decode each record
-// with [DecodeDeadLetter].
+// store's lock, and a topic channel's store the topic's lock too, so it
+// fails with [diskqueue.ErrLocked] while the store's queue or topic is
+// open (in this process or another), whether the channel is or not: a
+// topic counts the letters of its closed channels once, and keeps the
+// count until the channel opens ([Topic.Stats]). Close it when done. To
+// read the store while a service runs, open it with
+// diskqueue.OpenReadOnly and decode each record with [DecodeDeadLetter].
 func OpenDeadLetters(dir string) (*DeadLetters, error) {
 	if _, err := os.Stat(dir); err != nil {
 		return nil, fmt.Errorf("spillq: dead-letter store: %w", err)
 	}
+	var topicLock io.Closer
+	if topic, ok := deadStoreTopic(dir); ok {
+		var err error
+		if topicLock, err = vfs.OS.Lock(filepath.Join(topic, topicLockFile), 0o600); err != nil {
+			return nil, fmt.Errorf("spillq: dead-letter store: its topic %s: %w", topic, err)
+		}
+	}
 	d, err := openDeadLetters(dir, diskqueue.Options{})
 	if err != nil {
+		if topicLock != nil {
+			topicLock.Close()
+		}
 		return nil, err
 	}
-	d.own = true
+	d.own, d.topicLock = true, topicLock
 	return d, nil
+}
+
+// topicLockFile is the lock file of a log's directory (FORMAT.md,
+// "Directory": flock'd while a queue or log has it open), which a topic
+// holds while it is open.
+const topicLockFile = "LOCK"
+
+// deadStoreTopic returns the topic whose channel's store dir is
+// (TOPIC/channels/NAME/dead, TOPIC holding channels/ as every topic does),
+// and false for any other store (a queue's).
+func deadStoreTopic(dir string) (string, bool) {
+	dir = filepath.Clean(dir)
+	channels := filepath.Dir(filepath.Dir(dir))
+	if filepath.Base(dir) != DeadDir || filepath.Base(channels) != ChannelsDir {
+		return "", false
+	}
+	if info, err := os.Stat(channels); err != nil || !info.IsDir() {
+		return "", false
+	}
+	return filepath.Dir(channels), true
 }
 
 // Close closes a store [OpenDeadLetters] opened. A queue's or a channel's
@@ -458,7 +495,12 @@ func (d *DeadLetters) Close() error {
 	if !d.own {
 		return errors.New("spillq: a queue's dead-letter store closes with the queue")
 	}
-	return d.close()
+	err := d.close()
+	if d.topicLock != nil {
+		err = errors.Join(err, d.topicLock.Close())
+		d.topicLock = nil
+	}
+	return err
 }
 
 // DecodeDeadLetter decodes a record of a dead-letter store (FORMAT.md,

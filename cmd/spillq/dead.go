@@ -22,7 +22,8 @@ import (
 
 // cmdDead lists, redrives or purges the dead letters of a queue, or of one
 // channel of a topic (-channel). list only reads, beside a running service;
-// redrive and purge take the queue's lock.
+// redrive and purge take the queue's lock (a topic's, for one of its
+// channels, open or not: OpenDeadLetters takes it too).
 func cmdDead(e *env, args []string) error {
 	fs := newFlags("dead")
 	name := fs.String("channel", "", "on a topic: the channel whose dead letters to work on")

@@ -117,6 +117,14 @@ func TestDeadCommandTopic(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.Fail(errors.New("no customer"))
+	// A purge waits for the topic, even with the channel closed: a topic
+	// counts a closed channel's letters once (Topic.Stats).
+	if err := ch.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := tool(t, "", "dead", "purge", "-all", "-channel", "billing", dir); code != 1 || !strings.Contains(out, "stop it first") {
+		t.Fatalf("dead purge of a closed channel of an open topic (%d):\n%s", code, out)
+	}
 	if err := tp.Close(); err != nil {
 		t.Fatal(err)
 	}
