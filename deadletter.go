@@ -89,7 +89,7 @@ func openDeadLetters(dir string, logOpts diskqueue.Options) (*DeadLetters, error
 	}
 	d := &DeadLetters{q: q, store: newDeadStore(q), ids: newDeadIDs(), maxRecord: o.MaxRecordBytes}
 	for dl, err := range d.list(context.Background(), 0, math.MaxUint64, DeadFilter{}) {
-		if errors.Is(err, errBadDeadRecord) {
+		if errors.Is(err, ErrNotDeadLetter) {
 			continue // no ID: no letter to keep once
 		}
 		if err != nil {
@@ -166,39 +166,17 @@ func (f DeadFilter) Match(dl *DeadLetter) bool {
 
 // List returns the dead letters f selects, oldest first. A record that is
 // not a dead letter (damaged, or written by a later version) is yielded as
-// an error with its Seq in the DeadLetter; the listing goes on if the
-// caller does. Key and Body are the caller's.
+// an error wrapping [ErrNotDeadLetter], with its Seq in the DeadLetter;
+// the listing goes on if the caller does. Key and Body are the caller's.
+// To list a store while its service runs, from another process, use
+// [ListDeadLetters].
 func (d *DeadLetters) List(ctx context.Context, f DeadFilter) iter.Seq2[DeadLetter, error] {
 	return d.list(ctx, 0, math.MaxUint64, f)
 }
 
 // list is List of the records with from <= seq < to.
 func (d *DeadLetters) list(ctx context.Context, from, to uint64, f DeadFilter) iter.Seq2[DeadLetter, error] {
-	return func(yield func(DeadLetter, error) bool) {
-		for rec, err := range d.q.Unacknowledged(from, to) {
-			if errors.Is(err, diskqueue.ErrCorrupt) {
-				continue // never readable: set aside when the store reads past it
-			}
-			if err == nil {
-				err = ctx.Err()
-			}
-			if err != nil {
-				yield(DeadLetter{}, fmt.Errorf("spillq: dead-letter store: %w", err))
-				return
-			}
-			dl, derr := decodeDeadRecord(rec.Body)
-			dl.Seq = rec.Seq
-			if derr != nil {
-				if !yield(dl, fmt.Errorf("seq %d: %w", rec.Seq, derr)) {
-					return
-				}
-				continue
-			}
-			if f.Match(&dl) && !yield(dl, nil) {
-				return
-			}
-		}
-	}
+	return letters(ctx, d.q, from, to, f, false)
 }
 
 // Get returns the oldest dead letter of message id, or ErrNoDeadLetter.
@@ -207,7 +185,7 @@ func (d *DeadLetters) Get(ctx context.Context, id channel.ID) (DeadLetter, error
 		if err == nil {
 			return dl, nil
 		}
-		if !errors.Is(err, errBadDeadRecord) {
+		if !errors.Is(err, ErrNotDeadLetter) {
 			return DeadLetter{}, err
 		}
 	}
@@ -249,7 +227,7 @@ func (d *DeadLetters) Redrive(ctx context.Context, f DeadFilter) (int, error) {
 		var msgs []*channel.Message
 		for dl, err := range d.list(ctx, from, end, f) {
 			if err != nil {
-				if errors.Is(err, errBadDeadRecord) {
+				if errors.Is(err, ErrNotDeadLetter) {
 					continue // not one to put back; Purge removes it
 				}
 				return n, err
@@ -331,7 +309,7 @@ func (d *DeadLetters) Purge(ctx context.Context, f DeadFilter) (int, error) {
 		var bad []bool // the record is not a letter: no ID of its own
 		for dl, err := range d.list(ctx, from, end, f) {
 			if err != nil {
-				if !errors.Is(err, errBadDeadRecord) {
+				if !errors.Is(err, ErrNotDeadLetter) {
 					return n, err
 				}
 				if !f.all() {
@@ -445,8 +423,7 @@ var ErrNoChannel = errors.New("spillq: the dead-letter store was opened without 
 // open (in this process or another), whether the channel is or not: a
 // topic counts the letters of its closed channels once, and keeps the
 // count until the channel opens ([Topic.Stats]). Close it when done. To
-// read the store while a service runs, open it with
-// diskqueue.OpenReadOnly and decode each record with [DecodeDeadLetter].
+// read the store while a service runs, use [ListDeadLetters].
 func OpenDeadLetters(dir string) (*DeadLetters, error) {
 	if _, err := os.Stat(dir); err != nil {
 		return nil, fmt.Errorf("spillq: dead-letter store: %w", err)
@@ -505,5 +482,7 @@ func (d *DeadLetters) Close() error {
 
 // DecodeDeadLetter decodes a record of a dead-letter store (FORMAT.md,
 // "Dead-letter store"), for tools that read the store's disk queue
-// directly. Key and Body alias record; Seq is not set.
+// directly ([ListDeadLetters] does it for them). Key and Body alias
+// record; Seq is not set. A record that is not a dead letter returns an
+// error wrapping [ErrNotDeadLetter].
 func DecodeDeadLetter(record []byte) (DeadLetter, error) { return decodeDeadRecord(record) }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -141,29 +140,15 @@ func listDead(e *env, dir string, f spillq.DeadFilter, asJSON bool, limit int) e
 		fmt.Fprintln(e.stderr, "no dead letters (no dead-letter store yet)")
 		return nil
 	}
-	q, err := diskqueue.OpenReadOnly(dir, diskqueue.Options{})
-	if err != nil {
-		return err
-	}
-	defer q.Close()
 	dmg := &damage{w: e.stderr, cmd: "dead list"}
 	n := 0
-	for rec, err := range q.Unacknowledged(0, math.MaxUint64) {
-		if errors.Is(err, diskqueue.ErrCorrupt) {
+	for dl, err := range spillq.ListDeadLetters(context.Background(), dir, f) {
+		if errors.Is(err, diskqueue.ErrCorrupt) || errors.Is(err, spillq.ErrNotDeadLetter) {
 			dmg.report(err)
 			continue
 		}
 		if err != nil {
 			return err
-		}
-		dl, err := spillq.DecodeDeadLetter(rec.Body)
-		if err != nil {
-			dmg.report(fmt.Errorf("seq %d: %w", rec.Seq, err))
-			continue
-		}
-		dl.Seq = rec.Seq
-		if !f.Match(&dl) {
-			continue
 		}
 		if err := printDead(e, &dl, asJSON); err != nil {
 			return err
