@@ -175,3 +175,29 @@ func TestDeadLetterRedrivenWhileBeingAdded(t *testing.T) {
 		t.Fatalf("the redriven message dead-lettered again: letters at seqs %v, want [1]", got)
 	}
 }
+
+// BenchmarkOpenDeadLetters is the open of a store of 100,000 letters
+// (200-byte bodies), which reads every letter's ID back.
+func BenchmarkOpenDeadLetters(b *testing.B) {
+	dir := b.TempDir()
+	d, err := openDeadLetters(dir, diskqueue.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	body := make([]byte, 200)
+	for i := range 100_000 {
+		rec := appendDeadRecord(nil, &DeadLetter{ID: channel.ID(i + 1), Body: body, Reason: DeadFailed, Error: "channel: message failed"}, 0)
+		if err := d.q.Put(context.Background(), rec); err != nil {
+			b.Fatal(err)
+		}
+	}
+	d.close()
+	b.ResetTimer()
+	for b.Loop() {
+		d, err := openDeadLetters(dir, diskqueue.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		d.close()
+	}
+}

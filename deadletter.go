@@ -43,7 +43,9 @@ const redriveBatch = 256
 // of the letters it holds, stores nothing more. A message is listed once
 // however many crashes come between its letter and its acknowledgement.
 // The IDs cost memory, about 20 to 40 bytes per letter held, and are read
-// from the store when it opens (a read of all its records).
+// from the store when it opens: a read of all its records, which adds
+// about a second per million letters to the open of a queue or channel
+// (BenchmarkOpenDeadLetters: 0.1 s for 100,000 of 200 bytes).
 type DeadLetters struct {
 	q     *diskqueue.Queue
 	store *deadStore // q, with Put durable on return and out-of-order Ack
