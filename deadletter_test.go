@@ -329,3 +329,43 @@ func TestRedriveEndsWhileLettersComeBack(t *testing.T) {
 		t.Fatalf("Redrive = %d, %v; want %d: the letters stored when it began", got, err, n)
 	}
 }
+
+// TestListDeadLettersBesideService: ListDeadLetters reads a store its
+// queue has open, with a filter, stops when the caller does, and says a
+// missing store is missing.
+func TestListDeadLettersBesideService(t *testing.T) {
+	dir := t.TempDir()
+	q := open(t, dir, spillq.Options{})
+	defer q.Close()
+	ctx := context.Background()
+	var ids []channel.ID
+	for _, b := range []string{"a", "b", "c"} {
+		q.Put(ctx, []byte(b))
+		m := recv(t, q)
+		m.Fail(nil)
+		ids = append(ids, m.ID)
+	}
+	store := filepath.Join(dir, spillq.DeadDir)
+	var got []string
+	for dl, err := range spillq.ListDeadLetters(ctx, store, spillq.DeadFilter{IDs: []channel.ID{ids[0], ids[2]}}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, string(dl.Body))
+		if dl.Seq != 0 {
+			break
+		}
+	}
+	if !slices.Equal(got, []string{"a", "c"}) {
+		t.Fatalf("ListDeadLetters -id a,c: %q", got)
+	}
+	n := 0
+	for _, err := range spillq.ListDeadLetters(ctx, filepath.Join(dir, "nope"), spillq.DeadFilter{}) {
+		if n++; !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("ListDeadLetters of a missing store: %v, want ErrNotExist", err)
+		}
+	}
+	if n != 1 {
+		t.Fatalf("ListDeadLetters of a missing store yielded %d times, want its error once", n)
+	}
+}

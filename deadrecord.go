@@ -76,7 +76,9 @@ type DeadLetter struct {
 	Reason DeadReason
 	Error  string
 	// Seq is the letter's record in the store: two letters of one message
-	// (a crash while it was dead-lettered stores it twice) differ in it.
+	// (a store holds one per ID, but one written by an older build may
+	// hold two, stored twice by a crash while it was dead-lettered) differ
+	// in it.
 	Seq uint64
 }
 
@@ -94,9 +96,11 @@ const (
 // longer one is cut at a UTF-8 boundary.
 const MaxDeadErrorBytes = 4096
 
-// errBadDeadRecord reports a record of a dead-letter store that does not
-// decode.
-var errBadDeadRecord = errors.New("spillq: not a dead-letter record")
+// ErrNotDeadLetter reports a record of a dead-letter store that is not a
+// dead letter (damaged, or written by a later version): [DecodeDeadLetter]
+// returns it, and [DeadLetters.List] and [ListDeadLetters] yield it, with
+// the record's seq, and go on.
+var ErrNotDeadLetter = errors.New("spillq: not a dead-letter record")
 
 // appendDeadRecord appends d's record to dst; its error text is cut to
 // MaxDeadErrorBytes, and further, if need be, for the record to fit in
@@ -123,18 +127,18 @@ func appendDeadRecord(dst []byte, d *DeadLetter, maxRecord int) []byte {
 // decodeDeadRecord decodes a dead-letter record. Key and Body alias rec.
 func decodeDeadRecord(rec []byte) (DeadLetter, error) {
 	if len(rec) < deadFixedSize {
-		return DeadLetter{}, fmt.Errorf("%w: %d bytes, the header alone is %d", errBadDeadRecord, len(rec), deadFixedSize)
+		return DeadLetter{}, fmt.Errorf("%w: %d bytes, the header alone is %d", ErrNotDeadLetter, len(rec), deadFixedSize)
 	}
 	if rec[0] != deadRecordVersion {
-		return DeadLetter{}, fmt.Errorf("%w: version %d (this build reads %d)", errBadDeadRecord, rec[0], deadRecordVersion)
+		return DeadLetter{}, fmt.Errorf("%w: version %d (this build reads %d)", ErrNotDeadLetter, rec[0], deadRecordVersion)
 	}
 	keyLen := int(binary.BigEndian.Uint16(rec[28:]))
 	errLen := int(binary.BigEndian.Uint16(rec[30:]))
 	if errLen > MaxDeadErrorBytes {
-		return DeadLetter{}, fmt.Errorf("%w: error text of %d bytes, at most %d are written", errBadDeadRecord, errLen, MaxDeadErrorBytes)
+		return DeadLetter{}, fmt.Errorf("%w: error text of %d bytes, at most %d are written", ErrNotDeadLetter, errLen, MaxDeadErrorBytes)
 	}
 	if deadFixedSize+keyLen+errLen > len(rec) {
-		return DeadLetter{}, fmt.Errorf("%w: key of %d bytes and error of %d overrun the record's %d", errBadDeadRecord, keyLen, errLen, len(rec))
+		return DeadLetter{}, fmt.Errorf("%w: key of %d bytes and error of %d overrun the record's %d", ErrNotDeadLetter, keyLen, errLen, len(rec))
 	}
 	d := DeadLetter{
 		Reason:   DeadReason(rec[1]),

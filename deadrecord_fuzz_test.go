@@ -11,7 +11,7 @@ import (
 )
 
 // FuzzDecodeDeadRecord: the dead-letter record decoder never panics,
-// rejects what it cannot read with errBadDeadRecord, and what it accepts
+// rejects what it cannot read with ErrNotDeadLetter, and what it accepts
 // encodes back to the same bytes.
 func FuzzDecodeDeadRecord(f *testing.F) {
 	f.Add(appendDeadRecord(nil, &DeadLetter{ID: 1, Body: []byte("job"), PutAt: time.Unix(0, 1_700_000_000_000_000_000), DeadAt: time.Unix(0, 1_700_000_001_000_000_000), Attempts: 5, Reason: DeadMaxAttempts, Error: "channel: message exceeded its delivery attempts (5): last attempt: upstream 503"}, 0))
@@ -21,7 +21,7 @@ func FuzzDecodeDeadRecord(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		d, err := decodeDeadRecord(b)
 		if err != nil {
-			if !errors.Is(err, errBadDeadRecord) {
+			if !errors.Is(err, ErrNotDeadLetter) {
 				t.Fatalf("unexpected error %v", err)
 			}
 			return

@@ -72,19 +72,21 @@ type openChannel struct {
 
 // channelSet is a topic's channels as this process has them: those open,
 // the cursors kept from one opening of a channel to the next, and the
-// depths Stats has read of closed channels' timer stores.
+// depths Stats has read of closed channels' timer and dead-letter stores.
 type channelSet struct {
-	// mu guards open, closedTimers and openings, which a channel's Close
+	// mu guards open, depths and openings, which a channel's Close
 	// changes (from its timer store's Close) while an operation may hold
 	// Topic.opMu.
 	mu   sync.Mutex
 	open map[string]openChannel
-	// closedTimers is the depth of a closed channel's timer store, read
-	// once by Stats: nothing writes a timer store while its channel is
-	// closed. openings counts each channel's opens and closes, so that a
-	// depth read across one is not kept.
-	closedTimers map[string]int64
-	openings     map[string]uint64
+	// depths is the depth of a closed channel's timer store and of its
+	// dead-letter store, each read once by Stats: nothing writes either
+	// while its channel is closed and its topic open (OpenDeadLetters,
+	// the operator's purge, takes the topic's lock). openings counts each
+	// channel's opens and closes, so that a depth read across one is not
+	// kept.
+	depths   map[closedStore]int64
+	openings map[string]uint64
 	// cursors are the channels' cursors, kept from one opening of a
 	// channel to the next with what it read ahead (given back to the
 	// cursor: Cursor.Unread). Guarded by Topic.opMu, not mu.
@@ -94,8 +96,15 @@ type channelSet struct {
 func newChannelSet() *channelSet {
 	return &channelSet{
 		open: map[string]openChannel{}, cursors: map[string]*diskqueue.Cursor{},
-		closedTimers: map[string]int64{}, openings: map[string]uint64{},
+		depths: map[closedStore]int64{}, openings: map[string]uint64{},
 	}
+}
+
+// closedStore names a store of a closed channel: its timer store, or
+// (dead) its dead-letter store.
+type closedStore struct {
+	name string
+	dead bool
 }
 
 // get returns the named channel if it is open.
@@ -120,7 +129,7 @@ func (s *channelSet) opened(name string, oc openChannel) {
 	defer s.mu.Unlock()
 	oc.dead.setChannel(oc.ch)
 	s.open[name] = oc
-	delete(s.closedTimers, name)
+	s.forgetDepths(name)
 	s.openings[name]++
 }
 
@@ -153,8 +162,15 @@ func (s *channelSet) cursor(name string, newCursor func() (*diskqueue.Cursor, er
 func (s *channelSet) forget(name string) {
 	delete(s.cursors, name)
 	s.mu.Lock()
-	delete(s.closedTimers, name)
+	s.forgetDepths(name)
 	s.mu.Unlock()
+}
+
+// forgetDepths drops the depths read of the named channel's stores.
+// Under mu.
+func (s *channelSet) forgetDepths(name string) {
+	delete(s.depths, closedStore{name, false})
+	delete(s.depths, closedStore{name, true})
 }
 
 // timerDepth is the depth of the timer store of a channel not open, read
@@ -163,8 +179,18 @@ func (s *channelSet) forget(name string) {
 // read again next time. Nor is a depth read while the channel opened or
 // closed.
 func (s *channelSet) timerDepth(name string, read func() (n int64, ok bool)) int64 {
+	return s.closedDepth(closedStore{name, false}, read)
+}
+
+// deadDepth is timerDepth of the channel's dead-letter store.
+func (s *channelSet) deadDepth(name string, read func() (n int64, ok bool)) int64 {
+	return s.closedDepth(closedStore{name, true}, read)
+}
+
+func (s *channelSet) closedDepth(store closedStore, read func() (n int64, ok bool)) int64 {
+	name := store.name
 	s.mu.Lock()
-	n, ok := s.closedTimers[name]
+	n, ok := s.depths[store]
 	opening := s.openings[name]
 	s.mu.Unlock()
 	if ok {
@@ -175,7 +201,7 @@ func (s *channelSet) timerDepth(name string, read func() (n int64, ok bool)) int
 	}
 	s.mu.Lock()
 	if _, isOpen := s.open[name]; !isOpen && s.openings[name] == opening {
-		s.closedTimers[name] = n
+		s.depths[store] = n
 	}
 	s.mu.Unlock()
 	return n

@@ -54,12 +54,16 @@ type ChannelStats struct {
 }
 
 // Stats returns a snapshot of the topic and each of its channels. It reads
-// one record per channel that is behind, to tell its lag in time.
+// one record per channel that is behind, to tell its lag in time. The
+// timer and dead-letter stores of a channel not open are read once, the
+// first time, and their depths kept until the channel opens: nothing
+// changes them meanwhile (an operator's purge, [OpenDeadLetters], waits
+// for the topic's lock).
 func (t *Topic) Stats() TopicStats { return t.stats(true) }
 
 // stats is Stats; without closedStores, the channels not open have their
-// Timers and DeadLetters left at zero, which would take a read (the dead
-// letters', at each call) of their stores on disk. Health judges neither.
+// Timers and DeadLetters left at zero, which would take a read of their
+// stores on disk the first time. Health judges neither.
 func (t *Topic) stats(closedStores bool) TopicStats {
 	fs := t.fan.Stats()
 	st := TopicStats{Log: t.log.Stats(), Puts: fs.Puts, ToMemory: fs.ToMemory, ToLog: fs.ToLog, PutFailures: fs.PutFailures, KeysPending: fs.KeysPending, Duplicates: fs.Duplicates}
@@ -76,7 +80,9 @@ func (t *Topic) stats(closedStores bool) TopicStats {
 			cs.DeadLetters = oc.dead.Len()
 		} else if closedStores {
 			cs.Timers = t.closedTimerDepth(cur.Name)
-			cs.DeadLetters, _ = storeDepth(t.fs, deadLetterDir(t.dir, cur.Name))
+			cs.DeadLetters = t.chans.deadDepth(cur.Name, func() (int64, bool) {
+				return storeDepth(t.fs, deadLetterDir(t.dir, cur.Name))
+			})
 		}
 		st.Channels = append(st.Channels, cs)
 	}

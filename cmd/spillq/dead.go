@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -22,7 +21,8 @@ import (
 
 // cmdDead lists, redrives or purges the dead letters of a queue, or of one
 // channel of a topic (-channel). list only reads, beside a running service;
-// redrive and purge take the queue's lock.
+// redrive and purge take the queue's lock (a topic's, for one of its
+// channels, open or not: OpenDeadLetters takes it too).
 func cmdDead(e *env, args []string) error {
 	fs := newFlags("dead")
 	name := fs.String("channel", "", "on a topic: the channel whose dead letters to work on")
@@ -140,29 +140,15 @@ func listDead(e *env, dir string, f spillq.DeadFilter, asJSON bool, limit int) e
 		fmt.Fprintln(e.stderr, "no dead letters (no dead-letter store yet)")
 		return nil
 	}
-	q, err := diskqueue.OpenReadOnly(dir, diskqueue.Options{})
-	if err != nil {
-		return err
-	}
-	defer q.Close()
 	dmg := &damage{w: e.stderr, cmd: "dead list"}
 	n := 0
-	for rec, err := range q.Unacknowledged(0, math.MaxUint64) {
-		if errors.Is(err, diskqueue.ErrCorrupt) {
+	for dl, err := range spillq.ListDeadLetters(context.Background(), dir, f) {
+		if errors.Is(err, diskqueue.ErrCorrupt) || errors.Is(err, spillq.ErrNotDeadLetter) {
 			dmg.report(err)
 			continue
 		}
 		if err != nil {
 			return err
-		}
-		dl, err := spillq.DecodeDeadLetter(rec.Body)
-		if err != nil {
-			dmg.report(fmt.Errorf("seq %d: %w", rec.Seq, err))
-			continue
-		}
-		dl.Seq = rec.Seq
-		if !f.Match(&dl) {
-			continue
 		}
 		if err := printDead(e, &dl, asJSON); err != nil {
 			return err

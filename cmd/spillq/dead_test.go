@@ -1,15 +1,19 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/spillq/spillq"
 	"github.com/spillq/spillq/channel"
+	"github.com/spillq/spillq/diskqueue"
 )
 
 // deadFixture makes a queue with three dead letters: bodies a, b, c (b
@@ -117,6 +121,14 @@ func TestDeadCommandTopic(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.Fail(errors.New("no customer"))
+	// A purge waits for the topic, even with the channel closed: a topic
+	// counts a closed channel's letters once (Topic.Stats).
+	if err := ch.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := tool(t, "", "dead", "purge", "-all", "-channel", "billing", dir); code != 1 || !strings.Contains(out, "stop it first") {
+		t.Fatalf("dead purge of a closed channel of an open topic (%d):\n%s", code, out)
+	}
 	if err := tp.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -135,4 +147,60 @@ func TestDeadCommandTopic(t *testing.T) {
 	if out, code := tool(t, "", "dead", "list", "-channel", "billing", dir); code != 0 || !strings.Contains(out, "no dead letters") {
 		t.Fatalf("dead list after the redrive (%d):\n%s", code, out)
 	}
+}
+
+// TestDeadListDamage: list reports a record that is not a dead letter and
+// one that fails its checksum, each on its own line with its seq, lists
+// the letters around them, and exits 1 with a count of the damage.
+func TestDeadListDamage(t *testing.T) {
+	dir, ids := deadFixture(t)
+	store := filepath.Join(dir, spillq.DeadDir)
+	q, err := diskqueue.Open(store, diskqueue.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []string{"junk", "flip-me-please", "also junk"} {
+		if err := q.Put(context.Background(), []byte(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := q.Close(); err != nil {
+		t.Fatal(err)
+	}
+	seg := filepath.Join(store, "00000000000000000000.log")
+	b, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := bytes.Index(b, []byte("flip-me-please"))
+	if i < 0 {
+		t.Fatal("the record to damage is not in the segment")
+	}
+	b[i] ^= 0xff
+	if err := os.WriteFile(seg, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code := tool3(t, "", "dead", "list", dir)
+	if code != 1 || strings.Count(stdout, "\n") != 3 || !strings.Contains(stdout, ids[2].String()+" seq=2") {
+		t.Fatalf("dead list of a damaged store (%d):\n%s%s", code, stdout, stderr)
+	}
+	want := []string{
+		"spillq dead list: seq 3: not a dead-letter record: 4 bytes, the header alone is 32",
+		"spillq dead list: corrupt data: segment 00000000000000000000.log offset 320: records 4..4 skipped: checksum mismatch",
+		"spillq dead list: seq 5: not a dead-letter record: 9 bytes, the header alone is 32",
+		"spillq dead list: 3 damaged record(s), reported above",
+	}
+	lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
+	if len(lines) != len(want) {
+		t.Fatalf("dead list of a damaged store: stderr\n%s\nwant %d lines", stderr, len(want))
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(lines[i], w) {
+			t.Fatalf("dead list of a damaged store: stderr line %d %q, want it to begin %q", i, lines[i], w)
+		}
+	}
+	if !strings.Contains(lines[1], "corrupt data") {
+		t.Fatalf("dead list: the record that fails its checksum: %q", lines[1])
+	}
+	t.Logf("stderr:\n%s", stderr)
 }
