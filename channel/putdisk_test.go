@@ -32,7 +32,7 @@ func diskChannel(t *testing.T, opts channel.Options) (*channel.Channel, *diskque
 	return c, dq
 }
 
-// stored returns the message Put stored in record seq of dq.
+// storedAt returns the message in record seq of dq, and the record.
 func storedAt(t *testing.T, dq *diskqueue.Queue, seq uint64) (*channel.Message, diskqueue.Record) {
 	t.Helper()
 	rec, err := dq.ReadAt(seq)
@@ -134,5 +134,34 @@ func TestPutDiskEnvelopes(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestPutBackUnstamped checks that a message put back with the zero
+// Timestamp is stamped when stored, over a diskqueue.Log (by the log) and
+// over another Log (by the channel), rather than stored with the zero
+// Time's nanoseconds, which are not a time.
+func TestPutBackUnstamped(t *testing.T) {
+	ctx := context.Background()
+	// Both clocks, the log's and the channel's, start after this.
+	start := time.Now()
+	disk, _ := diskChannel(t, channel.Options{})
+	mem, err := channel.New(channel.Options{Backend: newMemStore().store()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	for name, c := range map[string]*channel.Channel{"disk": disk, "other": mem} {
+		if errs := c.PutBack(ctx, []*channel.Message{channel.NewMessage(7, []byte("back"), time.Time{}, 3, nil)}); errs[0] != nil {
+			t.Fatalf("%s: %v", name, errs[0])
+		}
+		m, err := c.Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.ID != 7 || m.Timestamp.Before(start) || m.Timestamp.After(time.Now()) {
+			t.Fatalf("%s: put back unstamped after %v: delivered %v stamped %v", name, start, m.ID, m.Timestamp)
+		}
+		m.Finish()
 	}
 }
