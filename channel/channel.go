@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/spillq/spillq/diskqueue"
 	"github.com/spillq/spillq/internal/histogram"
 )
 
@@ -22,6 +23,9 @@ type Channel struct {
 	// topic's channel. numbered says it numbers its records (see Log).
 	backend  Log
 	numbered bool
+	// disk is the backend when it is a diskqueue.Log, which Puts hand the
+	// envelope's header apart from the body (putDisk); nil otherwise.
+	disk *diskqueue.Log
 	// src is where the pump reads: the backend's Cursor, or a topic's
 	// channel's cursor over the topic's log. Nil: memory only.
 	src Cursor
@@ -242,6 +246,7 @@ func newChannel(opts Options, src Cursor, fan *Fanout, storeErr error) (*Channel
 	if err := c.checkStores(); err != nil {
 		return nil, err
 	}
+	c.disk, _ = c.backend.(*diskqueue.Log)
 	c.maxBody = math.MaxInt
 	if c.backend != nil {
 		if c.minBody, c.maxBody, err = bodyLimits(c.backend); err != nil {

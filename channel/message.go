@@ -28,7 +28,7 @@ func (id ID) String() string {
 type Message struct {
 	ID        ID
 	Body      []byte
-	Timestamp time.Time // when the message was first Put
+	Timestamp time.Time // when the message was first Put (to a diskqueue.Log: see FORMAT.md's put time)
 	Attempts  uint16    // deliveries so far, this one included
 
 	// Owned by the channel; guarded by its in-flight shard's lock while in
@@ -110,6 +110,7 @@ const (
 	envFlagKey      = 1 << 2
 	envKnownFlags   = envFlagDue | envFlagExpires | envFlagKey
 	envFixedSize    = 20
+	envStampAt      = 12 // where the timestamp is
 )
 
 // MaxKeyBytes is the longest key a message may carry ([PutOptions].Key).
@@ -138,6 +139,12 @@ const (
 )
 
 func appendEnvelope(dst []byte, m *Message) []byte {
+	return append(appendEnvelopeHead(dst, m), m.Body...)
+}
+
+// appendEnvelopeHead appends m's envelope but for the body: what
+// putDisk hands the log to store in front of the body.
+func appendEnvelopeHead(dst []byte, m *Message) []byte {
 	var flags byte
 	if m.due != 0 {
 		flags |= envFlagDue
@@ -162,7 +169,7 @@ func appendEnvelope(dst []byte, m *Message) []byte {
 		dst = binary.BigEndian.AppendUint16(dst, uint16(len(m.Key)))
 		dst = append(dst, m.Key...)
 	}
-	return append(dst, m.Body...)
+	return dst
 }
 
 // envelopeHasDue reports whether b is an envelope that carries a due time,

@@ -14,8 +14,9 @@ var ErrNoBackend = errors.New("channel: no backend to put messages back in")
 
 // PutBack stores messages that left the channel (dead letters an operator
 // redrives) in it again, to be delivered from their first attempt: each
-// keeps its ID, Key, Body and Timestamp (when it was first put); its
-// Attempts, due time and expiry are not kept. It returns one error per
+// keeps its ID, Key, Body and Timestamp (when it was first put; one with
+// the zero Timestamp is stamped when stored); its Attempts, due time and
+// expiry are not kept. It returns one error per
 // message, nil once that message is stored and durable: stored, then made
 // durable by the store's Sync (one for the whole batch), so a caller that
 // deletes its own copy of a message only after a nil loses none in a crash

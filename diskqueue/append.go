@@ -111,24 +111,27 @@ const prefetchAhead = 256
 // file was cut short or failed underneath the queue. It is sticky.
 var errFault = errors.New("diskqueue: fault writing a mapped segment file (was it truncated or removed by another process?)")
 
-// appendLocked writes one record to the active segment, rotating first if
-// it is full, and returns its seq. The caller holds l.mu. On an error
-// nothing of the record is left behind: ErrDiskFull (wrapping ENOSPC) comes
-// before a byte is written; a failed write(2) is cut back.
-func (l *Log) appendLocked(flags byte, stored []byte) (seq uint64, err error) {
-	n := int64(frameSize(len(stored)))
+// appendLocked writes one record, head (nil for none) followed by stored,
+// to the active segment, rotating first if it is full, and returns its seq
+// and timestamp; the timestamp also goes in the 8 bytes at stampAt of the
+// record's body unless stampAt is negative (PutWithHead). The caller holds
+// l.mu. On an error nothing of the record is left behind: ErrDiskFull
+// (wrapping ENOSPC) comes before a byte is written; a failed write(2) is
+// cut back.
+func (l *Log) appendLocked(flags byte, head, stored []byte, stampAt int) (seq uint64, ts int64, err error) {
+	n := int64(frameSize(len(head) + len(stored)))
 	if t := l.t; t.punched || t.size > fileHeaderSize && (t.size+n > l.opts.MaxSegmentBytes || t.end-t.seg.base >= t.ackCap || t.timeFull()) {
 		if err := l.rotateLocked(); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	}
 	t := l.t
-	ts := l.stampLocked()
+	ts = l.stampLocked()
 	seq = t.end
 	maxTime := max(t.maxTime, ts)
 	timeEntry := t.lastTimeSeq == maxSeq || t.size-t.lastTimeOff >= timeIndexIntervalBytes
 	if err := l.reserve(t, n, timeEntry); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if t.mapped {
 		// A fault on the mapping (the file cut short by another process,
@@ -142,7 +145,7 @@ func (l *Log) appendLocked(flags byte, stored []byte) (seq uint64, err error) {
 			}
 		}()
 		if n < bigFrame {
-			encodeRecord(t.log.m[t.size:t.size+n], flags, seq, ts, stored)
+			encodeFrame(t.log.m[t.size:t.size+n], flags, seq, ts, head, stored, stampAt)
 			t.copied = true
 			if ahead := t.size + n + prefetchAhead; ahead < int64(len(t.log.m)) {
 				prefetchWrite(&t.log.m[ahead])
@@ -152,17 +155,17 @@ func (l *Log) appendLocked(flags byte, stored []byte) (seq uint64, err error) {
 			// file, which the mapping shares: the kernel copies it into
 			// the page cache without the page faults a copy into fresh
 			// pages of the mapping takes (see bigFrame).
-			t.scratch = appendRecord(t.scratch[:0], flags, seq, ts, stored)
+			t.scratch = appendFrame(t.scratch[:0], flags, seq, ts, head, stored, stampAt)
 			if _, err := t.log.f.WriteAt(t.scratch, t.size); err != nil {
 				err = fmt.Errorf("diskqueue: write %s: %w", t.seg.path(logSuffix), err)
 				l.failLocked(err)
-				return 0, err
+				return 0, 0, err
 			}
 		}
 	} else {
-		t.scratch = appendRecord(t.scratch[:0], flags, seq, ts, stored)
+		t.scratch = appendFrame(t.scratch[:0], flags, seq, ts, head, stored, stampAt)
 		if err := t.log.write(t.size, t.scratch); err != nil {
-			return 0, l.undoLocked(t, fmt.Errorf("diskqueue: write %s: %w", t.seg.path(logSuffix), err))
+			return 0, 0, l.undoLocked(t, fmt.Errorf("diskqueue: write %s: %w", t.seg.path(logSuffix), err))
 		}
 	}
 	l.crashPoint("index-flush")
@@ -171,13 +174,13 @@ func (l *Log) appendLocked(flags byte, stored []byte) (seq uint64, err error) {
 	// repaired at Open if a crash came between.
 	if !l.opts.noIndexForTesting {
 		if err := t.index.putEntry(t.indexSize, uint32(t.size)); err != nil {
-			return 0, l.undoLocked(t, fmt.Errorf("diskqueue: write %s: %w", t.seg.path(indexSuffix), err))
+			return 0, 0, l.undoLocked(t, fmt.Errorf("diskqueue: write %s: %w", t.seg.path(indexSuffix), err))
 		}
 		t.indexSize += indexEntrySize
 		if timeEntry {
 			if err := t.timeIdx.write(t.timeSize, appendTimeEntry(nil, maxTime, seq)); err != nil {
 				t.indexSize -= indexEntrySize
-				return 0, l.undoLocked(t, fmt.Errorf("diskqueue: write %s: %w", t.seg.path(timeIndexSuffix), err))
+				return 0, 0, l.undoLocked(t, fmt.Errorf("diskqueue: write %s: %w", t.seg.path(timeIndexSuffix), err))
 			}
 			t.timeSize += timeIndexEntrySize
 			t.lastTimeOff, t.lastTimeSeq = t.size, seq
@@ -194,7 +197,7 @@ func (l *Log) appendLocked(flags byte, stored []byte) (seq uint64, err error) {
 	t.unaccounted += n + t.indexSize - indexSize + t.timeSize - timeSize +
 		int64(t.seg.bitmaps.Load())*(ackFileSize(t.end-base)-ackFileSize(seq-base))
 	l.publishLocked(t, timeEntry) // and so nextSeq
-	return seq, nil
+	return seq, ts, nil
 }
 
 // reserve preallocates room for a frame of n bytes, its index entry and, if

@@ -62,6 +62,15 @@ func (l *Log) stampLocked() int64 {
 	return l.readClockLocked()
 }
 
+// readClock is a reading of the log's clock taken now, without l.mu and
+// without touching the reading Puts share.
+func (l *Log) readClock() int64 {
+	if l.opts.clockForTesting != nil {
+		return l.opts.clockForTesting().UnixNano()
+	}
+	return l.startedNano + int64(time.Since(l.started))
+}
+
 // readClockLocked takes a new reading: the wall clock at Open plus the
 // monotonic time since, immune to the wall clock stepping while the log is
 // open (adding nanoseconds, not time.Time.Add, is the same sum without

@@ -3,6 +3,7 @@
 package diskqueue
 
 import (
+	"encoding/binary"
 	"hash/crc32"
 
 	"golang.org/x/sys/cpu"
@@ -33,6 +34,28 @@ func recordCRC(frame []byte, length uint32, flags byte, seq uint64, ts int64, bo
 		return frameCRC(frame)
 	}
 	c := crcHeaderSSE42(length, flags, seq, uint64(ts))
+	if len(body) < shortCRC {
+		return crcUpdateSSE42(c, body)
+	}
+	return crc32.Update(c, crcTable, body)
+}
+
+// recordCRCParts is recordCRC of a frame whose body encodeFrame wrote from
+// head, with ts at stampAt unless that is negative, and body: each part
+// from the caller's memory, as recordCRC's body is, not out of the frame.
+func recordCRCParts(frame []byte, length uint32, flags byte, seq uint64, ts int64, head []byte, stampAt int, body []byte) uint32 {
+	if !haveCRC32 {
+		return frameCRC(frame)
+	}
+	c := crcHeaderSSE42(length, flags, seq, uint64(ts))
+	if stampAt >= 0 {
+		var stamp [8]byte
+		binary.BigEndian.PutUint64(stamp[:], uint64(ts))
+		c = crcUpdateSSE42(c, head[:stampAt])
+		c = crcUpdateSSE42(c, stamp[:])
+		head = head[stampAt+8:]
+	}
+	c = crcUpdateSSE42(c, head)
 	if len(body) < shortCRC {
 		return crcUpdateSSE42(c, body)
 	}

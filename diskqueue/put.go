@@ -2,6 +2,7 @@ package diskqueue
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -42,11 +43,59 @@ func (l *Log) PutSeq(ctx context.Context, body []byte) (uint64, error) {
 	if l.opts.Compress {
 		stored[0], flags[0] = compress(body)
 	}
-	n, seq, err := l.putRecords(ctx, flags[:], stored[:])
+	n, seq, _, err := l.putRecords(ctx, flags[:], nil, stored[:], -1)
 	if n == 0 {
 		return 0, err
 	}
 	return seq, err
+}
+
+// PutWithHead is [Log.PutSeq] of the record whose body is head followed
+// by body, copied into the log from the two without being joined first:
+// for a caller that wraps bodies in a header of its own. It does not keep
+// head or body.
+//
+// If stampAt is not negative, the record stores, in the 8 bytes at
+// stampAt (which must lie inside head), the time it is stamped with as
+// Unix nanoseconds, big-endian, in place of what head holds there, and
+// PutWithHead returns that time as ts: a caller that keeps a timestamp in
+// its header has it without a clock read of its own. It is the record's
+// timestamp (see [Record].Time), read from the log's clock, which lets one
+// reading stamp the records put soon after it: a reading taken before the
+// Put returned, at most about a millisecond older than the Put. With
+// Options.Compress the header is stamped with a reading of its own before
+// it is compressed. Otherwise (stampAt negative) ts is 0.
+func (l *Log) PutWithHead(ctx context.Context, head, body []byte, stampAt int) (seq uint64, ts int64, err error) {
+	if stampAt >= 0 && stampAt+8 > len(head) {
+		return 0, 0, fmt.Errorf("%w: timestamp at %d of a %d-byte head", ErrInvalidOptions, stampAt, len(head))
+	}
+	if n := len(head) + len(body); n > l.opts.MaxRecordBytes || n < l.opts.MinRecordBytes {
+		return 0, 0, l.bodySizeError(n)
+	}
+	if l.readOnly {
+		return 0, 0, ErrReadOnly
+	}
+	var flags [1]byte
+	stored := [1][]byte{body}
+	if l.opts.Compress {
+		// Compressed, the stamp cannot be patched in under the lock: the
+		// record is joined, stamped now and compressed as PutSeq's is.
+		joined := append(append(make([]byte, 0, len(head)+len(body)), head...), body...)
+		if stampAt >= 0 {
+			ts = l.readClock()
+			binary.BigEndian.PutUint64(joined[stampAt:], uint64(ts))
+		}
+		stored[0], flags[0] = compress(joined)
+		head, stampAt = nil, -1
+	}
+	n, seq, stamp, err := l.putRecords(ctx, flags[:], head, stored[:], stampAt)
+	if n == 0 {
+		return 0, 0, err
+	}
+	if stampAt >= 0 {
+		ts = stamp
+	}
+	return seq, ts, err
 }
 
 // PutBatch appends a copy of each of bodies, in order, as consecutive
@@ -83,7 +132,7 @@ func (l *Log) PutBatch(ctx context.Context, bodies [][]byte) (int, error) {
 			stored[i], flags[i] = compress(body)
 		}
 	}
-	n, _, err := l.putRecords(ctx, flags, stored)
+	n, _, _, err := l.putRecords(ctx, flags, nil, stored, -1)
 	return n, err
 }
 
@@ -91,16 +140,16 @@ func (l *Log) PutBatch(ctx context.Context, bodies [][]byte) (int, error) {
 // enough to be inlined into Put.
 func (l *Log) checkBody(body []byte) error {
 	if len(body) > l.opts.MaxRecordBytes || len(body) < l.opts.MinRecordBytes {
-		return l.bodySizeError(body)
+		return l.bodySizeError(len(body))
 	}
 	return nil
 }
 
-func (l *Log) bodySizeError(body []byte) error {
-	if n := len(body); n > l.opts.MaxRecordBytes {
+func (l *Log) bodySizeError(n int) error {
+	if n > l.opts.MaxRecordBytes {
 		return fmt.Errorf("%w: %d bytes, limit %d", ErrRecordTooLarge, n, l.opts.MaxRecordBytes)
 	}
-	return fmt.Errorf("%w: %d bytes, minimum %d", ErrRecordTooSmall, len(body), l.opts.MinRecordBytes)
+	return fmt.Errorf("%w: %d bytes, minimum %d", ErrRecordTooSmall, n, l.opts.MinRecordBytes)
 }
 
 // compress returns what a record of body stores: body snappy-compressed,
@@ -116,13 +165,16 @@ func compress(body []byte) ([]byte, byte) {
 // flags[i]; flags may be nil for none) in order, as many as fit per
 // acquisition of l.mu, waiting for space between acquisitions with
 // BlockWhenFull, and then waits once, as the sync policy says, for the
-// last of them. It returns how many it stored and the first error.
-func (l *Log) putRecords(ctx context.Context, flags []byte, stored [][]byte) (n int, last uint64, err error) {
+// last of them. It returns how many it stored, the last one's seq and
+// timestamp, and the first error. Each record is head (nil for none)
+// followed by stored[i], stamped at stampAt of it unless that is negative
+// (PutWithHead).
+func (l *Log) putRecords(ctx context.Context, flags []byte, head []byte, stored [][]byte, stampAt int) (n int, last uint64, lastTS int64, err error) {
 	if l.syncAlways && !l.opts.NoSync {
 		// A ctx that has ended stores nothing: stored, the records would
 		// come back with ErrNotDurable, their Put neither done nor undone.
 		if err := ctx.Err(); err != nil {
-			return 0, 0, fmt.Errorf("diskqueue: put: %w", err)
+			return 0, 0, 0, fmt.Errorf("diskqueue: put: %w", err)
 		}
 	}
 	waited := false
@@ -136,7 +188,7 @@ func (l *Log) putRecords(ctx context.Context, flags []byte, stored [][]byte) (n 
 		from := n
 		budget := false // the disk budget (not the file system) is spent
 		for n < len(stored) {
-			if err = l.fullLocked(int64(frameSize(len(stored[n])))); err != nil {
+			if err = l.fullLocked(int64(frameSize(len(head) + len(stored[n])))); err != nil {
 				budget = true
 				break
 			}
@@ -145,10 +197,11 @@ func (l *Log) putRecords(ctx context.Context, flags []byte, stored [][]byte) (n 
 				f = flags[n]
 			}
 			var seq uint64
-			if seq, err = l.appendLocked(f, stored[n]); err != nil {
+			var ts int64
+			if seq, ts, err = l.appendLocked(f, head, stored[n], stampAt); err != nil {
 				break
 			}
-			last = seq
+			last, lastTS = seq, ts
 			n++
 		}
 		// Woken once, as the count crosses the policy: the writer resets it
@@ -180,7 +233,7 @@ func (l *Log) putRecords(ctx context.Context, flags []byte, stored [][]byte) (n 
 		if !full {
 			break
 		}
-		if drop && l.dropForRoom(ctx, int64(frameSize(len(stored[n])))) {
+		if drop && l.dropForRoom(ctx, int64(frameSize(len(head)+len(stored[n])))) {
 			continue // there is room now, made by the drop-when-full policy or not (discard.go)
 		}
 		if !l.opts.BlockWhenFull {
@@ -208,7 +261,7 @@ func (l *Log) putRecords(ctx context.Context, flags []byte, stored [][]byte) (n 
 		waited = true
 	}
 	if n == 0 || !l.syncAlways || l.opts.NoSync {
-		return n, last, err
+		return n, last, lastTS, err
 	}
 	if serr := l.waitSynced(ctx, last+1, 0, false); serr != nil {
 		if cerr := ctx.Err(); cerr != nil && errors.Is(serr, cerr) {
@@ -217,11 +270,11 @@ func (l *Log) putRecords(ctx context.Context, flags []byte, stored [][]byte) (n 
 			serr = fmt.Errorf("diskqueue: put: %w", serr)
 		}
 		if err == nil {
-			return n, last, serr
+			return n, last, lastTS, serr
 		}
-		return n, last, errors.Join(err, serr)
+		return n, last, lastTS, errors.Join(err, serr)
 	}
-	return n, last, err
+	return n, last, lastTS, err
 }
 
 // acceptingLocked returns why the queue takes no more writes: closed, or a

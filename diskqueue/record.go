@@ -74,29 +74,52 @@ func frameSize(n int) int { return recordHeaderSize + n }
 // length (int32 BE) counts every byte after itself; the CRC covers the length
 // bytes and every byte after the CRC, so a zeroed header never checks out.
 func appendRecord(dst []byte, flags byte, seq uint64, ts int64, body []byte) []byte {
+	return appendFrame(dst, flags, seq, ts, nil, body, -1)
+}
+
+// appendFrame is appendRecord of the body head followed by body, stamped
+// with ts at stampAt of it unless stampAt is negative (encodeFrame).
+func appendFrame(dst []byte, flags byte, seq uint64, ts int64, head, body []byte, stampAt int) []byte {
 	start := len(dst)
-	n := frameSize(len(body))
+	n := frameSize(len(head) + len(body))
 	if cap(dst)-start < n {
 		grown := make([]byte, start, 2*cap(dst)+n)
 		copy(grown, dst)
 		dst = grown
 	}
 	dst = dst[:start+n]
-	encodeRecord(dst[start:], flags, seq, ts, body)
+	encodeFrame(dst[start:], flags, seq, ts, head, body, stampAt)
 	return dst
 }
 
 // encodeRecord writes the frame of one record into frame, which must be
-// exactly frameSize(len(body)) bytes: the append path encodes straight into
-// the mapped log with it.
+// exactly frameSize(len(body)) bytes.
 func encodeRecord(frame []byte, flags byte, seq uint64, ts int64, body []byte) {
+	encodeFrame(frame, flags, seq, ts, nil, body, -1)
+}
+
+// encodeFrame writes the frame of the record whose body is head followed
+// by body into frame, which must be exactly frameSize(len(head)+len(body))
+// bytes, and, unless stampAt is negative, ts at stampAt of the body
+// (PutWithHead): the append path encodes straight into the mapped log with
+// it, so a caller's header costs no copy of its own.
+func encodeFrame(frame []byte, flags byte, seq uint64, ts int64, head, body []byte, stampAt int) {
 	length := uint32(len(frame) - lengthSize)
 	binary.BigEndian.PutUint32(frame[0:4], length)
 	frame[8] = flags
 	binary.BigEndian.PutUint64(frame[9:17], seq)
 	binary.BigEndian.PutUint64(frame[17:25], uint64(ts))
-	copy(frame[recordHeaderSize:], body)
-	binary.BigEndian.PutUint32(frame[4:8], recordCRC(frame, length, flags, seq, ts, body))
+	if len(head) == 0 {
+		copy(frame[recordHeaderSize:], body)
+		binary.BigEndian.PutUint32(frame[4:8], recordCRC(frame, length, flags, seq, ts, body))
+		return
+	}
+	stored := frame[recordHeaderSize:]
+	copy(stored[copy(stored, head):], body)
+	if stampAt >= 0 {
+		binary.BigEndian.PutUint64(stored[stampAt:], uint64(ts))
+	}
+	binary.BigEndian.PutUint32(frame[4:8], recordCRCParts(frame, length, flags, seq, ts, head, stampAt, body))
 }
 
 // crcSlice4 are the tables of CRC-32C slicing by 4: crcSlice4[k][b] is
