@@ -3,6 +3,7 @@ package channel_test
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -82,8 +83,9 @@ func TestBatchReachesEveryWaitingReceiver(t *testing.T) {
 	})
 }
 
-// More than the read-ahead holds, in batches: the pump waits for room
-// and is woken for it, and put order holds through the wait.
+// More than the read-ahead holds, in batches: the receiver reads past
+// the read-ahead itself, batch after batch, and put order holds across
+// them.
 func TestReadAheadFullKeepsOrder(t *testing.T) {
 	const n = 1000
 	b := &batchBackend{memStore: newMemStore(), open: make(chan struct{})}
@@ -151,4 +153,85 @@ func TestReadAheadTwoReceiversEachMessageOnce(t *testing.T) {
 			t.Fatalf("message %q delivered %d times", body, k)
 		}
 	}
+}
+
+// countedReads is a Cursor that counts the reads that returned records:
+// the pump's, made with a ctx that may wait, and those made with a done
+// ctx, a receiver's own.
+type countedReads struct {
+	channel.Cursor
+	pump, direct *atomic.Int64
+}
+
+func (c countedReads) ReadBatch(ctx context.Context, dst []diskqueue.Record) (int, error) {
+	direct := ctx.Err() != nil
+	n, err := c.Cursor.ReadBatch(ctx, dst)
+	if n > 0 {
+		if direct {
+			c.direct.Add(1)
+		} else {
+			c.pump.Add(1)
+		}
+	}
+	return n, err
+}
+
+// A receiver that finds nothing ready reads the backend itself: a backlog
+// drains without a hand-off from the pump, which reads only for receivers
+// that wait (and once at New).
+func TestReceiverReadsTheBacklogItself(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const n = 3*32 + 5
+		st := newMemStore().store()
+		var pump, direct atomic.Int64
+		st.Cursor = countedReads{st.Cursor, &pump, &direct}
+		c := newChannel(t, channel.Options{Backend: st})
+		defer c.Close()
+		want := seq(n)
+		put(t, c, want...)
+		synctest.Wait() // the pump has read what it found, and waits to be asked
+		for i := range n {
+			m, err := c.TryReceive()
+			if err != nil {
+				t.Fatalf("TryReceive %d: %v", i, err)
+			}
+			if string(m.Body) != want[i] {
+				t.Fatalf("message %d: got %q, want %q", i, m.Body, want[i])
+			}
+			if err := m.Finish(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if p, d := pump.Load(), direct.Load(); p != 1 || d == 0 {
+			t.Fatalf("the pump read %d times and the receiver %d: want the pump once (at New), the receiver the rest", p, d)
+		}
+	})
+}
+
+// A read that leaves nothing for consumers (a deferred record) does not
+// end the pump's errand: the receiver that asked still gets the message
+// put next, not the deferred one when it comes due.
+func TestPumpReadsOnPastDeferredRecords(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newChannel(t, channel.Options{Backend: newMemStore().store()})
+		defer c.Close()
+		// The pump's read at New is used up, so that it reads below only
+		// as the receiver asks.
+		put(t, c, "first")
+		synctest.Wait() // in the read-ahead: taken without asking
+		if m := await(t, c); string(m.Body) != "first" {
+			t.Fatalf("got %q, want %q", m.Body, "first")
+		}
+		got := make(chan *channel.Message, 1)
+		go func() { got <- await(t, c) }()
+		synctest.Wait() // the receiver waits, and has asked once for a read
+		if err := c.PutWith(context.Background(), []byte("later"), channel.PutOptions{Delay: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // read and deferred
+		put(t, c, "now")
+		if m := <-got; string(m.Body) != "now" {
+			t.Fatalf("got %q, want %q", m.Body, "now")
+		}
+	})
 }
