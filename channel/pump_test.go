@@ -224,11 +224,17 @@ func TestPumpReadsOnPastDeferredRecords(t *testing.T) {
 		}
 		got := make(chan *channel.Message, 1)
 		go func() { got <- await(t, c) }()
-		synctest.Wait() // the receiver waits, and has asked once for a read
-		if err := c.PutWith(context.Background(), []byte("later"), channel.PutOptions{Delay: time.Hour}); err != nil {
-			t.Fatal(err)
+		synctest.Wait() // the receiver waits, and has asked for a read
+		// Two deferred records, read one at a time: the pump may hold a
+		// second request (the receiver asks at each wait, and the read
+		// of "first" left a token on the bell that woke it once), which
+		// the second read uses up.
+		for _, body := range []string{"later", "later still"} {
+			if err := c.PutWith(context.Background(), []byte(body), channel.PutOptions{Delay: time.Hour}); err != nil {
+				t.Fatal(err)
+			}
+			synctest.Wait() // read and deferred
 		}
-		synctest.Wait() // read and deferred
 		put(t, c, "now")
 		if m := <-got; string(m.Body) != "now" {
 			t.Fatalf("got %q, want %q", m.Body, "now")
