@@ -172,13 +172,14 @@
 //   - pump (pump.go): started by New over a Cursor. Reads records into the
 //     read-ahead for receivers that wait (a receiver that finds nothing
 //     reads the backend itself first, readDirect), moving deferred ones to
-//     the timer store or the deferred heap (dispatch): once at New, then
-//     when a waiting receiver asks (readAhead.want), reading again while
-//     a read leaves nothing for consumers. Ends when closeCh closes while
-//     it waits to be asked, or when a read fails after Close (closeCtx).
-//     It hands over every batch it reads whole (the read-ahead is empty
-//     when a reader fills it), so Close finds what was read and not
-//     taken in the read-ahead alone.
+//     the timer store or the deferred heap (dispatch): from New on while
+//     its reads find the Cursor caught up or leave nothing for consumers
+//     and the read-ahead has room, then again when a waiting receiver
+//     asks (readAhead.want). Ends when closeCh closes while it waits to be
+//     asked, or when a read fails after Close (closeCtx). It hands over
+//     every batch it reads whole (a reader reads only with room for a
+//     batch), so Close finds what was read and not taken in the
+//     read-ahead alone.
 //   - clock (clock.go): started by New. Each of its duties is a due time
 //     in one select: it times out messages in flight (a ticker), releases
 //     deferred ones when due, and, with a timer store, settles the moves

@@ -22,9 +22,10 @@ const readWarnChange = 10 * time.Second
 // backendReader is the state of reading the backend, all under mu: one
 // reader at a time, the pump or a receiver (readDirect), reads a batch,
 // decodes it and puts what goes to consumers in the read-ahead before it
-// lets go. So reads hand out records in the Cursor's order, and a reader
-// that holds mu and finds the read-ahead empty knows nothing read before
-// its own read is waiting there.
+// lets go, and reads only with room there for a whole batch. So reads
+// hand out records in the Cursor's order, and a reader that holds mu and
+// finds the read-ahead empty knows nothing read before its own read is
+// waiting there.
 //
 // Receivers only ever TryLock mu; the pump alone waits for it, and holds
 // it while its read waits for records: nothing waits on a goroutine
@@ -38,6 +39,7 @@ type backendReader struct {
 	// kept after Finish keeps its block too, as its body keeps its slab.
 	block []Message
 	last  uint64 // the seq of the last record of the last read
+	full  bool   // the last read filled recs: the Cursor may hold more
 
 	warned    time.Time // the last warning of a failed read
 	warnedErr string    // what it said
@@ -49,13 +51,15 @@ type backendReader struct {
 // first message and leaves the rest in the read-ahead, in order, for the
 // next takers. A backlog drains without a hand-off between goroutines.
 //
-// The pump reads for receivers that wait: a receiver about to wait (take)
-// asks for a read (readAhead.want), and the pump reads, waiting for
-// records if there are none, puts them in the read-ahead and rings its
-// bell. It reads once at New without being asked, and reads again without
-// being asked after a read that left nothing for consumers (deferred,
-// stale or bad records), so deferred records are moved on and a waiting
-// receiver's request stands until a message comes of it.
+// The pump reads for receivers that wait: it waits for records when there
+// are none, puts them in the read-ahead and rings its bell. It reads on
+// while its reads find the Cursor caught up (fewer records than a batch:
+// it is the one waiting for the next ones, as with a producer feeding
+// receivers that keep up) or leave nothing for consumers (deferred, stale
+// or bad records, so deferred records are moved on), and while the
+// read-ahead has room for a batch. After a full batch (a backlog, which
+// the receivers read themselves) or with no room, it waits until a
+// receiver about to wait (take) asks for a read (readAhead.want).
 //
 // Order across the sources is put order (see the package doc): memory
 // holds only messages older than any in the backend, since Put sends to
@@ -75,9 +79,9 @@ func (c *Channel) pump() {
 	r := &c.reader
 	for {
 		r.mu.Lock()
-		if c.ahead.len() > 0 {
-			// A direct read since the request left messages there, and
-			// rang for them.
+		if c.ahead.len() > aheadSize-pumpBatch {
+			// No room for a batch: the receivers have this much to take
+			// first, and ask once they have taken it all.
 			r.mu.Unlock()
 		} else {
 			msgs, err := c.readBatch(c.closeCtx)
@@ -99,9 +103,12 @@ func (c *Channel) pump() {
 			}
 			c.ahead.push(msgs)
 			c.readDone(len(msgs))
+			full := r.full
 			r.mu.Unlock()
-			if len(msgs) == 0 {
-				continue // nothing for consumers yet: the request stands
+			if len(msgs) == 0 || !full {
+				// Nothing for consumers yet (the request stands), or
+				// caught up with the Cursor: wait for its next records.
+				continue
 			}
 		}
 		select {
@@ -158,6 +165,7 @@ func (c *Channel) readDirect() *Message {
 func (c *Channel) readBatch(ctx context.Context) ([]*Message, error) {
 	r := &c.reader
 	n, err := c.src.ReadBatch(ctx, r.recs[:])
+	r.full = n == len(r.recs)
 	if err != nil {
 		return nil, err
 	}
@@ -294,8 +302,9 @@ func (c *Channel) dispatch(seq uint64, body []byte, gen uint32, slot *Message) *
 	return m
 }
 
-// aheadSize is how many records the read-ahead holds: one read's.
-const aheadSize = pumpBatch
+// aheadSize is how many backend records the read-ahead holds: the pump
+// reads on while it has room for a batch.
+const aheadSize = 128
 
 // readAhead is the read-ahead of backend records, decoded and waiting for
 // a consumer: a ring a reader (see backendReader) fills a batch at a time
@@ -309,8 +318,8 @@ const aheadSize = pumpBatch
 // 2026-12-01).
 //
 // Only a reader holding backendReader.mu writes tail, after the slots it
-// publishes, and only into an empty ring, so a batch always fits; a
-// consumer reads slot head, then claims it by moving head on. A slot is
+// publishes, and only with room for a whole batch, which consumers only
+// add to; a consumer reads slot head, then claims it by moving head on. A slot is
 // written again only once head has passed it, so a consumer that read it
 // before it was overwritten finds head moved and its claim refused.
 //
@@ -345,8 +354,8 @@ func (a *readAhead) len() int {
 	return int(a.tail.Load() - h)
 }
 
-// push appends msgs, at most aheadSize, to the empty ring; the caller
-// holds backendReader.mu.
+// push appends msgs, at most pumpBatch, to a ring with room for
+// pumpBatch; the caller holds backendReader.mu.
 func (a *readAhead) push(msgs []*Message) {
 	if len(msgs) == 0 {
 		return
