@@ -91,9 +91,9 @@ type Channel struct {
 
 	// ahead is the read-ahead of backend records; its chans are nil
 	// without a Cursor. reader is the state of reading the backend into
-	// it (pump.go).
+	// it (pump.go), nil without a Cursor.
 	ahead  readAhead
-	reader backendReader
+	reader *backendReader
 
 	// mu guards the fields below, and every message's state while it is
 	// ready or deferred.
@@ -279,6 +279,7 @@ func newChannel(opts Options, src Cursor, fan *Fanout, storeErr error) (*Channel
 	}
 	if c.src != nil {
 		c.ahead.init()
+		c.reader = new(backendReader)
 		if c.backend != nil {
 			c.diskPending.Store(c.src.Depth())
 			if c.numbered {

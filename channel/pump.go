@@ -76,7 +76,7 @@ type backendReader struct {
 // pump reads the backend for receivers that wait (see above).
 func (c *Channel) pump() {
 	defer c.wg.Done()
-	r := &c.reader
+	r := c.reader
 	for {
 		r.mu.Lock()
 		if c.ahead.len() > aheadSize-pumpBatch {
@@ -129,7 +129,7 @@ func (c *Channel) readDirect() *Message {
 	if c.isClosed.Load() || c.cons.readErr.Load() != nil {
 		return nil
 	}
-	r := &c.reader
+	r := c.reader
 	if !r.mu.TryLock() {
 		return nil
 	}
@@ -163,7 +163,7 @@ func (c *Channel) readDirect() *Message {
 // oldest first, those that go to consumers. The caller holds c.reader.mu,
 // and calls readDone once it has put them where they go.
 func (c *Channel) readBatch(ctx context.Context) ([]*Message, error) {
-	r := &c.reader
+	r := c.reader
 	n, err := c.src.ReadBatch(ctx, r.recs[:])
 	r.full = n == len(r.recs)
 	if err != nil {
@@ -209,7 +209,7 @@ func (c *Channel) readBatch(ctx context.Context) ([]*Message, error) {
 // readDone ends a read of k messages for consumers, once they are where
 // they go. The caller holds c.reader.mu.
 func (c *Channel) readDone(k int) {
-	r := &c.reader
+	r := c.reader
 	clear(r.ready[:k])
 	if c.fan != nil {
 		// After the messages are in ahead: diskDepth counts each there
@@ -221,7 +221,7 @@ func (c *Channel) readDone(k int) {
 // readFailed counts and reports a failed read of the backend. The caller
 // holds c.reader.mu.
 func (c *Channel) readFailed(err error) {
-	r := &c.reader
+	r := c.reader
 	c.cons.readErrors.Add(1)
 	prev := c.cons.readErr.Swap(&err)
 	// A sticky error fails every try: one warning when reads
