@@ -73,13 +73,10 @@ type Channel struct {
 	// Only a channel with a backend counts passes.
 	passMu     sync.Mutex
 	passesSeen int64
-	// passesLooked is the count at the pump's last look (the pump's
-	// own): unchanged, there is nothing to take off, and no lock to take.
+	// passesLooked is the count at the last reader's look (under
+	// reader.mu): unchanged, there is nothing to take off, and no lock
+	// to take.
 	passesLooked int64
-	// unsent is what the pump had read and not handed over when the
-	// channel closed; Close gives it back to a topic's cursor once the
-	// pump has returned.
-	unsent []*Message
 	// diskDeferred counts those of diskPending that are deferred messages,
 	// for Stats.
 	diskDeferred diskDeferred
@@ -96,9 +93,11 @@ type Channel struct {
 	// (see flightList).
 	flights [flightShards]flightList
 
-	// ahead is the pump's read-ahead of backend records; its chans are
-	// nil without a Cursor.
-	ahead readAhead
+	// ahead is the read-ahead of backend records; its chans are nil
+	// without a Cursor. reader is the state of reading the backend into
+	// it (pump.go), nil without a Cursor.
+	ahead  readAhead
+	reader *backendReader
 
 	// mu guards the fields below, and every message's state while it is
 	// ready or deferred.
@@ -139,8 +138,8 @@ type Channel struct {
 	moves   moveQueue
 
 	// jrn is the view of Options.Deliveries; nil without one. jBacklog
-	// is the pump's: the entries New read for records of the Cursor,
-	// by seq (journalBacklog).
+	// is the reader's (under reader.mu): the entries New read for records
+	// of the Cursor, by seq (journalBacklog).
 	jrn      *journal
 	jBacklog []journalEntry
 
@@ -285,6 +284,7 @@ func newChannel(opts Options, src Cursor, fan *Fanout, storeErr error) (*Channel
 	}
 	if c.src != nil {
 		c.ahead.init()
+		c.reader = new(backendReader)
 		if c.backend != nil {
 			c.diskPending.Store(c.src.Depth())
 			if c.numbered {

@@ -154,8 +154,9 @@ drain:
 			break drain
 		}
 	}
-	// What the pump read ahead and did not hand over.
-	ahead = append(c.ahead.drain(), c.unsent...)
+	// What was read ahead and not taken. The pump has returned and the
+	// receivers have left take: no reader holds anything read.
+	ahead = c.ahead.drain()
 	c.lockFlights()
 	c.mu.Lock()
 	held = append(held, c.ready.takeAllLocked()...)

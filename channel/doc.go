@@ -109,6 +109,10 @@
 //   - keyTable.mu (keys.go): the key policy's state, a channel's or a
 //     topic's.
 //   - Channel.passMu: passesSeen and its taking off diskPending.
+//   - backendReader.mu (c.reader.mu, pump.go): reading the backend (the
+//     Cursor's reads, their decoding and dispatch, the journal backlog,
+//     passesLooked) and filling the read-ahead, by the pump or by a
+//     receiver (readDirect), one at a time. Receivers only TryLock it.
 //   - journal.mu: the delivery journal's entries for the timer store.
 //   - seqStore.mu (seqstore.go): a store's acknowledgements and Empty,
 //     which move its Cursor.
@@ -132,6 +136,12 @@
 //     nothing); a refill takes timerSet.putMu and then Channel.mu to merge.
 //   - Fanout.putMu, then Fanout.memMu, then (Join making the channel)
 //     Channel.mu. A channel's Close takes memMu (leave) holding nothing.
+//   - c.reader.mu, then what a read's dispatch takes: timerSet.putMu,
+//     Channel.mu (the deferred heap), c.passMu, journal.mu and the
+//     stores' locks. It is taken holding nothing: by the pump, which
+//     holds it while its read waits for records (ended by closeCtx), and
+//     by receivers in take, with TryLock, so no one waits for it but the
+//     pump.
 //   - keyTable.mu is a leaf but for a topic's table, which asks the log
 //     whether a record is acknowledged under it (the log's locks, see
 //     package diskqueue). c.passMu, journal.mu, seqStore.mu (a store's
@@ -160,10 +170,16 @@
 // waits for after closing closeCh and cancelling closeCtx:
 //
 //   - pump (pump.go): started by New over a Cursor. Reads records into the
-//     read-ahead, moving deferred ones to the timer store or the deferred
-//     heap (dispatch). Ends when closeCh closes while it waits for room
-//     (what it had not handed over stays in c.unsent, which Close gives
-//     back), or when a read fails after Close (closeCtx).
+//     read-ahead for receivers that wait (a receiver that finds nothing
+//     reads the backend itself first, readDirect), moving deferred ones to
+//     the timer store or the deferred heap (dispatch): from New on while
+//     its reads find the Cursor caught up or leave nothing for consumers
+//     and the read-ahead has room, then again when a waiting receiver
+//     asks (readAhead.want). Ends when closeCh closes while it waits to be
+//     asked, or when a read fails after Close (closeCtx). It hands over
+//     every batch it reads whole (a reader reads only with room for a
+//     batch), so Close finds what was read and not taken in the
+//     read-ahead alone.
 //   - clock (clock.go): started by New. Each of its duties is a due time
 //     in one select: it times out messages in flight (a ticker), releases
 //     deferred ones when due, and, with a timer store, settles the moves

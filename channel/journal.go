@@ -169,8 +169,8 @@ func (c *Channel) journalUnspent(m *Message) {
 }
 
 // journalBacklog gives m, read from the Cursor, the attempts the journal
-// counts for its record, and the journal record that says so. Only the
-// pump calls it, in the order of the Cursor's reads: entries for records
+// counts for its record, and the journal record that says so. Only a
+// reader holding c.reader.mu calls it, in the order of the Cursor's reads: entries for records
 // before m's are of records the reads passed (acknowledged before the
 // crash, or discarded), and are acknowledged.
 func (c *Channel) journalBacklog(m *Message) {

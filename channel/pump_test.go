@@ -2,7 +2,9 @@ package channel_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -82,8 +84,9 @@ func TestBatchReachesEveryWaitingReceiver(t *testing.T) {
 	})
 }
 
-// More than the read-ahead holds, in batches: the pump waits for room
-// and is woken for it, and put order holds through the wait.
+// More than the read-ahead holds, in batches: the receiver reads past
+// the read-ahead itself, batch after batch, and put order holds across
+// them.
 func TestReadAheadFullKeepsOrder(t *testing.T) {
 	const n = 1000
 	b := &batchBackend{memStore: newMemStore(), open: make(chan struct{})}
@@ -151,4 +154,85 @@ func TestReadAheadTwoReceiversEachMessageOnce(t *testing.T) {
 			t.Fatalf("message %q delivered %d times", body, k)
 		}
 	}
+}
+
+// countedReads is a Cursor that counts the reads that returned records:
+// the pump's, made with a ctx that may wait, and those made with a done
+// ctx, a receiver's own.
+type countedReads struct {
+	channel.Cursor
+	pump, direct *atomic.Int64
+}
+
+func (c countedReads) ReadBatch(ctx context.Context, dst []diskqueue.Record) (int, error) {
+	direct := ctx.Err() != nil
+	n, err := c.Cursor.ReadBatch(ctx, dst)
+	if n > 0 {
+		if direct {
+			c.direct.Add(1)
+		} else {
+			c.pump.Add(1)
+		}
+	}
+	return n, err
+}
+
+// A receiver that finds nothing ready reads the backend itself: a backlog
+// drains without a hand-off from the pump, which, once the read-ahead has
+// no room for a batch, reads again only for receivers that wait.
+func TestReceiverReadsTheBacklogItself(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const n = 128 + 2*32 + 5 // more than the read-ahead holds
+		st := newMemStore().store()
+		var pump, direct atomic.Int64
+		st.Cursor = countedReads{st.Cursor, &pump, &direct}
+		c := newChannel(t, channel.Options{Backend: st})
+		defer c.Close()
+		want := seq(n)
+		put(t, c, want...)
+		synctest.Wait() // the pump has filled the read-ahead, and waits to be asked
+		for i := range n {
+			m, err := c.TryReceive()
+			if err != nil {
+				t.Fatalf("TryReceive %d: %v", i, err)
+			}
+			if string(m.Body) != want[i] {
+				t.Fatalf("message %d: got %q, want %q", i, m.Body, want[i])
+			}
+			if err := m.Finish(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if d := direct.Load(); d == 0 {
+			t.Fatalf("the pump read %d times and the receiver never: want the receiver to read what the read-ahead did not hold", pump.Load())
+		}
+	})
+}
+
+// A read that leaves nothing for consumers (deferred records, here whole
+// batches of them) does not end the pump's errand: the receiver that
+// asked gets the message put after them, not a deferred one when it comes
+// due.
+func TestPumpReadsOnPastDeferredRecords(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := &batchBackend{memStore: newMemStore(), open: make(chan struct{})}
+		c := newChannel(t, channel.Options{Backend: b.store()})
+		defer c.Close()
+		got := make(chan *channel.Message, 1)
+		go func() { got <- await(t, c) }()
+		synctest.Wait() // the receiver waits, and has asked once for a read
+		// Two full batches: the request is used up by the read of the
+		// first, if the pump needed one to read the second.
+		for i := range 2 * 32 {
+			if err := c.PutWith(context.Background(), fmt.Appendf(nil, "later%d", i), channel.PutOptions{Delay: time.Hour}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		close(b.open)
+		synctest.Wait() // read and deferred
+		put(t, c, "now")
+		if m := <-got; string(m.Body) != "now" {
+			t.Fatalf("got %q, want %q", m.Body, "now")
+		}
+	})
 }

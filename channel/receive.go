@@ -158,11 +158,14 @@ func (c *Channel) giveBack(m *Message) bool {
 var errPaused = errors.New("channel: paused")
 
 // take gets the next message from any source: the ready list, then the
-// memory buffer, then the backend.
+// memory buffer, then the backend: the read-ahead, or a read of its own
+// (readDirect; see pump.go for the delivery model).
 //
 // Receivers take from the ready list themselves rather than through a
 // hand-off from the clock goroutine, so a message requeued by this
-// goroutine a moment ago is already there for its next Receive.
+// goroutine a moment ago is already there for its next Receive; and they
+// read the backend themselves, so a backlog drains without a hand-off
+// from the pump.
 func (c *Channel) take(ctx context.Context) (*Message, error) {
 	for {
 		if m := c.popReady(); m != nil {
@@ -183,9 +186,12 @@ func (c *Channel) take(ctx context.Context) (*Message, error) {
 			return m, nil
 		default:
 		}
-		if held == nil {
+		if held == nil && bell != nil {
 			if m, _ := c.ahead.pop(); m != nil {
 				c.takenAhead(m)
+				return m, nil
+			}
+			if m := c.readDirect(); m != nil {
 				return m, nil
 			}
 		}
@@ -201,6 +207,12 @@ func (c *Channel) take(ctx context.Context) (*Message, error) {
 		paused, unpaused := c.pause.signals()
 		if unpaused != nil {
 			return nil, errPaused
+		}
+		if bell != nil {
+			// Nothing to take, and the read above found nothing, or
+			// another reader held the backend: the pump reads for the
+			// waiters, waiting for records if need be.
+			c.ahead.ask()
 		}
 		if c.takeWaitsForTesting != nil {
 			c.takeWaitsForTesting()
