@@ -242,7 +242,8 @@ func (c *Channel) putFull(ctx context.Context, m *Message) (logged bool, err err
 		c.prod.putFailures.Add(1)
 		return false, ErrFull
 	}
-	c.stampOnce(m)
+	// No backend, so fill stamped m: only a put to a diskqueue.Log waits
+	// for its stamp.
 	select {
 	case c.memCh <- m.kept():
 		return false, nil
