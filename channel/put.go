@@ -382,7 +382,7 @@ const envHeadRoom = 96
 // of a Put to disk), so it is a reading taken before the Put returned, at
 // most about a millisecond older than the Put, as a record's is.
 func (c *Channel) putDisk(ctx context.Context, m *Message) error {
-	if envFixedSize+16+keyOverhead(m.Key) > envHeadRoom {
+	if MaxEnvelopeOverhead+keyOverhead(m.Key) > envHeadRoom {
 		buf := envelopes.Get().(*[]byte)
 		*buf = appendEnvelopeHead((*buf)[:0], m)
 		err := c.putHead(ctx, m, *buf)
