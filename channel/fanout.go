@@ -332,16 +332,13 @@ func (f *Fanout) putKeyed(ctx context.Context, body []byte, po PutOptions, r *Re
 // and returns its seq when the log numbers its records (spillq's, with or
 // without a key policy).
 func (f *Fanout) putOne(ctx context.Context, m *Message) (seq uint64, err error) {
-	buf := envelopes.Get().(*[]byte)
-	*buf = appendEnvelope((*buf)[:0], m)
+	buf := pooledEnvelope(m)
 	if f.numbered {
 		seq, err = f.log.PutSeq(ctx, *buf)
 	} else {
 		err = f.log.Put(ctx, *buf)
 	}
-	if cap(*buf) <= 64<<10 {
-		envelopes.Put(buf)
-	}
+	freeEnvelope(buf)
 	return seq, err
 }
 

@@ -242,7 +242,8 @@ func (c *Channel) putFull(ctx context.Context, m *Message) (logged bool, err err
 		c.prod.putFailures.Add(1)
 		return false, ErrFull
 	}
-	c.stampOnce(m)
+	// No backend, so fill stamped m: only a put to a diskqueue.Log waits
+	// for its stamp.
 	select {
 	case c.memCh <- m.kept():
 		return false, nil
@@ -302,6 +303,22 @@ func (c *Channel) stampOnce(m *Message) {
 // Log.Put does not keep its argument.
 var envelopes = sync.Pool{New: func() any { return new([]byte) }}
 
+// pooledEnvelope returns m's envelope in a buffer of envelopes, which
+// freeEnvelope gives back once the Put has returned.
+func pooledEnvelope(m *Message) *[]byte {
+	buf := envelopes.Get().(*[]byte)
+	*buf = appendEnvelope((*buf)[:0], m)
+	return buf
+}
+
+// freeEnvelope gives buf back to envelopes, unless an outsized body grew
+// it: the pool would keep it alive for bodies that seldom need it.
+func freeEnvelope(buf *[]byte) {
+	if cap(*buf) <= 64<<10 {
+		envelopes.Put(buf)
+	}
+}
+
 func (c *Channel) putBackend(ctx context.Context, m *Message) (logged bool, err error) {
 	c.diskPending.Add(1)
 	if m.due != 0 {
@@ -313,12 +330,9 @@ func (c *Channel) putBackend(ctx context.Context, m *Message) (logged bool, err 
 		err = c.putDisk(bctx, m)
 	} else {
 		c.stampOnce(m)
-		buf := envelopes.Get().(*[]byte)
-		*buf = appendEnvelope((*buf)[:0], m)
+		buf := pooledEnvelope(m)
 		err = c.putEnvelope(bctx, m, *buf)
-		if cap(*buf) <= 64<<10 {
-			envelopes.Put(buf)
-		}
+		freeEnvelope(buf)
 	}
 	release()
 	if !stored(err) {
@@ -368,11 +382,11 @@ const envHeadRoom = 96
 // of a Put to disk), so it is a reading taken before the Put returned, at
 // most about a millisecond older than the Put, as a record's is.
 func (c *Channel) putDisk(ctx context.Context, m *Message) error {
-	if envFixedSize+16+keyOverhead(m.Key) > envHeadRoom {
+	if MaxEnvelopeOverhead+keyOverhead(m.Key) > envHeadRoom {
 		buf := envelopes.Get().(*[]byte)
 		*buf = appendEnvelopeHead((*buf)[:0], m)
 		err := c.putHead(ctx, m, *buf)
-		envelopes.Put(buf)
+		freeEnvelope(buf)
 		return err
 	}
 	var room [envHeadRoom]byte

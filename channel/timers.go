@@ -64,14 +64,11 @@ func (c *Channel) deferToTimers(ctx context.Context, m *Message, due int64) erro
 // tracks it. It returns the record's seq there.
 func (c *Channel) putTimer(ctx context.Context, m *Message) (uint64, error) {
 	t := c.timers
-	buf := envelopes.Get().(*[]byte)
-	*buf = appendEnvelope((*buf)[:0], m)
+	buf := pooledEnvelope(m)
 	t.putMu.RLock()
 	defer t.putMu.RUnlock()
 	seq, err := t.store.put(ctx, *buf)
-	if cap(*buf) <= 64<<10 {
-		envelopes.Put(buf)
-	}
+	freeEnvelope(buf)
 	if !stored(err) {
 		return 0, err
 	}
