@@ -66,6 +66,25 @@ func readSeqs(ctx context.Context, r interface {
 	}
 }
 
+// ackReady reads what q has ready, acknowledging each record as it is
+// read, and returns how many it read.
+func ackReady(t *testing.T, q *Queue) int {
+	t.Helper()
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	n := 0
+	for {
+		rec, err := q.Read(done)
+		if err != nil {
+			return n
+		}
+		if err := q.Ack(rec.Seq); err != nil {
+			t.Fatalf("ack %d: %v", rec.Seq, err)
+		}
+		n++
+	}
+}
+
 // readAcking reads n records from r without waiting and acknowledges
 // those ack says (every one, with ack nil).
 func readAcking(t *testing.T, r interface {
