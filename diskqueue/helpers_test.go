@@ -66,23 +66,42 @@ func readSeqs(ctx context.Context, r interface {
 	}
 }
 
-// ackReady reads what q has ready, acknowledging each record as it is
+// ackReady reads what r has ready, acknowledging each record as it is
 // read, and returns how many it read.
-func ackReady(t *testing.T, q *Queue) int {
+func ackReady(t *testing.T, r interface {
+	Read(context.Context) (Record, error)
+	Ack(uint64) error
+}) int {
 	t.Helper()
 	done, cancel := context.WithCancel(context.Background())
 	cancel()
 	n := 0
 	for {
-		rec, err := q.Read(done)
+		rec, err := r.Read(done)
 		if err != nil {
 			return n
 		}
-		if err := q.Ack(rec.Seq); err != nil {
+		if err := r.Ack(rec.Seq); err != nil {
 			t.Fatalf("ack %d: %v", rec.Seq, err)
 		}
 		n++
 	}
+}
+
+// openNamedCursor opens the log at /q with opts and its cursor name,
+// reading from the oldest.
+func openNamedCursor(t *testing.T, opts Options, name string) (*Log, *Cursor) {
+	t.Helper()
+	l, err := OpenLog("/q", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := l.Cursor(name, FromOldest())
+	if err != nil {
+		l.Close()
+		t.Fatal(err)
+	}
+	return l, c
 }
 
 // readAcking reads n records from r without waiting and acknowledges
