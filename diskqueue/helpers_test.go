@@ -18,6 +18,24 @@ func mustOpen(t testing.TB, dir string, opts Options) *Queue {
 	return q
 }
 
+// putBench opens a queue at dir with opts and puts n 100-byte records.
+func putBench(b testing.TB, dir string, opts Options, n int) *Queue {
+	b.Helper()
+	q, err := Open(dir, opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	body := make([]byte, 100)
+	for i := 0; i < n; i++ {
+		if err := q.Put(ctx, body); err != nil {
+			q.Close()
+			b.Fatal(err)
+		}
+	}
+	return q
+}
+
 // fixedBody is record i's body: 10 bytes, so a segment of
 // fileHeaderSize+3*frameSize(10) bytes holds records 3k..3k+2.
 func fixedBody(i int) []byte { return []byte(fmt.Sprintf("record-%03d", i)) }
