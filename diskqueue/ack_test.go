@@ -164,8 +164,6 @@ func TestSegAcksHolds(t *testing.T) {
 // a power cut). ackFor now grows it to the records there.
 func TestNewCursorMidSegmentAcks(t *testing.T) {
 	ctx := context.Background()
-	done, cancel := context.WithCancel(ctx)
-	cancel()
 	l, err := OpenLog(t.TempDir(), Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -180,18 +178,7 @@ func TestNewCursorMidSegmentAcks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
-	for {
-		rec, err := c.Read(done)
-		if err != nil {
-			break
-		}
-		if err := c.Ack(rec.Seq); err != nil {
-			t.Fatalf("ack %d: %v", rec.Seq, err)
-		}
-		n++
-	}
-	if n != 33000 {
+	if n := ackReady(t, c); n != 33000 {
 		t.Errorf("delivered %d, want 33000", n)
 	}
 }

@@ -94,18 +94,8 @@ func readAtRandom(b *testing.B, q *Queue, rng *rand.Rand, n int) {
 
 func lookupFixture(b *testing.B, n int) *Queue {
 	b.Helper()
-	q, err := Open(b.TempDir(), Options{NoSync: true, RetainBytes: 1 << 40})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx := context.Background()
-	body := make([]byte, 100)
-	for i := 0; i < n; i++ {
-		if err := q.Put(ctx, body); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if err := q.Sync(ctx); err != nil {
+	q := putBench(b, b.TempDir(), Options{NoSync: true, RetainBytes: 1 << 40}, n)
+	if err := q.Sync(context.Background()); err != nil {
 		b.Fatal(err)
 	}
 	return q

@@ -14,20 +14,10 @@ import (
 //	go test ./diskqueue -run '^$' -bench ReadAtReopened -count 6
 func BenchmarkReadAtReopened(b *testing.B) {
 	opts := Options{NoSync: true, RetainBytes: 1 << 40, MaxSegmentBytes: 64 << 10, openSealedForTesting: 8}
-	q, err := Open(b.TempDir(), opts)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer q.Close()
-	ctx := context.Background()
-	body := make([]byte, 100)
 	const n = 256 * 64 << 10 / 150
-	for i := 0; i < n; i++ {
-		if err := q.Put(ctx, body); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if err := q.Sync(ctx); err != nil {
+	q := putBench(b, b.TempDir(), opts, n)
+	defer q.Close()
+	if err := q.Sync(context.Background()); err != nil {
 		b.Fatal(err)
 	}
 	readAtRandom(b, q, rand.New(rand.NewPCG(1, 2)), n)

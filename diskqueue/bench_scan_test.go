@@ -19,17 +19,7 @@ import (
 // closed, and returns the path of segment 0's log.
 func scanBenchLog(b *testing.B, dir string, n int, segBytes int64) string {
 	b.Helper()
-	q, err := Open(dir, Options{NoSync: true, MaxSegmentBytes: segBytes})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx := context.Background()
-	body := make([]byte, 100)
-	for i := 0; i < n; i++ {
-		if err := q.Put(ctx, body); err != nil {
-			b.Fatal(err)
-		}
-	}
+	q := putBench(b, dir, Options{NoSync: true, MaxSegmentBytes: segBytes}, n)
 	if err := q.Close(); err != nil {
 		b.Fatal(err)
 	}

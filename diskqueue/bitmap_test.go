@@ -36,17 +36,7 @@ func TestPowerCutShortBitmap(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			done, cancel := context.WithCancel(ctx)
-			cancel()
-			for {
-				rec, err := q.Read(done)
-				if err != nil {
-					break
-				}
-				if err := q.Ack(rec.Seq); err != nil {
-					t.Fatal(err)
-				}
-			}
+			ackReady(t, q)
 			if err := q.Close(); err != nil {
 				t.Fatal(err)
 			}
@@ -72,17 +62,7 @@ func TestPowerCutShortBitmap(t *testing.T) {
 				t.Fatalf("open after the cut: %v\nfiles at the cut:%s", err, listing)
 			}
 			defer q.Close()
-			n := 0
-			for {
-				rec, err := q.Read(done)
-				if err != nil {
-					break
-				}
-				if err := q.Ack(rec.Seq); err != nil {
-					t.Fatalf("ack %d: %v", rec.Seq, err)
-				}
-				n++
-			}
+			n := ackReady(t, q)
 			if st := q.Stats(); n != 1000 || st.ReadSeq != 33500 || st.ReadErrors != 0 {
 				t.Errorf("after the cut: delivered %d records (want the 1000 put after the restart), read cursor %d (want 33500), %d read errors", n, st.ReadSeq, st.ReadErrors)
 			}

@@ -203,14 +203,8 @@ func TestRetiredBitmapFsyncedWithItsName(t *testing.T) {
 			defer c.Release()
 			listing := listing(c, "/q/cursors/n")
 			opts.FS = c
-			l, err := OpenLog("/q", opts)
-			if err != nil {
-				t.Fatal(err)
-			}
+			l, n = openNamedCursor(t, opts, "n")
 			defer l.Close()
-			if n, err = l.Cursor("n", FromOldest()); err != nil {
-				t.Fatal(err)
-			}
 			got := readSeqs(done, n)
 			if len(got) != 1 || got[0] != 3 {
 				t.Errorf("after a power cut at the fsync of its bitmap of segment 0, cursor n delivers %v, want [3]: 0..2 were acknowledged before it\ncursor n's files at the cut:%s", got, listing)

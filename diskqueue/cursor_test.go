@@ -33,6 +33,22 @@ func openCursor(t testing.TB, l *diskqueue.Log, name string, start diskqueue.Sta
 	return c
 }
 
+// putReadAck puts body in l, then reads a record through c and
+// acknowledges it.
+func putReadAck(t testing.TB, ctx context.Context, l *diskqueue.Log, c *diskqueue.Cursor, body []byte) {
+	t.Helper()
+	if err := l.Put(ctx, body); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := c.Read(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Ack(rec.Seq); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // expectNothing fails if c has a record to hand out.
 func expectNothing(t testing.TB, c *diskqueue.Cursor) {
 	t.Helper()

@@ -150,14 +150,8 @@ func TestPowerCutTwiceNamedBitmapComesBack(t *testing.T) {
 			var logs lockedBuffer
 			opts.FS = cut2
 			opts.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
-			l, err = OpenLog("/q", opts)
-			if err != nil {
-				t.Fatal(err)
-			}
+			l, c = openNamedCursor(t, opts, "n")
 			defer l.Close()
-			if c, err = l.Cursor("n", FromOldest()); err != nil {
-				t.Fatal(err)
-			}
 			got := readSeqs(done, c)
 			if len(got) != 1 || got[0] != 3 {
 				t.Errorf("cursor n after the second cut delivers %v, want [3]\ncursor n's files at the cut:%s\nwarnings:\n%s", got, listing, logs.String())

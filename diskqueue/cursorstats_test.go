@@ -71,16 +71,7 @@ func TestDepthNeverNegative(t *testing.T) {
 	}
 	body := []byte("x")
 	for i := 0; i < 20000 && ctx.Err() == nil; i++ {
-		if err := l.Put(ctx, body); err != nil {
-			t.Fatal(err)
-		}
-		rec, err := c.Read(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := c.Ack(rec.Seq); err != nil {
-			t.Fatal(err)
-		}
+		putReadAck(t, ctx, l, c, body)
 	}
 	cancel()
 	wg.Wait()

@@ -16,10 +16,7 @@ import (
 func TestTransientReadErrorIsNotCorruption(t *testing.T) {
 	efs := &errorFS{}
 	dir := t.TempDir()
-	q, err := Open(dir, Options{FS: efs})
-	if err != nil {
-		t.Fatal(err)
-	}
+	q := mustOpen(t, dir, Options{FS: efs})
 	defer q.Close()
 	ctx := context.Background()
 	q.Put(ctx, faultBody(0))

@@ -18,6 +18,24 @@ func mustOpen(t testing.TB, dir string, opts Options) *Queue {
 	return q
 }
 
+// putBench opens a queue at dir with opts and puts n 100-byte records.
+func putBench(b testing.TB, dir string, opts Options, n int) *Queue {
+	b.Helper()
+	q, err := Open(dir, opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	body := make([]byte, 100)
+	for i := 0; i < n; i++ {
+		if err := q.Put(ctx, body); err != nil {
+			q.Close()
+			b.Fatal(err)
+		}
+	}
+	return q
+}
+
 // fixedBody is record i's body: 10 bytes, so a segment of
 // fileHeaderSize+3*frameSize(10) bytes holds records 3k..3k+2.
 func fixedBody(i int) []byte { return []byte(fmt.Sprintf("record-%03d", i)) }
@@ -64,6 +82,44 @@ func readSeqs(ctx context.Context, r interface {
 		}
 		got = append(got, rec.Seq)
 	}
+}
+
+// ackReady reads what r has ready, acknowledging each record as it is
+// read, and returns how many it read.
+func ackReady(t *testing.T, r interface {
+	Read(context.Context) (Record, error)
+	Ack(uint64) error
+}) int {
+	t.Helper()
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	n := 0
+	for {
+		rec, err := r.Read(done)
+		if err != nil {
+			return n
+		}
+		if err := r.Ack(rec.Seq); err != nil {
+			t.Fatalf("ack %d: %v", rec.Seq, err)
+		}
+		n++
+	}
+}
+
+// openNamedCursor opens the log at /q with opts and its cursor name,
+// reading from the oldest.
+func openNamedCursor(t *testing.T, opts Options, name string) (*Log, *Cursor) {
+	t.Helper()
+	l, err := OpenLog("/q", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := l.Cursor(name, FromOldest())
+	if err != nil {
+		l.Close()
+		t.Fatal(err)
+	}
+	return l, c
 }
 
 // readAcking reads n records from r without waiting and acknowledges

@@ -41,16 +41,7 @@ func TestHoldFrom(t *testing.T) {
 	l.HoldFrom(0)
 	ctx := context.Background()
 	for range 200 {
-		if err := l.Put(ctx, make([]byte, 50)); err != nil {
-			t.Fatal(err)
-		}
-		rec, err := c.Read(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := c.Ack(rec.Seq); err != nil {
-			t.Fatal(err)
-		}
+		putReadAck(t, ctx, l, c, make([]byte, 50))
 	}
 	if err := l.Sync(ctx); err != nil { // a writer round: housekeeping
 		t.Fatal(err)

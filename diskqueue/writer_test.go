@@ -14,10 +14,7 @@ import (
 func TestFsyncFailureIsSticky(t *testing.T) {
 	efs := &errorFS{}
 	dir := t.TempDir()
-	q, err := Open(dir, Options{FS: efs, SyncEvery: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	q := mustOpen(t, dir, Options{FS: efs, SyncEvery: 1})
 	ctx := context.Background()
 	for i := 0; i < 5; i++ {
 		if err := q.Put(ctx, faultBody(i)); err != nil {
@@ -28,7 +25,7 @@ func TestFsyncFailureIsSticky(t *testing.T) {
 		t.Fatalf("Stats before the fault: WriteErr %v, Closed %v", st.WriteErr, st.Closed)
 	}
 	efs.Arm(opSync, 1, syscall.EIO, false)
-	err = q.Put(ctx, faultBody(5))
+	err := q.Put(ctx, faultBody(5))
 	if !errors.Is(err, syscall.EIO) {
 		t.Fatalf("Put with failing fsync: got %v, want EIO", err)
 	}
@@ -49,10 +46,7 @@ func TestFsyncFailureIsSticky(t *testing.T) {
 	if !q.Stats().Closed {
 		t.Fatal("Stats().Closed false after Close")
 	}
-	q, err = Open(dir, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	q = mustOpen(t, dir, Options{})
 	defer q.Close()
 	got := readAll(t, q)
 	if len(got) < 5 {
