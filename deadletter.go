@@ -355,11 +355,6 @@ func (d *DeadLetters) close() error {
 	return d.store.Close()
 }
 
-// deadLetterDir is the dead-letter store of a topic's channel.
-func deadLetterDir(topicDir, name string) string {
-	return filepath.Join(topicDir, ChannelsDir, name, DeadDir)
-}
-
 // queueDeadLetters opens a queue's dead-letter store in dir's DeadDir,
 // unless opts turns it off, and makes it chOpts' handler if opts names
 // none.
