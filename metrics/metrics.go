@@ -296,7 +296,7 @@ func (c *Collector) Collect(out chan<- prometheus.Metric) {
 		return
 	}
 	if c.ch != nil {
-		c.collectChannel(out, c.ch.Stats(), "")
+		c.chMetrics.Collect(out, c.ch.Stats(), "") // a queue's: its "channel" label empty
 		upper, counts := c.ch.LatencyBuckets()
 		out <- constHistogram(c.latency, upper, counts, c.ch.LatencySumSeconds(), "")
 	}
@@ -316,16 +316,10 @@ func (c *Collector) collectTopic(out chan<- prometheus.Metric) {
 	for _, cs := range st.Channels {
 		c.cursorMetrics.Collect(out, cs, cs.Name)
 		if cs.Open {
-			c.collectChannel(out, cs.Channel, cs.Name)
+			c.chMetrics.Collect(out, cs.Channel, cs.Name)
 		}
 	}
 	c.collectDisk(out, st.Log, c.topic.Log())
-}
-
-// collectChannel sends a channel's series; name is its "channel" label,
-// a topic's channel's name or "" for a queue's.
-func (c *Collector) collectChannel(out chan<- prometheus.Metric, st channel.Stats, name string) {
-	c.chMetrics.Collect(out, st, name)
 }
 
 // collectDisk sends a log's series: st, and l's fsync histogram.
