@@ -187,7 +187,7 @@ func BenchmarkOpenDeadLetters(b *testing.B) {
 	body := make([]byte, 200)
 	for i := range 100_000 {
 		rec := appendDeadRecord(nil, &DeadLetter{ID: channel.ID(i + 1), Body: body, Reason: DeadFailed, Error: "channel: message failed"}, 0)
-		if err := d.q.Put(context.Background(), rec); err != nil {
+		if err := d.store.q.Put(context.Background(), rec); err != nil {
 			b.Fatal(err)
 		}
 	}

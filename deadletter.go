@@ -47,9 +47,8 @@ const redriveBatch = 256
 // about a second per million letters to the open of a queue or channel
 // (BenchmarkOpenDeadLetters: 0.1 s for 100,000 of 200 bytes).
 type DeadLetters struct {
-	q     *diskqueue.Queue
-	store *deadStore // q, with Put durable on return and out-of-order Ack
-	ids   *deadIDs   // the messages q holds letters of
+	store *deadStore // the store's disk queue, with Put durable on return and out-of-order Ack
+	ids   *deadIDs   // the messages the store holds letters of
 	// maxRecord is q's record limit: a long error text is cut to fit.
 	maxRecord int
 	// putBack is the channel's PutBack, set once the channel is made.
@@ -89,7 +88,7 @@ func openDeadLetters(dir string, logOpts diskqueue.Options) (*DeadLetters, error
 	if err != nil {
 		return nil, fmt.Errorf("spillq: dead-letter store: %w", err)
 	}
-	d := &DeadLetters{q: q, store: newDeadStore(q), ids: newDeadIDs(), maxRecord: o.MaxRecordBytes}
+	d := &DeadLetters{store: newDeadStore(q), ids: newDeadIDs(), maxRecord: o.MaxRecordBytes}
 	for dl, err := range d.list(context.Background(), 0, math.MaxUint64, DeadFilter{}) {
 		if errors.Is(err, ErrNotDeadLetter) {
 			continue // no ID: no letter to keep once
@@ -178,7 +177,7 @@ func (d *DeadLetters) List(ctx context.Context, f DeadFilter) iter.Seq2[DeadLett
 
 // list is List of the records with from <= seq < to.
 func (d *DeadLetters) list(ctx context.Context, from, to uint64, f DeadFilter) iter.Seq2[DeadLetter, error] {
-	return letters(ctx, d.q, from, to, f, false)
+	return letters(ctx, d.store.q, from, to, f, false)
 }
 
 // Get returns the oldest dead letter of message id, or ErrNoDeadLetter.
@@ -223,7 +222,7 @@ func (d *DeadLetters) Redrive(ctx context.Context, f DeadFilter) (int, error) {
 	// Only the letters stored before it began: a message redriven that
 	// fails again at once comes back as a new letter, which a Redrive
 	// reading to the end would put back again, for ever.
-	from, end := uint64(0), d.q.NextSeq()
+	from, end := uint64(0), d.store.q.NextSeq()
 	for {
 		var seqs []uint64
 		var msgs []*channel.Message
@@ -302,7 +301,7 @@ func (d *DeadLetters) moved(msgs []*channel.Message, seqs []uint64, errs []error
 func (d *DeadLetters) Purge(ctx context.Context, f DeadFilter) (int, error) {
 	d.opMu.Lock()
 	defer d.opMu.Unlock()
-	n, from, end := 0, uint64(0), d.q.NextSeq()
+	n, from, end := 0, uint64(0), d.store.q.NextSeq()
 	for {
 		// A batch, then its acknowledgements: not under the scan, whose
 		// segment the last of them may delete.
@@ -354,11 +353,6 @@ func (d *DeadLetters) close() error {
 	d.putBack = nil
 	d.opMu.Unlock()
 	return d.store.Close()
-}
-
-// deadLetterDir is the dead-letter store of a topic's channel.
-func deadLetterDir(topicDir, name string) string {
-	return filepath.Join(topicDir, ChannelsDir, name, DeadDir)
 }
 
 // queueDeadLetters opens a queue's dead-letter store in dir's DeadDir,

@@ -173,20 +173,10 @@ func (s *channelSet) forgetDepths(name string) {
 	delete(s.depths, closedStore{name, true})
 }
 
-// timerDepth is the depth of the timer store of a channel not open, read
-// by read the first time it is asked for and kept until the channel
-// opens. What a failed read (ok false) returns is not kept: the store is
-// read again next time. Nor is a depth read while the channel opened or
-// closed.
-func (s *channelSet) timerDepth(name string, read func() (n int64, ok bool)) int64 {
-	return s.closedDepth(closedStore{name, false}, read)
-}
-
-// deadDepth is timerDepth of the channel's dead-letter store.
-func (s *channelSet) deadDepth(name string, read func() (n int64, ok bool)) int64 {
-	return s.closedDepth(closedStore{name, true}, read)
-}
-
+// closedDepth is the depth of a store of a channel not open, read by
+// read the first time it is asked for and kept until the channel opens.
+// What a failed read (ok false) returns is not kept: the store is read
+// again next time. Nor is a depth read while the channel opened or closed.
 func (s *channelSet) closedDepth(store closedStore, read func() (n int64, ok bool)) int64 {
 	name := store.name
 	s.mu.Lock()

@@ -14,7 +14,7 @@ func TestChannelSetTimerDepth(t *testing.T) {
 	}
 	depth := func(want int64, wantReads int, r func() (int64, bool)) {
 		t.Helper()
-		if got := s.timerDepth("a", r); got != want || reads != wantReads {
+		if got := s.closedDepth(closedStore{"a", false}, r); got != want || reads != wantReads {
 			t.Fatalf("timerDepth = %d after %d reads; want %d after %d", got, reads, want, wantReads)
 		}
 	}

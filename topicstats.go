@@ -79,23 +79,23 @@ func (t *Topic) stats(closedStores bool) TopicStats {
 			cs.Open, cs.Channel, cs.Timers = true, oc.ch.Stats(), oc.timers.Depth()
 			cs.DeadLetters = oc.dead.Len()
 		} else if closedStores {
-			cs.Timers = t.closedTimerDepth(cur.Name)
-			cs.DeadLetters = t.chans.deadDepth(cur.Name, func() (int64, bool) {
-				return storeDepth(t.fs, deadLetterDir(t.dir, cur.Name))
-			})
+			cs.Timers = t.closedDepth(closedStore{cur.Name, false})
+			cs.DeadLetters = t.closedDepth(closedStore{cur.Name, true})
 		}
 		st.Channels = append(st.Channels, cs)
 	}
 	return st
 }
 
-// closedTimerDepth is the depth of the timer store of a channel not open,
-// read the first time it is asked for and kept until the channel opens. A
-// store that cannot be read counts zero, and is read again next time.
-func (t *Topic) closedTimerDepth(name string) int64 {
-	return t.chans.timerDepth(name, func() (int64, bool) {
-		return storeDepth(t.fs, filepath.Join(t.dir, ChannelsDir, name))
-	})
+// closedDepth is the depth of store, of a channel not open, read the
+// first time it is asked for and kept until the channel opens. A store
+// that cannot be read counts zero, and is read again next time.
+func (t *Topic) closedDepth(store closedStore) int64 {
+	dir := filepath.Join(t.dir, ChannelsDir, store.name)
+	if store.dead {
+		dir = filepath.Join(dir, DeadDir)
+	}
+	return t.chans.closedDepth(store, func() (int64, bool) { return storeDepth(t.fs, dir) })
 }
 
 // storeDepth is the depth of the disk queue in dir on fsys (a closed

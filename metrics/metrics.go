@@ -131,7 +131,7 @@ func newCollector(name string, ch channelSource, dq diskSource) *Collector {
 	c.dqMetrics = promtable.New(name, diskMetrics)
 	// The empty "channel" label of the other channel series (it had none).
 	c.latency = prometheus.NewDesc("spillq_channel_latency_seconds", "End-to-end latency from Put to Finish; under a backlog one finish in 8 is timed and stands for the others.", []string{"channel"}, labels)
-	c.fsyncLatency = fsyncLatencyDesc(labels)
+	c.fsyncLatency = prometheus.NewDesc("spillq_disk_fsync_duration_seconds", "Duration of fsyncs of the log.", nil, labels)
 	return c
 }
 
@@ -171,18 +171,13 @@ func NewQueueCollector(name string, q *spillq.Queue) *Collector {
 // Queues' and topics' collectors share a registry: a queue's channel
 // series have the "channel" label too, empty.
 func NewTopicCollector(name string, t *spillq.Topic) *Collector {
-	labels := prometheus.Labels{"queue": name}
-	c := &Collector{topic: t}
-	c.chMetrics = promtable.New(name, channelMetrics, "channel")
+	// A queue's channel and disk tables, with neither source: a topic's
+	// stats feed them.
+	c := newCollector(name, nil, nil)
+	c.topic = t
 	c.cursorMetrics = promtable.New(name, cursorMetrics, "channel")
 	c.putMetrics = promtable.New(name, topicMetrics)
-	c.dqMetrics = promtable.New(name, diskMetrics)
-	c.fsyncLatency = fsyncLatencyDesc(labels)
 	return c
-}
-
-func fsyncLatencyDesc(labels prometheus.Labels) *prometheus.Desc {
-	return prometheus.NewDesc("spillq_disk_fsync_duration_seconds", "Duration of fsyncs of the log.", nil, labels)
 }
 
 // One table per layer: each metric with the Stats field it reports, so
@@ -301,7 +296,7 @@ func (c *Collector) Collect(out chan<- prometheus.Metric) {
 		return
 	}
 	if c.ch != nil {
-		c.collectChannel(out, c.ch.Stats(), "")
+		c.chMetrics.Collect(out, c.ch.Stats(), "") // a queue's: its "channel" label empty
 		upper, counts := c.ch.LatencyBuckets()
 		out <- constHistogram(c.latency, upper, counts, c.ch.LatencySumSeconds(), "")
 	}
@@ -321,16 +316,10 @@ func (c *Collector) collectTopic(out chan<- prometheus.Metric) {
 	for _, cs := range st.Channels {
 		c.cursorMetrics.Collect(out, cs, cs.Name)
 		if cs.Open {
-			c.collectChannel(out, cs.Channel, cs.Name)
+			c.chMetrics.Collect(out, cs.Channel, cs.Name)
 		}
 	}
 	c.collectDisk(out, st.Log, c.topic.Log())
-}
-
-// collectChannel sends a channel's series; name is its "channel" label,
-// a topic's channel's name or "" for a queue's.
-func (c *Collector) collectChannel(out chan<- prometheus.Metric, st channel.Stats, name string) {
-	c.chMetrics.Collect(out, st, name)
 }
 
 // collectDisk sends a log's series: st, and l's fsync histogram.
