@@ -297,6 +297,18 @@ func (t *Topic) Channel(name string, opts ChannelOptions) (*Channel, error) {
 	return user, nil
 }
 
+// Lookup returns the named channel if it is open in this process, and
+// opens nothing: for a tool acting on channels a service opened (an
+// admin endpoint pausing one), which must not open a closed one with
+// options of its own choosing.
+func (t *Topic) Lookup(name string) (*Channel, bool) {
+	oc, ok := t.chans.get(name)
+	if !ok {
+		return nil, false
+	}
+	return oc.user, true
+}
+
 // Channels returns the names of the topic's channels, open or not, sorted.
 func (t *Topic) Channels() []string { return t.log.Cursors() }
 

@@ -160,3 +160,29 @@ func TestTopicChannelRefusedMakesNoChannel(t *testing.T) {
 		t.Errorf("Channels() = %v after a reopen, want [work]", got)
 	}
 }
+
+// TestTopicLookup: Lookup hands out a channel open in this process and
+// opens none: not one never opened, not one closed since.
+func TestTopicLookup(t *testing.T) {
+	tp := openTopic(t, t.TempDir(), spillq.TopicOptions{})
+	defer tp.Close()
+	if c, ok := tp.Lookup("a"); ok || c != nil {
+		t.Fatalf("Lookup of a channel never opened: %v, %v", c, ok)
+	}
+	a := topicChannel(t, tp, "a", spillq.ChannelOptions{})
+	if c, ok := tp.Lookup("a"); !ok || c != a {
+		t.Fatalf("Lookup of the open channel: %p, %v; want %p", c, ok, a)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if c, ok := tp.Lookup("a"); ok || c != nil {
+		t.Fatalf("Lookup of a closed channel: %v, %v", c, ok)
+	}
+	if _, ok := tp.Lookup("a"); ok {
+		t.Fatal("Lookup opened the channel")
+	}
+	if _, err := tp.DeadLetters("a"); err == nil {
+		t.Fatal("after Lookup of a closed channel, it is open")
+	}
+}

@@ -353,12 +353,12 @@ func (h *Handler) lookup(r *http.Request, wantChannel bool) (name, ch string, q 
 
 // openChannel returns the channel ch of topic t if it is open in this
 // process. The handler opens none itself: a channel it opened would hold
-// its messages in memory with no consumer. DeadLetters answers whether it
-// is open from the topic's table of open channels; Stats would also read
-// the log for every channel's lag and open the stores of those not open.
+// its messages in memory with no consumer; so it asks Lookup, which opens
+// nothing, where a check and then Topic.Channel would open one that closed
+// in between, with default options.
 func openChannel(t *spillq.Topic, ch string) (*spillq.Channel, error) {
-	if _, err := t.DeadLetters(ch); err == nil {
-		return t.Channel(ch, spillq.ChannelOptions{})
+	if c, ok := t.Lookup(ch); ok {
+		return c, nil
 	}
 	return nil, errorf(http.StatusConflict, "CHANNEL_NOT_OPEN: channel %q is not open in this process; open it to pause or empty it", ch)
 }
