@@ -62,8 +62,11 @@ func (l *Log) stampLocked() int64 {
 	return l.readClockLocked()
 }
 
-// readClock is a reading of the log's clock taken now, without l.mu and
-// without touching the reading Puts share.
+// readClock is a reading of the log's clock taken now: the wall clock at
+// Open plus the monotonic time since, immune to the wall clock stepping
+// while the log is open (adding nanoseconds, not time.Time.Add, is the same
+// sum without building a Time). It takes no lock and leaves the reading
+// Puts share alone.
 func (l *Log) readClock() int64 {
 	if l.opts.clockForTesting != nil {
 		return l.opts.clockForTesting().UnixNano()
@@ -71,10 +74,8 @@ func (l *Log) readClock() int64 {
 	return l.startedNano + int64(time.Since(l.started))
 }
 
-// readClockLocked takes a new reading: the wall clock at Open plus the
-// monotonic time since, immune to the wall clock stepping while the log is
-// open (adding nanoseconds, not time.Time.Add, is the same sum without
-// building a Time). The tick is loaded before parked is: a Put that sees
+// readClockLocked takes a new reading (readClock) for the Puts that follow
+// to share. The tick is loaded before parked is: a Put that sees
 // the tick the stopping ticker started also sees it stopped, and wakes it.
 func (l *Log) readClockLocked() int64 {
 	if l.opts.clockForTesting != nil {
@@ -82,7 +83,7 @@ func (l *Log) readClockLocked() int64 {
 	}
 	c := &l.clock
 	c.tick = c.ticks.Load()
-	c.now = l.startedNano + int64(time.Since(l.started))
+	c.now = l.readClock()
 	c.left = clockReuse - 1
 	if !c.used.Load() {
 		c.used.Store(true)

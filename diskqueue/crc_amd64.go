@@ -23,39 +23,28 @@ func crcUpdateSSE42(crc uint32, p []byte) uint32
 // interleaved streams win on long input, takes over from crcUpdateSSE42.
 const shortCRC = 512
 
-// recordCRC is the checksum of the frame encodeRecord just wrote,
-// computed from the header's fields in registers and from the caller's
-// body, not read back out of the frame: there (a fresh page of the
-// mapped log) the loads wait on the lines the stores just missed on. 39
-// ns of a 100-byte Put's CPU went to the CRC read back with frameCRC, 20
-// to this (perf, 4 M Puts).
-func recordCRC(frame []byte, length uint32, flags byte, seq uint64, ts int64, body []byte) uint32 {
+// recordCRC is the checksum of the frame encodeFrame just wrote, whose
+// body is head, with ts at stampAt of it unless stampAt is negative,
+// followed by body: computed from the header's fields in registers and
+// from the caller's head and body, not read back out of the frame: there
+// (a fresh page of the mapped log) the loads wait on the lines the stores
+// just missed on. 39 ns of a 100-byte Put's CPU went to the CRC read back
+// with frameCRC, 20 to this (perf, 4 M Puts).
+func recordCRC(frame []byte, length uint32, flags byte, seq uint64, ts int64, head []byte, stampAt int, body []byte) uint32 {
 	if !haveCRC32 {
 		return frameCRC(frame)
 	}
 	c := crcHeaderSSE42(length, flags, seq, uint64(ts))
-	if len(body) < shortCRC {
-		return crcUpdateSSE42(c, body)
+	if len(head) > 0 {
+		if stampAt >= 0 {
+			var stamp [8]byte
+			binary.BigEndian.PutUint64(stamp[:], uint64(ts))
+			c = crcUpdateSSE42(c, head[:stampAt])
+			c = crcUpdateSSE42(c, stamp[:])
+			head = head[stampAt+8:]
+		}
+		c = crcUpdateSSE42(c, head)
 	}
-	return crc32.Update(c, crcTable, body)
-}
-
-// recordCRCParts is recordCRC of a frame whose body encodeFrame wrote from
-// head, with ts at stampAt unless that is negative, and body: each part
-// from the caller's memory, as recordCRC's body is, not out of the frame.
-func recordCRCParts(frame []byte, length uint32, flags byte, seq uint64, ts int64, head []byte, stampAt int, body []byte) uint32 {
-	if !haveCRC32 {
-		return frameCRC(frame)
-	}
-	c := crcHeaderSSE42(length, flags, seq, uint64(ts))
-	if stampAt >= 0 {
-		var stamp [8]byte
-		binary.BigEndian.PutUint64(stamp[:], uint64(ts))
-		c = crcUpdateSSE42(c, head[:stampAt])
-		c = crcUpdateSSE42(c, stamp[:])
-		head = head[stampAt+8:]
-	}
-	c = crcUpdateSSE42(c, head)
 	if len(body) < shortCRC {
 		return crcUpdateSSE42(c, body)
 	}

@@ -2,13 +2,8 @@
 
 package diskqueue
 
-// recordCRC is the checksum of the frame encodeRecord just wrote.
-func recordCRC(frame []byte, _ uint32, _ byte, _ uint64, _ int64, _ []byte) uint32 {
-	return frameCRC(frame)
-}
-
-// recordCRCParts is the checksum of the frame encodeFrame just wrote.
-func recordCRCParts(frame []byte, _ uint32, _ byte, _ uint64, _ int64, _ []byte, _ int, _ []byte) uint32 {
+// recordCRC is the checksum of the frame encodeFrame just wrote.
+func recordCRC(frame []byte, _ uint32, _ byte, _ uint64, _ int64, _ []byte, _ int, _ []byte) uint32 {
 	return frameCRC(frame)
 }
 

@@ -32,21 +32,7 @@ func (l *Log) Put(ctx context.Context, body []byte) error {
 // whenever the record was stored, which includes an error wrapping
 // [ErrNotDurable]; otherwise it is 0.
 func (l *Log) PutSeq(ctx context.Context, body []byte) (uint64, error) {
-	if err := l.checkBody(body); err != nil {
-		return 0, err
-	}
-	if l.readOnly {
-		return 0, ErrReadOnly
-	}
-	var flags [1]byte
-	stored := [1][]byte{body}
-	if l.opts.Compress {
-		stored[0], flags[0] = compress(body)
-	}
-	n, seq, _, err := l.putRecords(ctx, flags[:], nil, stored[:], -1)
-	if n == 0 {
-		return 0, err
-	}
+	seq, _, err := l.PutWithHead(ctx, nil, body, -1)
 	return seq, err
 }
 
@@ -69,8 +55,8 @@ func (l *Log) PutWithHead(ctx context.Context, head, body []byte, stampAt int) (
 	if stampAt >= 0 && stampAt+8 > len(head) {
 		return 0, 0, fmt.Errorf("%w: timestamp at %d of a %d-byte head", ErrInvalidOptions, stampAt, len(head))
 	}
-	if n := len(head) + len(body); n > l.opts.MaxRecordBytes || n < l.opts.MinRecordBytes {
-		return 0, 0, l.bodySizeError(n)
+	if err := l.checkSize(len(head) + len(body)); err != nil {
+		return 0, 0, err
 	}
 	if l.readOnly {
 		return 0, 0, ErrReadOnly
@@ -79,8 +65,11 @@ func (l *Log) PutWithHead(ctx context.Context, head, body []byte, stampAt int) (
 	stored := [1][]byte{body}
 	if l.opts.Compress {
 		// Compressed, the stamp cannot be patched in under the lock: the
-		// record is joined, stamped now and compressed as PutSeq's is.
-		joined := append(append(make([]byte, 0, len(head)+len(body)), head...), body...)
+		// record is joined, stamped now and compressed whole.
+		joined := body
+		if len(head) > 0 {
+			joined = append(append(make([]byte, 0, len(head)+len(body)), head...), body...)
+		}
 		if stampAt >= 0 {
 			ts = l.readClock()
 			binary.BigEndian.PutUint64(joined[stampAt:], uint64(ts))
@@ -118,7 +107,7 @@ func (l *Log) PutWithHead(ctx context.Context, head, body []byte, stampAt int) (
 // wait that long: batches of a few hundred kilobytes keep that short.
 func (l *Log) PutBatch(ctx context.Context, bodies [][]byte) (int, error) {
 	for i, body := range bodies {
-		if err := l.checkBody(body); err != nil {
+		if err := l.checkSize(len(body)); err != nil {
 			return 0, fmt.Errorf("%w (body %d of %d)", err, i, len(bodies))
 		}
 	}
@@ -136,11 +125,11 @@ func (l *Log) PutBatch(ctx context.Context, bodies [][]byte) (int, error) {
 	return n, err
 }
 
-// checkBody checks a body against MaxRecordBytes and MinRecordBytes; small
-// enough to be inlined into Put.
-func (l *Log) checkBody(body []byte) error {
-	if len(body) > l.opts.MaxRecordBytes || len(body) < l.opts.MinRecordBytes {
-		return l.bodySizeError(len(body))
+// checkSize checks a record of n bytes against MaxRecordBytes and
+// MinRecordBytes; small enough to be inlined into the Puts.
+func (l *Log) checkSize(n int) error {
+	if n > l.opts.MaxRecordBytes || n < l.opts.MinRecordBytes {
+		return l.bodySizeError(n)
 	}
 	return nil
 }

@@ -109,17 +109,12 @@ func encodeFrame(frame []byte, flags byte, seq uint64, ts int64, head, body []by
 	frame[8] = flags
 	binary.BigEndian.PutUint64(frame[9:17], seq)
 	binary.BigEndian.PutUint64(frame[17:25], uint64(ts))
-	if len(head) == 0 {
-		copy(frame[recordHeaderSize:], body)
-		binary.BigEndian.PutUint32(frame[4:8], recordCRC(frame, length, flags, seq, ts, body))
-		return
-	}
 	stored := frame[recordHeaderSize:]
 	copy(stored[copy(stored, head):], body)
 	if stampAt >= 0 {
 		binary.BigEndian.PutUint64(stored[stampAt:], uint64(ts))
 	}
-	binary.BigEndian.PutUint32(frame[4:8], recordCRCParts(frame, length, flags, seq, ts, head, stampAt, body))
+	binary.BigEndian.PutUint32(frame[4:8], recordCRC(frame, length, flags, seq, ts, head, stampAt, body))
 }
 
 // crcSlice4 are the tables of CRC-32C slicing by 4: crcSlice4[k][b] is

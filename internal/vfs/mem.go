@@ -489,12 +489,21 @@ func (f *memFile) Sync() error {
 	if f.closed {
 		return os.ErrClosed
 	}
-	now := make([]byte, f.n.store.Size())
-	if _, err := f.n.store.ReadAt(now, 0); err != nil && err != io.EOF {
-		return &fs.PathError{Op: "fsync", Path: f.name, Err: err}
+	return f.syncLocked("fsync", f.n.store.Size())
+}
+
+// syncLocked makes [0, n) and the file's size what a power cut keeps: past
+// n the durable bytes stay what the last sync left there (zeros where the
+// file has grown since). op names the call in an error. The caller holds
+// f.fs.mu.
+func (f *memFile) syncLocked(op string, n int64) error {
+	kept := make([]byte, f.n.store.Size())
+	copy(kept, f.n.synced)
+	if _, err := f.n.store.ReadAt(kept[:n], 0); err != nil && err != io.EOF {
+		return &fs.PathError{Op: op, Path: f.name, Err: err}
 	}
-	changed := !bytes.Equal(now, f.n.synced)
-	f.n.synced = now
+	changed := !bytes.Equal(kept, f.n.synced)
+	f.n.synced = kept
 	if f.fs.OnSync != nil {
 		f.fs.OnSync("fsync", f.name, changed)
 	}

@@ -3,7 +3,6 @@
 package vfs
 
 import (
-	"bytes"
 	"io"
 	"io/fs"
 	"os"
@@ -161,21 +160,10 @@ func (f mappedFile) SyncMapped(_ []byte, n int64) error {
 	if f.closed {
 		return os.ErrClosed
 	}
-	size := f.n.store.Size()
-	if n > size {
+	if n > f.n.store.Size() {
 		return &fs.PathError{Op: "msync", Path: f.name, Err: unix.ENOMEM}
 	}
-	kept := make([]byte, size)
-	copy(kept, f.n.synced)
-	if _, err := f.n.store.ReadAt(kept[:n], 0); err != nil && err != io.EOF {
-		return &fs.PathError{Op: "msync", Path: f.name, Err: err}
-	}
-	changed := !bytes.Equal(kept, f.n.synced)
-	f.n.synced = kept
-	if f.fs.OnSync != nil {
-		f.fs.OnSync("fsync", f.name, changed)
-	}
-	return nil
+	return f.syncLocked("msync", n)
 }
 
 // MapRead maps the first n bytes of the file shared and read-only, as
