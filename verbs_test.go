@@ -33,7 +33,7 @@ func TestFacadeMethods(t *testing.T) {
 		{reflect.TypeFor[*spillq.Channel](), shared},
 		{reflect.TypeFor[*spillq.Topic](), []string{
 			"Channel", "Channels", "Close", "Compact", "CompactStats", "DeadLetters", "DeleteChannel",
-			"Enqueue", "Health", "KeyState", "Log", "Put", "PutBatch", "PutWith", "Stats",
+			"Enqueue", "Health", "KeyState", "Log", "Lookup", "Put", "PutBatch", "PutWith", "Stats",
 		}},
 	} {
 		var got []string
